@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Full local check: formatting, lints, docs, tests (extra args go to cargo test).
+# The integration tests start their own etcd from PATH, so none is started here.
+#
+#   scripts/test.sh                 # everything
+#   scripts/test.sh -- --nocapture  # pass args through to cargo test
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
+
+ensure_prereqs
+
+step() { printf '\n=== %s ===\n' "$*"; }
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy"
+cargo clippy --all-targets --all-features -- -D warnings
+
+step "cargo doc"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features
+
+step "cargo test"
+cargo test --all-features "$@"
+
+step "all checks passed"

@@ -1,0 +1,107 @@
+//! The crate's one error type.
+
+use std::time::Duration;
+
+/// A boxed cause, kept behind [`std::error::Error::source`].
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// `Result` with [`Error`] as the default error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in fairlock.
+///
+/// "Someone else holds the lock" is not an error: [`crate::Locker::try_lock`]
+/// answers `Ok(None)` for it. Each message describes this layer only; the
+/// underlying cause, if any, is available through
+/// [`source`](std::error::Error::source).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// `get_locker` was called before any provider was registered.
+    #[error(
+        "no locker provider is registered: call fairlock::etcd::register(config).await \
+         (or fairlock::register_locker_provider) before fairlock::get_locker"
+    )]
+    NoProvider,
+
+    /// The key cannot be used as a lock name.
+    #[error("invalid lock key {key:?}: {reason}")]
+    InvalidKey {
+        /// The key as given (shortened when long).
+        key: String,
+        /// What is wrong with it and what to do instead.
+        reason: String,
+    },
+
+    /// A configuration value is out of range or malformed.
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
+
+    /// The backend could not be reached within the connect timeout.
+    #[error("cannot reach {backend} at {endpoints} within {timeout:?}; is the server running?")]
+    Connect {
+        /// Which backend ("etcd", ...).
+        backend: &'static str,
+        /// The endpoints tried, comma separated.
+        endpoints: String,
+        /// The connect timeout that elapsed or applied.
+        timeout: Duration,
+        /// The underlying failure.
+        #[source]
+        source: BoxError,
+    },
+
+    /// The context's deadline passed before the lock was acquired.
+    #[error("timed out waiting for lock {key}")]
+    Timeout {
+        /// The lock key.
+        key: String,
+    },
+
+    /// The context was cancelled before the lock was acquired.
+    #[error("cancelled while waiting for lock {key}")]
+    Cancelled {
+        /// The lock key.
+        key: String,
+    },
+
+    /// The lock was no longer held when the operation ran: its lease
+    /// expired, or the lock key was deleted or taken over by someone else.
+    #[error("lock {key} was lost: {reason}")]
+    LockLost {
+        /// The lock key.
+        key: String,
+        /// What was observed.
+        reason: String,
+    },
+
+    /// A waiter's session ended while it waited (its queue entry or lease
+    /// vanished), so it can no longer be granted the lock.
+    #[error("session lost while waiting for lock {key}: {reason}")]
+    SessionLost {
+        /// The lock key.
+        key: String,
+        /// What was observed.
+        reason: String,
+    },
+
+    /// A request to the backend failed.
+    #[error("{backend} request failed during {op}")]
+    Backend {
+        /// Which backend ("etcd", ...).
+        backend: &'static str,
+        /// The operation that failed.
+        op: &'static str,
+        /// The underlying failure.
+        #[source]
+        source: BoxError,
+    },
+}
+
+impl Error {
+    /// `true` for [`Error::Timeout`] and [`Error::Cancelled`]: the caller gave up.
+    #[must_use]
+    pub fn is_gave_up(&self) -> bool {
+        matches!(self, Error::Timeout { .. } | Error::Cancelled { .. })
+    }
+}

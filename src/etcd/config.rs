@@ -1,0 +1,291 @@
+//! `EtcdConfig`: where etcd is and how locks behave on it.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::{Error, Result};
+
+/// The smallest TTL etcd honours (it raises smaller ones to about 2 s).
+pub const MIN_TTL: Duration = Duration::from_secs(2);
+/// The largest TTL accepted: a crashed holder blocks its lock this long.
+pub const MAX_TTL: Duration = Duration::from_secs(3600);
+/// The endpoint used when none is configured.
+pub const DEFAULT_ENDPOINT: &str = "127.0.0.1:2379";
+/// The key prefix used when none is configured.
+pub const DEFAULT_PREFIX: &str = "/fairlock/";
+
+/// Configuration of the etcd backend.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use fairlock::etcd::EtcdConfig;
+///
+/// let config = EtcdConfig::new(["127.0.0.1:2379", "127.0.0.1:22379"])
+///     .with_prefix("/myapp/locks/")
+///     .with_ttl(Duration::from_secs(10))
+///     .with_connect_timeout(Duration::from_secs(3));
+/// assert_eq!(config.endpoints().len(), 2);
+/// ```
+#[derive(Clone)]
+pub struct EtcdConfig {
+    endpoints: Vec<String>,
+    prefix: String,
+    ttl: Duration,
+    connect_timeout: Duration,
+    request_timeout: Duration,
+    user: Option<(String, String)>,
+}
+
+impl EtcdConfig {
+    /// A configuration for the given endpoints (`"host:port"` or
+    /// `"http://host:port"`), with the defaults: prefix `/fairlock/`, TTL
+    /// 10 s, connect timeout 5 s, request timeout 5 s.
+    #[must_use]
+    pub fn new<I, S>(endpoints: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        EtcdConfig {
+            endpoints: endpoints.into_iter().map(Into::into).collect(),
+            prefix: DEFAULT_PREFIX.to_string(),
+            ttl: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(5),
+            user: None,
+        }
+    }
+
+    /// Reads the environment: `FAIRLOCK_ENDPOINTS` (comma separated, default
+    /// `127.0.0.1:2379`), `FAIRLOCK_PREFIX`, `FAIRLOCK_TTL` (e.g. `10s`,
+    /// `1500ms`, `2m`, or plain seconds).
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] when `FAIRLOCK_TTL` does not parse.
+    pub fn from_env() -> Result<Self> {
+        let endpoints = std::env::var("FAIRLOCK_ENDPOINTS")
+            .ok()
+            .filter(|s| !s.trim().is_empty())
+            .unwrap_or_else(|| DEFAULT_ENDPOINT.to_string());
+        let mut config =
+            EtcdConfig::new(endpoints.split(',').map(|s| s.trim().to_string()));
+        if let Ok(prefix) = std::env::var("FAIRLOCK_PREFIX") {
+            config = config.with_prefix(prefix);
+        }
+        if let Ok(ttl) = std::env::var("FAIRLOCK_TTL") {
+            let ttl = parse_duration(&ttl).map_err(|e| {
+                Error::InvalidConfig(format!("FAIRLOCK_TTL={ttl:?}: {e}"))
+            })?;
+            config = config.with_ttl(ttl);
+        }
+        Ok(config)
+    }
+
+    /// Sets the key prefix under which all lock keys live. A trailing `/` is
+    /// added if missing.
+    #[must_use]
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        if !self.prefix.ends_with('/') {
+            self.prefix.push('/');
+        }
+        self
+    }
+
+    /// Sets the session lease TTL: how long a crashed holder keeps its locks.
+    /// At least 2 s (etcd's minimum) and at most an hour; rounded up to whole
+    /// seconds.
+    #[must_use]
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// Sets how long connecting may take before [`Error::Connect`].
+    #[must_use]
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Sets how long one etcd request may take before it fails.
+    #[must_use]
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Authenticates as `name` (etcd auth). The password never appears in
+    /// `Debug` output.
+    #[must_use]
+    pub fn with_user(mut self, name: impl Into<String>, password: impl Into<String>) -> Self {
+        self.user = Some((name.into(), password.into()));
+        self
+    }
+
+    /// The endpoints.
+    #[must_use]
+    pub fn endpoints(&self) -> &[String] {
+        &self.endpoints
+    }
+
+    /// The key prefix (ends with `/`).
+    #[must_use]
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The session lease TTL.
+    #[must_use]
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The connect timeout.
+    #[must_use]
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// The per-request timeout.
+    #[must_use]
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
+    pub(crate) fn user(&self) -> Option<&(String, String)> {
+        self.user.as_ref()
+    }
+
+    /// The TTL in whole seconds, rounded up.
+    pub(crate) fn ttl_secs(&self) -> i64 {
+        let secs = self.ttl.as_secs() + u64::from(self.ttl.subsec_nanos() > 0);
+        i64::try_from(secs).unwrap_or(i64::MAX)
+    }
+
+    /// Checks every value; the messages say what to change.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] naming the bad value.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |msg: String| Err(Error::InvalidConfig(msg));
+        if self.endpoints.is_empty() {
+            return bad("no etcd endpoints given; pass e.g. [\"127.0.0.1:2379\"] \
+                        or set FAIRLOCK_ENDPOINTS"
+                .into());
+        }
+        if let Some(e) = self
+            .endpoints
+            .iter()
+            .find(|e| e.trim().is_empty() || e.contains(char::is_whitespace))
+        {
+            return bad(format!(
+                "etcd endpoint {e:?} is empty or contains spaces; use \"host:port\" \
+                 or \"http://host:port\""
+            ));
+        }
+        if self.prefix.trim_matches('/').is_empty() {
+            return bad(format!(
+                "key prefix {:?} is empty; use e.g. \"/fairlock/\" so locks do not \
+                 mix with other data",
+                self.prefix
+            ));
+        }
+        if self.ttl < MIN_TTL {
+            return bad(format!(
+                "TTL {:?} is below etcd's minimum lease TTL of {MIN_TTL:?}; use 2s or more",
+                self.ttl
+            ));
+        }
+        if self.ttl > MAX_TTL {
+            return bad(format!(
+                "TTL {:?} is over {MAX_TTL:?}: a crashed holder would block its locks \
+                 that long; use a shorter TTL (keepalives renew it while you hold)",
+                self.ttl
+            ));
+        }
+        if self.connect_timeout.is_zero() || self.request_timeout.is_zero() {
+            return bad("connect and request timeouts must be greater than zero".into());
+        }
+        Ok(())
+    }
+}
+
+impl Default for EtcdConfig {
+    fn default() -> Self {
+        EtcdConfig::new([DEFAULT_ENDPOINT])
+    }
+}
+
+impl fmt::Debug for EtcdConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdConfig")
+            .field("endpoints", &self.endpoints)
+            .field("prefix", &self.prefix)
+            .field("ttl", &self.ttl)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("user", &self.user.as_ref().map(|(name, _)| (name, "<redacted>")))
+            .finish()
+    }
+}
+
+/// Parses durations like `500ms`, `10s`, `2m`, `1h` or plain seconds (`10`).
+///
+/// # Errors
+/// A message saying what was expected.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use fairlock::etcd::parse_duration;
+/// assert_eq!(parse_duration("1500ms").unwrap(), Duration::from_millis(1500));
+/// assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+/// assert!(parse_duration("soon").is_err());
+/// ```
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration; use e.g. 500ms, 10s, 2m"))?;
+    let scale = match unit.trim() {
+        "ms" => 0.001,
+        "" | "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {s:?}; use ms, s, m or h"
+            ));
+        }
+    };
+    Duration::try_from_secs_f64(value * scale)
+        .map_err(|_| format!("{s:?} is out of range"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_hides_password() {
+        let c = EtcdConfig::default().with_user("root", "hunter2");
+        let dbg = format!("{c:?}");
+        assert!(dbg.contains("root") && !dbg.contains("hunter2"), "{dbg}");
+    }
+
+    #[test]
+    fn validation_names_the_problem() {
+        let err = |c: EtcdConfig| c.validate().unwrap_err().to_string();
+        assert!(err(EtcdConfig::new(Vec::<String>::new())).contains("no etcd endpoints"));
+        assert!(err(EtcdConfig::new([""])).contains("empty"));
+        assert!(err(EtcdConfig::default().with_ttl(Duration::from_secs(1))).contains("minimum"));
+        assert!(err(EtcdConfig::default().with_ttl(Duration::from_secs(7200))).contains("over"));
+        assert!(err(EtcdConfig::default().with_prefix("/")).contains("prefix"));
+        EtcdConfig::default().validate().unwrap();
+        assert_eq!(EtcdConfig::default().with_ttl(Duration::from_millis(2500)).ttl_secs(), 3);
+    }
+}

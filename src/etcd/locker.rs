@@ -1,0 +1,403 @@
+//! `EtcdLocker`: connecting, `try_lock`, `lock`, and the attempt bookkeeping
+//! that makes cancellation leave nothing behind.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, GetResponse, PutOptions, Txn, TxnOp,
+    TxnOpResponse, TxnResponse,
+};
+
+use super::config::EtcdConfig;
+use super::keys::{Layout, owner_value};
+use super::release::{self, Held};
+use super::session::{Lease, Session};
+use super::shared_watch::SharedWatches;
+use super::watch::WatchHub;
+use super::{etcd_err, fair, timeout_err, unfair};
+use crate::{Context, Error, Key, LockGuard, Locker, Result};
+
+/// A fair or unfair locker on etcd, with its own session lease.
+///
+/// Cheap to clone; clones share the session. Dropping the last clone (and
+/// the last guard) revokes the session lease, which frees everything it
+/// still held; [`EtcdLocker::close`] does the same and reports errors.
+///
+/// # Examples
+/// ```no_run
+/// # async fn demo() -> fairlock::Result<()> {
+/// use fairlock::{Context, Key, Locker};
+/// use fairlock::etcd::{EtcdConfig, EtcdLocker};
+///
+/// let locker = EtcdLocker::connect(EtcdConfig::new(["127.0.0.1:2379"]), true).await?;
+/// if let Some(guard) = locker.try_lock(&Key::from("reports")).await? {
+///     // ... work, passing guard.fencing_token() to the resource ...
+///     guard.unlock().await?;
+/// }
+/// locker.close().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct EtcdLocker {
+    inner: Arc<Inner>,
+}
+
+/// Everything a locker's operations share.
+pub(crate) struct Inner {
+    pub client: Client,
+    pub config: EtcdConfig,
+    pub fair: bool,
+    /// Names this locker's level in the queue (`_OWNERS_/<id>/...`).
+    pub id: String,
+    pub session: Session,
+    pub hub: Arc<WatchHub>,
+    pub shared: SharedWatches,
+}
+
+/// Connects and checks that etcd answers, within the connect timeout.
+pub(crate) async fn connect(config: &EtcdConfig) -> Result<Client> {
+    config.validate()?;
+    let timeout = config.connect_timeout();
+    let fail = |source: crate::BoxError| Error::Connect {
+        backend: "etcd",
+        endpoints: config.endpoints().join(","),
+        timeout,
+        source,
+    };
+    let mut options = ConnectOptions::new()
+        .with_connect_timeout(timeout)
+        .with_keep_alive(
+            std::time::Duration::from_secs(2),
+            config.request_timeout(),
+        )
+        .with_keep_alive_while_idle(true);
+    if let Some((name, password)) = config.user() {
+        options = options.with_user(name.clone(), password.clone());
+    }
+    let attempt = async {
+        let mut client = Client::connect(config.endpoints(), Some(options)).await?;
+        client.status().await?;
+        Ok::<_, etcd_client::Error>(client)
+    };
+    match tokio::time::timeout(timeout, attempt).await {
+        Ok(Ok(client)) => Ok(client),
+        Ok(Err(e)) => Err(fail(Box::new(e))),
+        Err(_) => Err(fail("no answer".into())),
+    }
+}
+
+impl EtcdLocker {
+    /// Connects to etcd and makes a locker, fair (arrival order) or unfair.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a bad configuration; [`Error::Connect`]
+    /// naming the endpoints when etcd does not answer within the connect
+    /// timeout.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: nothing is created in etcd until the first lock.
+    pub async fn connect(config: EtcdConfig, fair: bool) -> Result<Self> {
+        let client = connect(&config).await?;
+        Ok(Self::from_client(client, config, fair))
+    }
+
+    /// A locker on an existing connection. Its session lease is granted on
+    /// first use. The configuration is not re-validated against etcd here.
+    #[must_use]
+    pub fn from_client(client: Client, config: EtcdConfig, fair: bool) -> Self {
+        let hub = Arc::new(WatchHub::new(client.clone()));
+        EtcdLocker {
+            inner: Arc::new(Inner {
+                session: Session::new(client.clone(), config.ttl_secs(), config.request_timeout()),
+                shared: SharedWatches::new(Arc::clone(&hub)),
+                hub,
+                id: uuid::Uuid::new_v4().simple().to_string(),
+                client,
+                config,
+                fair,
+            }),
+        }
+    }
+
+    /// The configuration in use.
+    #[must_use]
+    pub fn config(&self) -> &EtcdConfig {
+        &self.inner.config
+    }
+
+    /// The etcd client this locker uses (e.g. to share it with others).
+    #[must_use]
+    pub fn client(&self) -> &Client {
+        &self.inner.client
+    }
+
+    /// The id of the current session lease, granting it if needed.
+    ///
+    /// # Errors
+    /// Backend errors from the lease grant.
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn lease_id(&self) -> Result<i64> {
+        Ok(self.inner.session.lease().await?.id)
+    }
+
+    /// Revokes the session lease now: every lock this locker holds or waits
+    /// for is freed at once. Guards still alive report
+    /// [`Error::LockLost`] on unlock.
+    ///
+    /// # Errors
+    /// Backend errors from the revoke (the lease then expires after its TTL).
+    ///
+    /// # Cancel safety
+    /// If dropped, the lease may or may not be revoked; it expires anyway.
+    pub async fn close(self) -> Result<()> {
+        self.inner.session.revoke().await
+    }
+}
+
+impl Inner {
+    pub fn layout(&self, key: &Key) -> Layout {
+        Layout::new(self.config.prefix(), key)
+    }
+
+    pub async fn txn(&self, op: &'static str, txn: Txn) -> Result<TxnResponse> {
+        let mut kv = self.client.kv_client();
+        let timeout = self.config.request_timeout();
+        tokio::time::timeout(timeout, kv.txn(txn))
+            .await
+            .map_err(|_| timeout_err(op, timeout))?
+            .map_err(etcd_err(op))
+    }
+
+    pub async fn get(&self, op: &'static str, key: Vec<u8>, opts: GetOptions) -> Result<GetResponse> {
+        let mut kv = self.client.kv_client();
+        let timeout = self.config.request_timeout();
+        tokio::time::timeout(timeout, kv.get(key, Some(opts)))
+            .await
+            .map_err(|_| timeout_err(op, timeout))?
+            .map_err(etcd_err(op))
+    }
+
+    /// Maps "lease not found" to [`Error::SessionLost`] (and forgets the
+    /// lease so the next attempt grants a new one).
+    pub async fn lease_error(&self, key: &Key, lease: &Lease, err: Error) -> Error {
+        let lease_gone = match &err {
+            Error::Backend { source, .. } => source.to_string().contains("lease not found"),
+            _ => false,
+        };
+        if !lease_gone {
+            return err;
+        }
+        self.session.forget(lease.id).await;
+        Error::SessionLost {
+            key: key.to_string(),
+            reason: "the session lease expired before the request ran".into(),
+        }
+    }
+}
+
+/// Header revision of a response.
+pub(crate) fn revision(resp: &TxnResponse) -> i64 {
+    resp.header().map_or(0, |h| h.revision())
+}
+
+/// The `i`-th op response of a txn, if it was a range.
+pub(crate) fn range_at(resp: &TxnResponse, i: usize) -> Option<GetResponse> {
+    match resp.op_responses().into_iter().nth(i)? {
+        TxnOpResponse::Get(get) => Some(get),
+        _ => None,
+    }
+}
+
+/// One call to `lock`/`try_lock`: its owner value and queue key, so that
+/// giving up (error, cancel or drop) removes what it wrote.
+pub(crate) struct Attempt {
+    pub inner: Arc<Inner>,
+    pub key: Key,
+    pub layout: Layout,
+    pub value: Vec<u8>,
+    pub queue_key: Option<Vec<u8>>,
+    armed: bool,
+}
+
+impl Attempt {
+    fn new(inner: &Arc<Inner>, key: &Key, queued: bool) -> Self {
+        let layout = inner.layout(key);
+        let attempt = uuid::Uuid::new_v4().simple().to_string();
+        Attempt {
+            queue_key: queued.then(|| layout.waiter(&inner.id, &attempt)),
+            value: owner_value(&attempt),
+            inner: Arc::clone(inner),
+            key: key.clone(),
+            layout,
+            armed: true,
+        }
+    }
+
+    /// The guard for a grant at `token`; the attempt is done.
+    pub fn granted(
+        mut self,
+        token: i64,
+        queue_rev: Option<i64>,
+        lease: Arc<Lease>,
+        contended: bool,
+    ) -> LockGuard {
+        self.armed = false;
+        let held = Held::new(&self, token, queue_rev, lease, contended);
+        LockGuard::new(
+            self.key.clone(),
+            u64::try_from(token).unwrap_or_default(),
+            Box::new(held),
+        )
+    }
+
+    /// Removes what this attempt wrote, now.
+    pub async fn abandon(mut self) -> Result<()> {
+        self.armed = false;
+        abandon(
+            Arc::clone(&self.inner),
+            self.key.clone(),
+            self.layout.clone(),
+            std::mem::take(&mut self.value),
+            self.queue_key.take(),
+        )
+        .await
+    }
+}
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(abandon(
+                Arc::clone(&self.inner),
+                self.key.clone(),
+                self.layout.clone(),
+                std::mem::take(&mut self.value),
+                self.queue_key.take(),
+            ));
+        }
+    }
+}
+
+/// Deletes an abandoned attempt's queue key; if the lock key was granted to
+/// it meanwhile, releases it properly (handing it on).
+async fn abandon(
+    inner: Arc<Inner>,
+    key: Key,
+    layout: Layout,
+    value: Vec<u8>,
+    queue_key: Option<Vec<u8>>,
+) -> Result<()> {
+    let mut then = vec![TxnOp::get(layout.lock.clone(), None)];
+    let mut otherwise = Vec::new();
+    if let Some(q) = &queue_key {
+        then.push(TxnOp::get(q.clone(), None));
+        otherwise.push(TxnOp::delete(q.clone(), None));
+    }
+    let txn = Txn::new()
+        .when([Compare::value(layout.lock.clone(), CompareOp::Equal, value)])
+        .and_then(then)
+        .or_else(otherwise);
+    let resp = inner.txn("abandon", txn).await?;
+    if !resp.succeeded() {
+        return Ok(());
+    }
+    let Some(lock_kv) = range_at(&resp, 0).and_then(|g| g.kvs().first().cloned()) else {
+        return Ok(());
+    };
+    let queue_rev = range_at(&resp, 1)
+        .and_then(|g| g.kvs().first().map(|kv| kv.create_revision()));
+    let lease = inner.session.lease().await?;
+    let held = Held::from_parts(
+        inner,
+        key,
+        layout,
+        lock_kv.mod_revision(),
+        queue_key.zip(queue_rev),
+        lease,
+        true,
+    );
+    release::release(held).await.or_else(|e| match e {
+        Error::LockLost { .. } => Ok(()),
+        e => Err(e),
+    })
+}
+
+/// `put key value` bound to `lease`.
+pub(crate) fn put_leased(key: &[u8], value: &[u8], lease: i64) -> TxnOp {
+    TxnOp::put(key.to_vec(), value.to_vec(), Some(PutOptions::new().with_lease(lease)))
+}
+
+#[async_trait]
+impl Locker for EtcdLocker {
+    async fn try_lock(&self, key: &Key) -> Result<Option<LockGuard>> {
+        key.validate()?;
+        let attempt = Attempt::new(&self.inner, key, false);
+        let lease = self.inner.session.lease().await?;
+        let layout = &attempt.layout;
+        let mut when = vec![Compare::create_revision(layout.lock.clone(), CompareOp::Equal, 0)];
+        if self.inner.fair {
+            // Fair: nobody may be queued either.
+            when.push(Compare::create_revision(layout.queue.clone(), CompareOp::Equal, 0).with_prefix());
+        }
+        let txn = Txn::new()
+            .when(when)
+            .and_then([put_leased(&layout.lock, &attempt.value, lease.id)]);
+        let resp = match self.inner.txn("try_lock", txn).await {
+            Ok(resp) => resp,
+            Err(e) => return Err(self.inner.lease_error(key, &lease, e).await),
+        };
+        if !resp.succeeded() {
+            attempt.disarm();
+            return Ok(None);
+        }
+        Ok(Some(attempt.granted(revision(&resp), None, lease, false)))
+    }
+
+    async fn lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
+        key.validate()?;
+        ctx.check(key.as_str())?;
+        let fair = self.inner.fair;
+        let mut attempt = Some(Attempt::new(&self.inner, key, fair));
+        let outcome = {
+            let wait = async {
+                if fair {
+                    fair::acquire(&mut attempt).await
+                } else {
+                    unfair::acquire(&mut attempt).await
+                }
+            };
+            tokio::select! {
+                res = wait => res,
+                err = ctx.done(key.as_str()) => Err(err),
+            }
+        };
+        match outcome {
+            Ok(guard) => Ok(guard),
+            Err(e) => {
+                if let Some(attempt) = attempt.take() {
+                    // Remove our keys before reporting, so that a caller who
+                    // gave up leaves nothing behind.
+                    let _ = attempt.abandon().await;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn is_fair(&self) -> bool {
+        self.inner.fair
+    }
+}
+
+impl Attempt {
+    /// Forgets the attempt without cleanup (it wrote nothing).
+    pub fn disarm(mut self) {
+        self.armed = false;
+    }
+}

@@ -1,0 +1,83 @@
+//! The etcd backend.
+//!
+//! - `config.rs`: [`EtcdConfig`], endpoints and timeouts.
+//! - `locker.rs`: [`EtcdLocker`], connect, `try_lock`, `lock`.
+//! - `fair.rs`: the `_OWNERS_` queue wait of fair mode.
+//! - `unfair.rs`: the wait-for-delete-and-retry of unfair mode.
+//! - `release.rs`: unlock, handing the lock key to the next waiter.
+//! - `session.rs`: the locker's session lease and its keepalive task.
+//! - `watch.rs`, `shared_watch.rs`: watches multiplexed on one stream, and
+//!   the long-lived ones reused across waits.
+//! - `keys.rs`: the key layout.
+//!
+//! # How a lock works here
+//! The lock key `<prefix><key>` is held by whoever wrote it: a txn creates it
+//! only if its create revision is 0, bound to the locker's session lease so a
+//! crashed holder's lock expires after the TTL. Fair waiters queue under
+//! `<prefix><key>/_OWNERS_/`, ordered by create revision. A releasing holder
+//! hands the lock key straight to the first waiter in its release txn (one
+//! etcd write per handoff) and touches that waiter's queue key, which the
+//! waiter's locker watches; only that waiter wakes. The fencing token is the
+//! revision at which the holder got the lock key.
+
+mod config;
+mod fair;
+mod keys;
+mod locker;
+mod release;
+mod session;
+mod shared_watch;
+mod unfair;
+mod watch;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use config::{DEFAULT_ENDPOINT, DEFAULT_PREFIX, EtcdConfig, MAX_TTL, MIN_TTL, parse_duration};
+pub use locker::EtcdLocker;
+
+use crate::{Error, Locker, Result};
+
+/// Connects to etcd and registers it as the process-wide locker provider:
+/// every [`crate::get_locker`] call then returns a new [`EtcdLocker`] (its
+/// own session lease) sharing this connection.
+///
+/// # Examples
+/// ```no_run
+/// # async fn demo() -> fairlock::Result<()> {
+/// fairlock::etcd::register(fairlock::etcd::EtcdConfig::from_env()?).await?;
+/// let locker = fairlock::get_locker(true)?;
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+/// [`Error::InvalidConfig`] for a bad configuration; [`Error::Connect`] when
+/// etcd cannot be reached within the connect timeout.
+///
+/// # Cancel safety
+/// Cancel safe: nothing is registered until the connection is up.
+pub async fn register(config: EtcdConfig) -> Result<()> {
+    let client = locker::connect(&config).await?;
+    crate::register_locker_provider(move |fair| {
+        Arc::new(EtcdLocker::from_client(client.clone(), config.clone(), fair)) as Arc<dyn Locker>
+    });
+    Ok(())
+}
+
+/// Wraps an etcd-client error for `op`.
+pub(crate) fn etcd_err(op: &'static str) -> impl Fn(etcd_client::Error) -> Error {
+    move |e| Error::Backend {
+        backend: "etcd",
+        op,
+        source: Box::new(e),
+    }
+}
+
+/// The error of a request that took longer than the request timeout.
+pub(crate) fn timeout_err(op: &'static str, after: Duration) -> Error {
+    Error::Backend {
+        backend: "etcd",
+        op,
+        source: format!("no answer within the request timeout of {after:?}").into(),
+    }
+}

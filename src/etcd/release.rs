@@ -1,0 +1,222 @@
+//! Unlock: hand the lock key to the first waiter, or delete it when nobody
+//! waits, in one txn guarded by the holder's fencing token.
+//!
+//! ```text
+//! if lock.mod_revision == token            (still ours: never touch a newer holder's key)
+//!   if successor known:  if successor.create_revision == known
+//!                          then delete my queue key; put lock = successor (its lease);
+//!                               touch successor's queue key (its grant signal)
+//!                          else read the queue head again
+//!   else:                if no queue key is newer than mine
+//!                          then delete my queue key; delete lock
+//!                          else read the queue head again
+//! else delete my queue key; report the lock lost
+//! ```
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use etcd_client::{
+    Compare, CompareOp, GetOptions, GetResponse, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+    TxnOpResponse,
+};
+use tokio::task::JoinHandle;
+
+use super::keys::Layout;
+use super::locker::{Attempt, Inner, put_leased, range_at};
+use super::session::Lease;
+use crate::{Error, GuardRelease, Key, Result};
+
+/// How often the release retries when the queue changes under it.
+const MAX_ROUNDS: usize = 16;
+
+/// The first waiter behind the holder, as last read.
+struct Successor {
+    key: Vec<u8>,
+    create_revision: i64,
+    lease: i64,
+    value: Vec<u8>,
+}
+
+/// A held etcd lock: what a guard releases.
+pub(crate) struct Held {
+    inner: Arc<Inner>,
+    key: Key,
+    layout: Layout,
+    token: i64,
+    /// Our queue key and its create revision (fair `lock` only).
+    queue: Option<(Vec<u8>, i64)>,
+    /// Keeps the session alive as long as the guard.
+    _lease: Arc<Lease>,
+    /// The successor read started at grant, when others were waiting.
+    next: Option<JoinHandle<Option<Successor>>>,
+}
+
+impl Held {
+    pub fn new(
+        attempt: &Attempt,
+        token: i64,
+        queue_rev: Option<i64>,
+        lease: Arc<Lease>,
+        contended: bool,
+    ) -> Self {
+        let queue = attempt.queue_key.clone().zip(queue_rev);
+        Held::from_parts(
+            Arc::clone(&attempt.inner),
+            attempt.key.clone(),
+            attempt.layout.clone(),
+            token,
+            queue,
+            lease,
+            contended,
+        )
+    }
+
+    /// A held lock; when `contended`, the successor is looked up now, while
+    /// the caller works, so the release needs no read.
+    pub fn from_parts(
+        inner: Arc<Inner>,
+        key: Key,
+        layout: Layout,
+        token: i64,
+        queue: Option<(Vec<u8>, i64)>,
+        lease: Arc<Lease>,
+        contended: bool,
+    ) -> Self {
+        let after = queue.as_ref().map_or(0, |q| q.1);
+        let next = contended.then(|| {
+            let (inner, queue_prefix) = (Arc::clone(&inner), layout.queue.clone());
+            tokio::spawn(async move {
+                let opts = successor_query().with_min_create_revision(after + 1).with_serializable();
+                let resp = inner.get("successor lookup", queue_prefix, opts).await.ok()?;
+                successor(&resp)
+            })
+        });
+        Held {
+            inner,
+            key,
+            layout,
+            token,
+            queue,
+            _lease: lease,
+            next,
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(next) = self.next.take() {
+            next.abort();
+        }
+    }
+}
+
+#[async_trait]
+impl GuardRelease for Held {
+    async fn release(self: Box<Self>) -> Result<()> {
+        release(*self).await
+    }
+}
+
+fn successor_query() -> GetOptions {
+    GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend)
+        .with_limit(1)
+}
+
+fn successor(resp: &GetResponse) -> Option<Successor> {
+    resp.kvs().first().map(|kv| Successor {
+        key: kv.key().to_vec(),
+        create_revision: kv.create_revision(),
+        lease: kv.lease(),
+        value: kv.value().to_vec(),
+    })
+}
+
+/// Releases `held`, handing the lock to the first waiter if there is one.
+pub(crate) async fn release(mut held: Held) -> Result<()> {
+    let mut next = match held.next.take() {
+        Some(lookup) => lookup.await.ok().flatten(),
+        None => None,
+    };
+    let Held {
+        inner,
+        key,
+        layout,
+        token,
+        queue,
+        ..
+    } = &held;
+    let after = queue.as_ref().map_or(0, |q| q.1);
+    let reread = TxnOp::get(
+        layout.queue.clone(),
+        Some(successor_query().with_min_create_revision(after + 1)),
+    );
+    let delete_mine: Vec<TxnOp> = queue
+        .iter()
+        .map(|(q, _)| TxnOp::delete(q.clone(), None))
+        .collect();
+    for _ in 0..MAX_ROUNDS {
+        let mut then = delete_mine.clone();
+        let step = match &next {
+            Some(s) => {
+                then.push(put_leased(&layout.lock, &s.value, s.lease));
+                then.push(TxnOp::put(
+                    s.key.clone(),
+                    Vec::new(),
+                    Some(PutOptions::new().with_ignore_value().with_ignore_lease()),
+                ));
+                Txn::new().when([Compare::create_revision(
+                    s.key.clone(),
+                    CompareOp::Equal,
+                    s.create_revision,
+                )])
+            }
+            None => {
+                then.push(TxnOp::delete(layout.lock.clone(), None));
+                Txn::new().when([Compare::create_revision(
+                    layout.queue.clone(),
+                    CompareOp::Less,
+                    after + 1,
+                )
+                .with_prefix()])
+            }
+        };
+        let step = step.and_then(then).or_else([reread.clone()]);
+        let txn = Txn::new()
+            .when([Compare::mod_revision(layout.lock.clone(), CompareOp::Equal, *token)])
+            .and_then([TxnOp::txn(step)])
+            .or_else(delete_mine.clone());
+        let resp = inner.txn("unlock", txn).await?;
+        if !resp.succeeded() {
+            return Err(Error::LockLost {
+                key: key.to_string(),
+                reason: "the lock key was deleted or taken over before unlock \
+                         (did the session lease expire?)"
+                    .into(),
+            });
+        }
+        let Some(TxnOpResponse::Txn(step)) = resp.op_responses().into_iter().next() else {
+            return Err(unexpected());
+        };
+        if step.succeeded() {
+            return Ok(());
+        }
+        next = range_at(&step, 0).as_ref().and_then(successor);
+    }
+    Err(Error::Backend {
+        backend: "etcd",
+        op: "unlock",
+        source: format!("the queue changed during {MAX_ROUNDS} release attempts in a row").into(),
+    })
+}
+
+fn unexpected() -> Error {
+    Error::Backend {
+        backend: "etcd",
+        op: "unlock",
+        source: "etcd answered the release txn in an unexpected shape".into(),
+    }
+}

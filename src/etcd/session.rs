@@ -1,0 +1,151 @@
+//! The session lease: one per locker, kept alive by a background task and
+//! shared by every key the locker holds or waits for.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::Client;
+use tokio::sync::Mutex;
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::etcd_err;
+use crate::Result;
+
+/// A granted lease and the task renewing it.
+pub(crate) struct Lease {
+    pub id: i64,
+    /// Cancelled once the lease is known or presumed expired.
+    pub lost: CancellationToken,
+    keepalive: AbortHandle,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.keepalive.abort();
+    }
+}
+
+/// Hands out the current lease, granting a new one when the old was lost.
+pub(crate) struct Session {
+    client: Client,
+    ttl_secs: i64,
+    request_timeout: Duration,
+    current: Mutex<Option<Arc<Lease>>>,
+}
+
+impl Session {
+    pub fn new(client: Client, ttl_secs: i64, request_timeout: Duration) -> Self {
+        Session {
+            client,
+            ttl_secs,
+            request_timeout,
+            current: Mutex::new(None),
+        }
+    }
+
+    /// The live lease, granted on first use.
+    pub async fn lease(&self) -> Result<Arc<Lease>> {
+        let mut current = self.current.lock().await;
+        if let Some(lease) = current.as_ref().filter(|l| !l.lost.is_cancelled()) {
+            return Ok(Arc::clone(lease));
+        }
+        let mut client = self.client.clone();
+        let granted = tokio::time::timeout(self.request_timeout, client.lease_grant(self.ttl_secs, None))
+            .await
+            .map_err(|_| super::timeout_err("lease grant", self.request_timeout))?
+            .map_err(etcd_err("lease grant"))?;
+        let id = granted.id();
+        let lost = CancellationToken::new();
+        let task = tokio::spawn(keep_alive(
+            self.client.clone(),
+            id,
+            Duration::from_secs(granted.ttl().max(1).unsigned_abs()),
+            lost.clone(),
+        ));
+        let lease = Arc::new(Lease {
+            id,
+            lost,
+            keepalive: task.abort_handle(),
+        });
+        *current = Some(Arc::clone(&lease));
+        Ok(lease)
+    }
+
+    /// Marks `id` lost (e.g. etcd said "lease not found") so the next
+    /// attempt grants a fresh one.
+    pub async fn forget(&self, id: i64) {
+        let current = self.current.lock().await;
+        if let Some(lease) = current.as_ref().filter(|l| l.id == id) {
+            lease.lost.cancel();
+        }
+    }
+
+    /// Revokes the current lease, deleting every key attached to it.
+    pub async fn revoke(&self) -> Result<()> {
+        let lease = self.current.lock().await.take();
+        if let Some(lease) = lease {
+            lease.lost.cancel();
+            let mut client = self.client.clone();
+            tokio::time::timeout(self.request_timeout, client.lease_revoke(lease.id))
+                .await
+                .map_err(|_| super::timeout_err("lease revoke", self.request_timeout))?
+                .map_err(etcd_err("lease revoke"))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let Some(lease) = self.current.get_mut().take() else {
+            return;
+        };
+        lease.lost.cancel();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let mut client = self.client.clone();
+            let timeout = self.request_timeout;
+            rt.spawn(async move {
+                let _ = tokio::time::timeout(timeout, client.lease_revoke(lease.id)).await;
+            });
+        }
+    }
+}
+
+/// Renews the lease every TTL/3 until it is gone. Declares it lost when
+/// etcd says so or when no renewal was acknowledged for a whole TTL.
+async fn keep_alive(client: Client, id: i64, ttl: Duration, lost: CancellationToken) {
+    let period = ttl / 3;
+    let mut last_ack = Instant::now();
+    'reconnect: while !lost.is_cancelled() {
+        if last_ack.elapsed() >= ttl {
+            break;
+        }
+        let mut lease_client = client.lease_client();
+        let Ok(Ok((mut keeper, mut stream))) =
+            tokio::time::timeout(period, lease_client.keep_alive(id)).await
+        else {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        };
+        loop {
+            let sent = keeper.keep_alive().await.is_ok();
+            let reply = if sent {
+                tokio::time::timeout(period, stream.message()).await
+            } else {
+                Ok(Err(etcd_client::Error::LeaseKeepAliveError("send failed".into())))
+            };
+            match reply {
+                Ok(Ok(Some(resp))) if resp.ttl() > 0 => last_ack = Instant::now(),
+                Ok(Ok(Some(_))) => break 'reconnect, // etcd: the lease has expired
+                _ => continue 'reconnect,
+            }
+            tokio::select! {
+                () = tokio::time::sleep(period) => {}
+                () = lost.cancelled() => return,
+            }
+        }
+    }
+    lost.cancel();
+}

@@ -1,0 +1,132 @@
+//! Long-lived watches shared by the waiters of one locker.
+//!
+//! A watch opened "now" in etcd 3.4 is sometimes registered unsynced and
+//! delivers its first events ~100 ms late (DESIGN.md). Keeping one watch per
+//! locker and range open, and reusing it for every wait, keeps the grant
+//! path off that trap. Idle watches are closed after [`IDLE`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::sync::{Mutex, broadcast};
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
+
+use super::watch::{Target, WatchHub, WatchMsg};
+use crate::{Error, Result};
+
+/// How long an unused shared watch stays open.
+const IDLE: Duration = Duration::from_secs(30);
+/// Messages buffered per subscriber before it must re-read state.
+const CAPACITY: usize = 1024;
+
+struct Shared {
+    tx: broadcast::Sender<WatchMsg>,
+    dead: Arc<AtomicBool>,
+    router: AbortHandle,
+    last_used: Instant,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.router.abort();
+    }
+}
+
+/// One locker's shared watches, keyed by watched range.
+pub(crate) struct SharedWatches {
+    hub: Arc<WatchHub>,
+    map: Mutex<HashMap<(Vec<u8>, Option<Vec<u8>>), Shared>>,
+}
+
+/// A subscriber's view of a shared watch.
+pub(crate) struct Listener(broadcast::Receiver<WatchMsg>);
+
+impl Listener {
+    /// The next message; lagging behind counts as `Ended` (re-read state).
+    pub async fn recv(&mut self) -> WatchMsg {
+        match self.0.recv().await {
+            Ok(msg) => msg,
+            Err(broadcast::error::RecvError::Lagged(n)) => {
+                WatchMsg::Ended(format!("fell {n} messages behind"))
+            }
+            Err(broadcast::error::RecvError::Closed) => WatchMsg::Ended("watch closed".into()),
+        }
+    }
+}
+
+fn watch_failed(why: String) -> Error {
+    Error::Backend {
+        backend: "etcd",
+        op: "watch",
+        source: why.into(),
+    }
+}
+
+impl SharedWatches {
+    pub fn new(hub: Arc<WatchHub>) -> Self {
+        SharedWatches {
+            hub,
+            map: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Subscribes to the shared watch on `key` (or `[key, range_end)`),
+    /// opening it if needed. Every change after this call returns is
+    /// delivered, unless the listener later receives `Ended`.
+    pub async fn listen(&self, key: &[u8], range_end: Option<&[u8]>) -> Result<Listener> {
+        let id = (key.to_vec(), range_end.map(<[u8]>::to_vec));
+        let mut map = self.map.lock().await;
+        map.retain(|_, s| {
+            !s.dead.load(Ordering::SeqCst)
+                && (s.tx.receiver_count() > 0 || s.last_used.elapsed() < IDLE)
+        });
+        if let Some(shared) = map.get_mut(&id) {
+            shared.last_used = Instant::now();
+            return Ok(Listener(shared.tx.subscribe()));
+        }
+        let mut sub = self
+            .hub
+            .subscribe(Target {
+                key: id.0.clone(),
+                range_end: id.1.clone(),
+                start_revision: None,
+            })
+            .await?;
+        match sub.recv().await {
+            WatchMsg::Created => {}
+            WatchMsg::Ended(why) => return Err(watch_failed(why)),
+            WatchMsg::Events { .. } => {
+                return Err(watch_failed("events arrived before the watch was created".into()));
+            }
+        }
+        let (tx, rx) = broadcast::channel(CAPACITY);
+        let dead = Arc::new(AtomicBool::new(false));
+        let (router_tx, router_dead) = (tx.clone(), Arc::clone(&dead));
+        let router = tokio::spawn(async move {
+            loop {
+                let msg = sub.recv().await;
+                let ended = matches!(msg, WatchMsg::Ended(_));
+                if ended {
+                    router_dead.store(true, Ordering::SeqCst);
+                }
+                let _ = router_tx.send(msg);
+                if ended {
+                    return;
+                }
+            }
+        });
+        map.insert(
+            id,
+            Shared {
+                tx,
+                dead,
+                router: router.abort_handle(),
+                last_used: Instant::now(),
+            },
+        );
+        Ok(Listener(rx))
+    }
+}

@@ -1,0 +1,234 @@
+//! Watches multiplexed on one gRPC stream per locker.
+//!
+//! etcd lets one watch stream carry many watchers; fairlock assigns watch ids
+//! itself and routes each response to its subscriber. Waiters of one locker
+//! thus share its connection and stream instead of opening one each.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use etcd_client::{Client, EventType, WatchOptions, WatchRequestSender, WatchResponseStream};
+use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
+
+use super::etcd_err;
+use crate::Result;
+
+/// One change seen by a watch.
+#[derive(Clone, Debug)]
+pub(crate) struct Ev {
+    pub put: bool,
+    pub key: Vec<u8>,
+    pub create_revision: i64,
+    pub mod_revision: i64,
+}
+
+/// What a subscription receives.
+#[derive(Clone, Debug)]
+pub(crate) enum WatchMsg {
+    /// The watch is registered.
+    Created,
+    /// Changes, all at revisions <= `revision`.
+    Events { events: Arc<[Ev]> },
+    /// etcd ended the watch (e.g. its start revision was compacted) or the
+    /// stream broke; the subscriber must re-read the state it cares about.
+    Ended(String),
+}
+
+enum Cmd {
+    Create(Vec<u8>, WatchOptions),
+    Cancel(i64),
+}
+
+struct Conn {
+    cmd: mpsc::UnboundedSender<Cmd>,
+    routes: Mutex<HashMap<i64, mpsc::UnboundedSender<WatchMsg>>>,
+    alive: AtomicBool,
+    tasks: Mutex<Vec<AbortHandle>>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        for task in self.tasks.get_mut().unwrap_or_else(|e| e.into_inner()).drain(..) {
+            task.abort();
+        }
+    }
+}
+
+impl Conn {
+    fn routes(&self) -> std::sync::MutexGuard<'_, HashMap<i64, mpsc::UnboundedSender<WatchMsg>>> {
+        self.routes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Tells every subscriber the stream is gone.
+    fn fail_all(&self, why: &str) {
+        self.alive.store(false, Ordering::SeqCst);
+        for (_, tx) in self.routes().drain() {
+            let _ = tx.send(WatchMsg::Ended(why.to_string()));
+        }
+    }
+}
+
+/// The shared watch stream of one locker, opened on first use and reopened
+/// after it breaks.
+pub(crate) struct WatchHub {
+    client: Client,
+    conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
+    next_id: AtomicI64,
+}
+
+/// A live watcher; dropping it cancels the watch.
+pub(crate) struct Subscription {
+    id: i64,
+    rx: mpsc::UnboundedReceiver<WatchMsg>,
+    conn: Arc<Conn>,
+}
+
+impl Subscription {
+    /// The next message; `Ended` if the hub went away.
+    pub async fn recv(&mut self) -> WatchMsg {
+        self.rx
+            .recv()
+            .await
+            .unwrap_or_else(|| WatchMsg::Ended("watch stream closed".into()))
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        if self.conn.routes().remove(&self.id).is_some() {
+            let _ = self.conn.cmd.send(Cmd::Cancel(self.id));
+        }
+    }
+}
+
+/// What to watch.
+pub(crate) struct Target {
+    pub key: Vec<u8>,
+    /// `None` watches `key` alone.
+    pub range_end: Option<Vec<u8>>,
+    /// `None` watches from "now"; `Some(r)` replays from revision `r`.
+    pub start_revision: Option<i64>,
+}
+
+impl WatchHub {
+    pub fn new(client: Client) -> Self {
+        WatchHub {
+            client,
+            conn: tokio::sync::Mutex::new(None),
+            next_id: AtomicI64::new(1),
+        }
+    }
+
+    /// Registers a watcher and returns its subscription. The first message
+    /// is `Created` (or `Ended`).
+    pub async fn subscribe(&self, target: Target) -> Result<Subscription> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut options = WatchOptions::new().with_watch_id(id);
+        if let Some(end) = target.range_end {
+            options = options.with_range(end);
+        }
+        if let Some(rev) = target.start_revision {
+            options = options.with_start_revision(rev);
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut slot = self.conn.lock().await;
+        if let Some(conn) = slot.as_ref().filter(|c| c.alive.load(Ordering::SeqCst)) {
+            conn.routes().insert(id, tx.clone());
+            if conn.cmd.send(Cmd::Create(target.key.clone(), options.clone())).is_ok() {
+                let conn = Arc::clone(conn);
+                return Ok(Subscription { id, rx, conn });
+            }
+            conn.routes().remove(&id);
+            conn.fail_all("watch stream closed");
+        }
+        let stream = self
+            .client
+            .watch_client()
+            .watch(target.key, Some(options))
+            .await
+            .map_err(etcd_err("watch"))?;
+        let conn = open(stream.split(), id, tx);
+        *slot = Some(Arc::clone(&conn));
+        Ok(Subscription { id, rx, conn })
+    }
+}
+
+/// Starts the reader and writer tasks of a new stream whose first watcher
+/// (`first_id`, routed to `first_tx`) was sent with the open request.
+fn open(
+    (mut sender, mut responses): (WatchRequestSender, WatchResponseStream),
+    first_id: i64,
+    first_tx: mpsc::UnboundedSender<WatchMsg>,
+) -> Arc<Conn> {
+    let (cmd_tx, mut cmd_rx) = mpsc::unbounded_channel::<Cmd>();
+    let conn = Arc::new(Conn {
+        cmd: cmd_tx,
+        routes: Mutex::new(HashMap::from([(first_id, first_tx)])),
+        alive: AtomicBool::new(true),
+        tasks: Mutex::new(Vec::new()),
+    });
+    let weak: Weak<Conn> = Arc::downgrade(&conn);
+    let writer = tokio::spawn(async move {
+        while let Some(cmd) = cmd_rx.recv().await {
+            let sent = match cmd {
+                Cmd::Create(key, options) => sender.watch(key, Some(options)).await,
+                Cmd::Cancel(id) => sender.cancel(id).await,
+            };
+            if sent.is_err() {
+                break;
+            }
+        }
+    });
+    let reader_conn = weak.clone();
+    let reader = tokio::spawn(async move {
+        let why = loop {
+            let resp = match responses.message().await {
+                Ok(Some(resp)) => resp,
+                Ok(None) => break "etcd closed the watch stream".to_string(),
+                Err(e) => break format!("watch stream failed: {e}"),
+            };
+            let Some(conn) = reader_conn.upgrade() else { return };
+            let id = resp.watch_id();
+            let mut routes = conn.routes();
+            let Some(tx) = routes.get(&id) else { continue };
+            if resp.created() {
+                let _ = tx.send(WatchMsg::Created);
+            }
+            if !resp.events().is_empty() {
+                let events: Arc<[Ev]> = resp
+                    .events()
+                    .iter()
+                    .filter_map(|e| {
+                        let kv = e.kv()?;
+                        Some(Ev {
+                            put: e.event_type() == EventType::Put,
+                            key: kv.key().to_vec(),
+                            create_revision: kv.create_revision(),
+                            mod_revision: kv.mod_revision(),
+                        })
+                    })
+                    .collect();
+                let _ = tx.send(WatchMsg::Events { events });
+            }
+            if resp.canceled() {
+                let why = if resp.compact_revision() > 0 {
+                    format!("watch start revision compacted at {}", resp.compact_revision())
+                } else {
+                    format!("watch cancelled by etcd: {}", resp.cancel_reason())
+                };
+                let _ = tx.send(WatchMsg::Ended(why));
+                routes.remove(&id);
+            }
+        };
+        if let Some(conn) = reader_conn.upgrade() {
+            conn.fail_all(&why);
+        }
+    });
+    conn.tasks
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .extend([writer.abort_handle(), reader.abort_handle()]);
+    conn
+}

@@ -1,0 +1,30 @@
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+//! # Map of the crate
+//! - [`Locker`], [`LockGuard`]: the trait every backend implements and the
+//!   guard it returns (`locker.rs`).
+//! - [`register_locker_provider`], [`get_locker`], [`Registry`]: choosing a
+//!   backend once per process (`registry.rs`).
+//! - [`Key`], [`Context`], [`Error`]: lock names, deadlines and cancellation,
+//!   errors.
+//! - [`etcd`]: the etcd backend (feature `etcd`, on by default).
+//! - [`memory`]: an in-process backend with the same semantics, for tests.
+
+mod context;
+mod error;
+mod key;
+mod locker;
+mod registry;
+
+#[cfg(feature = "etcd")]
+pub mod etcd;
+pub mod memory;
+
+pub use context::Context;
+pub use error::{BoxError, Error, Result};
+pub use key::{Key, MAX_KEY_LEN, RESERVED_SEGMENT};
+pub use locker::{GuardRelease, LockGuard, Locker};
+pub use registry::{LockerProvider, Registry, get_locker, register_locker_provider};
+pub use tokio_util::sync::CancellationToken;

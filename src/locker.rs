@@ -1,0 +1,160 @@
+//! The `Locker` trait every backend implements, and the guard it hands out.
+
+use std::fmt;
+
+use async_trait::async_trait;
+
+use crate::{Context, Key, Result};
+
+/// A source of distributed locks: one backend, one mode (fair or unfair).
+///
+/// Lockers are cheap to share (`Arc<dyn Locker>`) and may be used from many
+/// tasks at once; two tasks sharing a locker never hold the same key at once.
+///
+/// The trait is dyn-compatible; [`crate::get_locker`] hands out
+/// `Arc<dyn Locker>`.
+///
+/// # Examples
+/// ```no_run
+/// # async fn demo() -> fairlock::Result<()> {
+/// use std::time::Duration;
+/// use fairlock::{Context, Key};
+///
+/// fairlock::etcd::register(fairlock::etcd::EtcdConfig::new(["127.0.0.1:2379"])).await?;
+/// let locker = fairlock::get_locker(true)?;
+/// let ctx = Context::background().with_timeout(Duration::from_secs(10));
+/// let guard = locker.lock(&ctx, &Key::from("jobs/export")).await?;
+/// println!("holding {} with fencing token {}", guard.key(), guard.fencing_token());
+/// guard.unlock().await?;
+/// # Ok(()) }
+/// ```
+#[async_trait]
+pub trait Locker: Send + Sync + 'static {
+    /// Takes the lock if it is free now, without waiting.
+    ///
+    /// In fair mode the lock counts as taken while anyone is queued for it.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidKey`] for a bad key; backend errors.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: if the future is dropped after the backend granted the
+    /// lock, the lock is released in the background.
+    async fn try_lock(&self, key: &Key) -> Result<Option<LockGuard>>;
+
+    /// Waits until the lock is acquired, the context is cancelled or its
+    /// deadline passes.
+    ///
+    /// # Errors
+    /// [`crate::Error::Timeout`] or [`crate::Error::Cancelled`] when the
+    /// context ends first (nothing is left behind in the backend);
+    /// [`crate::Error::InvalidKey`] for a bad key; backend errors.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future removes the waiter's queue entry (and
+    /// releases the lock if it was granted meanwhile) in the background.
+    async fn lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard>;
+
+    /// Releases a lock taken from this locker; the same as
+    /// [`LockGuard::unlock`].
+    ///
+    /// # Errors
+    /// [`crate::Error::LockLost`] if the lock was no longer held; backend
+    /// errors.
+    ///
+    /// # Cancel safety
+    /// If the future is dropped the release goes on in the background.
+    async fn unlock(&self, guard: LockGuard) -> Result<()> {
+        guard.unlock().await
+    }
+
+    /// `true` if this locker grants in arrival order.
+    fn is_fair(&self) -> bool;
+}
+
+/// What a backend does to release one held lock; the inside of a [`LockGuard`].
+///
+/// Backends outside this crate implement it to build guards with
+/// [`LockGuard::new`].
+#[async_trait]
+pub trait GuardRelease: Send + Sync + 'static {
+    /// Releases the lock. Runs at most once per guard.
+    async fn release(self: Box<Self>) -> Result<()>;
+}
+
+/// Proof of holding a lock; releases it on [`LockGuard::unlock`] or drop.
+///
+/// `unlock().await` is the documented path: it reports errors (such as a
+/// lock lost to lease expiry). Dropping the guard releases the lock in the
+/// background on the current tokio runtime and never blocks; outside a
+/// runtime the lock is freed when its lease expires.
+#[must_use = "if unused the lock is released at once"]
+pub struct LockGuard {
+    key: Key,
+    token: u64,
+    release: Option<Box<dyn GuardRelease>>,
+}
+
+impl LockGuard {
+    /// Builds a guard for a backend.
+    pub fn new(key: Key, fencing_token: u64, release: Box<dyn GuardRelease>) -> Self {
+        LockGuard {
+            key,
+            token: fencing_token,
+            release: Some(release),
+        }
+    }
+
+    /// The lock's key.
+    #[must_use]
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    /// A number that grows strictly with every new holder of this key.
+    ///
+    /// Pass it to the resource you protect and have the resource reject
+    /// tokens lower than the highest it has seen: that keeps a holder that
+    /// was paused past its lease from doing harm. On etcd it is the revision
+    /// at which this holder was granted the lock key.
+    #[must_use]
+    pub fn fencing_token(&self) -> u64 {
+        self.token
+    }
+
+    /// Releases the lock.
+    ///
+    /// # Errors
+    /// [`crate::Error::LockLost`] if the lock was no longer held (for example
+    /// its lease expired); backend errors.
+    ///
+    /// # Cancel safety
+    /// If the future is dropped the release goes on in the background.
+    pub async fn unlock(mut self) -> Result<()> {
+        match self.release.take() {
+            Some(release) => release.release().await,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if let Some(release) = self.release.take()
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            rt.spawn(async move {
+                let _ = release.release().await;
+            });
+        }
+    }
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("key", &self.key)
+            .field("fencing_token", &self.token)
+            .finish_non_exhaustive()
+    }
+}
