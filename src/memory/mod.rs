@@ -89,6 +89,15 @@ impl MemoryStore {
         self.state().keys.values().all(KeyState::is_idle)
     }
 
+    /// How many fair waiters are queued for `key` (the holder not counted).
+    #[must_use]
+    pub fn waiting(&self, key: &Key) -> usize {
+        self.state()
+            .keys
+            .get(key.as_str())
+            .map_or(0, |ks| ks.queue.len())
+    }
+
     fn state(&self) -> MutexGuard<'_, State> {
         self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
     }

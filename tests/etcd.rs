@@ -1,0 +1,354 @@
+//! The conformance suite and etcd-only behaviour, against a real etcd that
+//! the tests start themselves (see tests/support).
+
+mod conformance;
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use conformance::Backend;
+use etcd_client::{Client, GetOptions};
+use fairlock::etcd::{EtcdConfig, EtcdLocker};
+use fairlock::{Context, Error, Key, Locker};
+
+struct Etcd {
+    client: Client,
+    config: EtcdConfig,
+}
+
+async fn etcd(test: &str) -> Etcd {
+    let server = support::shared();
+    Etcd {
+        client: server.client().await,
+        config: EtcdConfig::new([server.endpoint.clone()]).with_prefix(support::unique_prefix(test)),
+    }
+}
+
+#[async_trait]
+impl Backend for Etcd {
+    fn locker(&self, fair: bool) -> Arc<dyn Locker> {
+        Arc::new(EtcdLocker::from_client(self.client.clone(), self.config.clone(), fair))
+    }
+    async fn wait_queued(&self, key: &Key, n: usize) {
+        let queue = format!("{}{key}/_OWNERS_/", self.config.prefix());
+        support::wait_for_count(&mut self.client.clone(), &queue, n as i64, false).await;
+    }
+    async fn wait_clean(&self) {
+        support::wait_for_count(&mut self.client.clone(), self.config.prefix(), 0, true).await;
+    }
+    async fn is_clean(&self) -> bool {
+        support::count_keys(&mut self.client.clone(), self.config.prefix()).await == 0
+    }
+}
+
+conformance_tests!(etcd);
+
+fn patient() -> Context {
+    Context::background().with_timeout(Duration::from_secs(120))
+}
+
+// ---- child processes -------------------------------------------------------
+//
+// Cross-process tests re-run this test binary as a child that executes
+// `child_process_entry` below with FAIRLOCK_TEST_CHILD set. The child takes
+// the lock, prints `GRANTED <token>`, and unlocks when it reads a line on
+// stdin (or exits without unlocking when killed).
+
+const CHILD_ENV: &str = "FAIRLOCK_TEST_CHILD";
+
+#[test]
+fn child_process_entry() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        return; // an ordinary test run: nothing to do
+    };
+    let parts: Vec<&str> = spec.split(' ').collect();
+    let [endpoint, prefix, key, fair, ttl] = parts[..] else {
+        panic!("bad {CHILD_ENV}: {spec}");
+    };
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let config = EtcdConfig::new([endpoint])
+            .with_prefix(prefix)
+            .with_ttl(Duration::from_secs(ttl.parse().expect("ttl")));
+        let locker = EtcdLocker::connect(config, fair == "fair").await.expect("connect");
+        let guard = locker.lock(&patient(), &Key::from(key)).await.expect("lock");
+        println!("GRANTED {}", guard.fencing_token());
+        std::io::stdout().flush().expect("flush");
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).expect("stdin");
+        guard.unlock().await.expect("unlock");
+        println!("RELEASED");
+    });
+}
+
+struct ChildLocker {
+    child: Child,
+}
+
+impl ChildLocker {
+    /// Starts a child that locks `key`; its stdout lines go to `lines`
+    /// tagged with `tag`.
+    fn spawn(
+        endpoint: &str,
+        prefix: &str,
+        key: &str,
+        fair: bool,
+        ttl_secs: u64,
+        tag: usize,
+        lines: mpsc::Sender<(usize, String)>,
+    ) -> Self {
+        let mode = if fair { "fair" } else { "unfair" };
+        let mut child = Command::new(std::env::current_exe().expect("test binary"))
+            .args(["--exact", "child_process_entry", "--nocapture", "--test-threads", "1"])
+            .env(CHILD_ENV, format!("{endpoint} {prefix} {key} {mode} {ttl_secs}"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn child");
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        std::thread::spawn(move || {
+            // libtest may print "test child_process_entry ... " before ours.
+            for line in stdout.lines().map_while(Result::ok) {
+                if let Some(at) = line.find("GRANTED").or_else(|| line.find("RELEASED")) {
+                    let _ = lines.send((tag, line[at..].to_string()));
+                }
+            }
+        });
+        ChildLocker { child }
+    }
+
+    fn release(&mut self) {
+        let stdin = self.child.stdin.as_mut().expect("stdin");
+        stdin.write_all(b"release\n").expect("tell child to release");
+        stdin.flush().expect("flush");
+    }
+}
+
+impl Drop for ChildLocker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn next_line(lines: &mpsc::Receiver<(usize, String)>) -> (usize, String) {
+    // A safety net against a hang, not a timing assertion.
+    lines
+        .recv_timeout(Duration::from_secs(120))
+        .expect("no message from the child processes")
+}
+
+/// Fair mode grants in arrival order across separate OS processes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_order_across_processes() {
+    const PROCESSES: usize = 5;
+    let b = etcd("xproc-order").await;
+    let key = Key::from("shared");
+    let holder = b.locker(true);
+    let first = holder.try_lock(&key).await.expect("try_lock").expect("free");
+    let (tx, rx) = mpsc::channel();
+    let mut children = Vec::new();
+    for i in 0..PROCESSES {
+        children.push(ChildLocker::spawn(
+            &support::shared().endpoint,
+            b.config.prefix(),
+            key.as_str(),
+            true,
+            10,
+            i,
+            tx.clone(),
+        ));
+        b.wait_queued(&key, i + 1).await; // child i is queued before child i+1 starts
+    }
+    let mut last_token = first.fencing_token();
+    first.unlock().await.expect("unlock");
+    let mut released = 0;
+    for (i, child) in children.iter_mut().enumerate() {
+        let (tag, line) = loop {
+            match next_line(&rx) {
+                (_, line) if line == "RELEASED" => released += 1,
+                granted => break granted,
+            }
+        };
+        assert_eq!(tag, i, "process {tag} was granted before process {i}: {line}");
+        let token: u64 = line["GRANTED ".len()..].parse().expect("token");
+        assert!(token > last_token, "token {token} after {last_token}");
+        last_token = token;
+        child.release();
+    }
+    while released < PROCESSES {
+        assert_eq!(next_line(&rx).1, "RELEASED");
+        released += 1;
+    }
+    b.wait_clean().await;
+}
+
+/// A holder killed with SIGKILL frees the lock when its lease expires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_holder_frees_the_lock_after_its_ttl() {
+    for fair in [true, false] {
+        let b = etcd("sigkill").await;
+        let (tx, rx) = mpsc::channel();
+        let mut child = ChildLocker::spawn(
+            &support::shared().endpoint,
+            b.config.prefix(),
+            "victim",
+            fair,
+            2,
+            0,
+            tx,
+        );
+        let (_, line) = next_line(&rx);
+        assert!(line.starts_with("GRANTED"), "{line}");
+        child.child.kill().expect("SIGKILL the holder");
+        child.child.wait().expect("reap");
+        let waiter = b.locker(fair);
+        let guard = waiter.lock(&patient(), &Key::from("victim")).await.expect("lock after holder died");
+        guard.unlock().await.expect("unlock");
+        b.wait_clean().await;
+    }
+}
+
+/// Unreachable endpoints fail within the connect timeout, naming them.
+#[tokio::test]
+async fn unreachable_endpoints_are_named_in_the_error() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port(); // the listener is dropped: nothing listens there
+    let endpoint = format!("127.0.0.1:{port}");
+    let config = EtcdConfig::new([endpoint.clone()]).with_connect_timeout(Duration::from_millis(500));
+    let err = EtcdLocker::connect(config.clone(), true).await.err().expect("must fail");
+    assert!(matches!(err, Error::Connect { .. }), "{err}");
+    assert!(err.to_string().contains(&endpoint), "{err}");
+    let err = fairlock::etcd::register(config).await.expect_err("must fail");
+    assert!(err.to_string().contains(&endpoint), "{err}");
+}
+
+/// Configuration mistakes are refused before any connection is made.
+#[tokio::test]
+async fn bad_configuration_is_refused() {
+    let endpoint = support::shared().endpoint.clone();
+    for (config, says) in [
+        (EtcdConfig::new([endpoint.clone()]).with_ttl(Duration::from_secs(1)), "minimum"),
+        (EtcdConfig::new(Vec::<String>::new()), "no etcd endpoints"),
+        (EtcdConfig::new([""]), "empty"),
+        (EtcdConfig::new([endpoint.clone()]).with_prefix(""), "prefix"),
+    ] {
+        let err = EtcdLocker::connect(config, true).await.err().expect("must fail");
+        assert!(matches!(err, Error::InvalidConfig(_)) && err.to_string().contains(says), "{err}");
+    }
+}
+
+/// A waiter whose etcd goes away gets an error, not an endless wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_going_away_mid_wait_is_an_error() {
+    for fair in [true, false] {
+        let server = support::Etcd::start();
+        let config = EtcdConfig::new([server.endpoint.clone()])
+            .with_prefix(support::unique_prefix("gone"))
+            .with_request_timeout(Duration::from_secs(2));
+        let holder = EtcdLocker::connect(config.clone(), fair).await.expect("connect");
+        let waiter = EtcdLocker::connect(config.clone(), fair).await.expect("connect");
+        let key = Key::from("k");
+        let _held = holder.try_lock(&key).await.expect("try_lock").expect("free");
+        let wait = {
+            let key = key.clone();
+            tokio::spawn(async move { waiter.lock(&patient(), &key).await })
+        };
+        if fair {
+            let mut client = server.client().await;
+            support::wait_for_count(&mut client, &format!("{}k/_OWNERS_/", config.prefix()), 1, false)
+                .await;
+        } else {
+            tokio::task::yield_now().await;
+        }
+        server.stop();
+        let err = wait.await.expect("task").expect_err("etcd is gone");
+        assert!(!err.is_gave_up(), "{err}");
+        assert!(err.to_string().contains("etcd"), "{err}");
+    }
+}
+
+/// `close` revokes the session lease: its keys vanish and no lease is left.
+#[tokio::test]
+async fn close_revokes_the_session_lease() {
+    let b = etcd("close").await;
+    let locker = EtcdLocker::from_client(b.client.clone(), b.config.clone(), true);
+    let lease = locker.lease_id().await.expect("lease");
+    let _guard = locker.try_lock(&Key::from("x")).await.expect("try_lock").expect("free");
+    assert!(!b.is_clean().await);
+    locker.close().await.expect("close");
+    assert!(b.is_clean().await, "revoking the lease must delete its keys");
+    let ttl = b.client.clone().lease_time_to_live(lease, None).await.expect("ttl");
+    assert_eq!(ttl.ttl(), -1, "the lease must be gone");
+}
+
+/// A guard whose lock was taken away reports `LockLost` on unlock and does
+/// not delete the new holder's key.
+#[tokio::test]
+async fn unlock_after_loss_reports_it_and_spares_the_new_holder() {
+    let b = etcd("lost").await;
+    let key = Key::from("k");
+    let first = EtcdLocker::from_client(b.client.clone(), b.config.clone(), true);
+    let guard = first.try_lock(&key).await.expect("try_lock").expect("free");
+    // Simulate lease expiry: revoke the first locker's lease behind its back.
+    let lease = first.lease_id().await.expect("lease");
+    b.client.clone().lease_revoke(lease).await.expect("revoke");
+    let second = b.locker(false);
+    let new_guard = second.try_lock(&key).await.expect("try_lock").expect("free after revoke");
+    let err = guard.unlock().await.expect_err("lost");
+    assert!(matches!(err, Error::LockLost { .. }), "{err}");
+    let lock_key = format!("{}k", b.config.prefix());
+    let still = b.client.clone().get(lock_key, None).await.expect("get");
+    assert_eq!(still.kvs().len(), 1, "the new holder's key must survive");
+    assert!(new_guard.fencing_token() > 0);
+    new_guard.unlock().await.expect("unlock");
+    b.wait_clean().await;
+}
+
+/// The registry: no provider is a clear error; `etcd::register` provides
+/// independent lockers that exclude each other.
+#[tokio::test]
+async fn registry_hands_out_etcd_lockers() {
+    let err = fairlock::Registry::new().get_locker(true).err().expect("empty registry");
+    assert!(matches!(err, Error::NoProvider) && err.to_string().contains("register"), "{err}");
+    let b = etcd("registry").await;
+    fairlock::etcd::register(b.config.clone()).await.expect("register");
+    let (a, c) = (fairlock::get_locker(true).expect("locker"), fairlock::get_locker(false).expect("locker"));
+    assert!(a.is_fair() && !c.is_fair());
+    let key = Key::from("reg");
+    let g = a.try_lock(&key).await.expect("try_lock").expect("free");
+    assert!(c.try_lock(&key).await.expect("try_lock").is_none());
+    g.unlock().await.expect("unlock");
+    b.wait_clean().await;
+}
+
+/// A queue entry that vanishes (lease gone) makes the waiter fail rather
+/// than wait forever (etcd #19597).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_whose_queue_entry_vanishes_fails() {
+    let b = etcd("vanish").await;
+    let key = Key::from("k");
+    let holder = b.locker(true);
+    let _held = holder.try_lock(&key).await.expect("try_lock").expect("free");
+    let waiter = EtcdLocker::from_client(b.client.clone(), b.config.clone(), true);
+    let lease = waiter.lease_id().await.expect("lease");
+    let wait = {
+        let (waiter, key) = (waiter.clone(), key.clone());
+        tokio::spawn(async move { waiter.lock(&patient(), &key).await })
+    };
+    b.wait_queued(&key, 1).await;
+    b.client.clone().lease_revoke(lease).await.expect("revoke");
+    let err = wait.await.expect("task").expect_err("queue entry vanished");
+    assert!(matches!(err, Error::SessionLost { .. }), "{err}");
+    let queue = format!("{}k/_OWNERS_/", b.config.prefix());
+    let left = b.client.clone().get(queue, Some(GetOptions::new().with_prefix())).await.expect("get");
+    assert!(left.kvs().is_empty());
+}

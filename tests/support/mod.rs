@@ -1,0 +1,196 @@
+//! Test support: a real etcd process on free loopback ports.
+//!
+//! The etcd binary comes from `ETCD_BIN` or PATH. It runs under a small
+//! shell wrapper that kills it and removes its data dir as soon as the test
+//! process exits (the wrapper reads our end of a pipe until EOF), so no
+//! server outlives the tests even when one fails.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Mutex, OnceLock, mpsc};
+use std::time::Duration;
+
+use etcd_client::{Client, GetOptions, WatchOptions};
+
+/// A running etcd.
+pub struct Etcd {
+    pub endpoint: String,
+    pid: u32,
+    wrapper: Mutex<Option<(Child, ChildStdin)>>,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free loopback port")
+}
+
+fn etcd_bin() -> String {
+    let bin = std::env::var("ETCD_BIN").unwrap_or_else(|_| "etcd".into());
+    let found = Command::new(&bin)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        found,
+        "the tests need a real etcd server binary, and `{bin}` was not found. \
+         Install it with `apt-get install etcd-server` (Debian/Ubuntu), or set ETCD_BIN \
+         to its path. scripts/test.sh installs it for you."
+    );
+    bin
+}
+
+impl Etcd {
+    /// Starts a fresh single-member etcd and waits until it serves clients.
+    pub fn start() -> Etcd {
+        let bin = etcd_bin();
+        let (client, peer) = (free_port(), free_port());
+        let dir = tempfile::Builder::new()
+            .prefix("fairlock-test-etcd-")
+            .tempdir()
+            .expect("temp dir")
+            .keep();
+        let curl = format!("http://127.0.0.1:{client}");
+        let purl = format!("http://127.0.0.1:{peer}");
+        let script = r#"
+            "$ETCD" "$@" & pid=$!
+            echo "pid $pid" >&2
+            read -r _ || true
+            kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+            rm -rf "$DATA"
+        "#;
+        let mut child = Command::new("bash")
+            .arg("-c")
+            .arg(script)
+            .arg("etcd-wrapper")
+            .args(["--name", "test", "--data-dir"])
+            .arg(dir.join("data"))
+            .args(["--listen-client-urls", &curl, "--advertise-client-urls", &curl])
+            .args(["--listen-peer-urls", &purl, "--initial-advertise-peer-urls", &purl])
+            .args(["--initial-cluster", &format!("test={purl}")])
+            .args(["--logger", "zap", "--log-level", "info"])
+            .env("ETCD", &bin)
+            .env("DATA", &dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn etcd wrapper");
+        let stdin = child.stdin.take().expect("wrapper stdin");
+        let stderr = BufReader::new(child.stderr.take().expect("wrapper stderr"));
+        // Read etcd's log until it says it serves clients; keep draining it
+        // afterwards so etcd never blocks on a full pipe.
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut pid = None;
+            let mut tail = Vec::new();
+            for line in stderr.lines().map_while(Result::ok) {
+                if let Some(p) = line.strip_prefix("pid ") {
+                    pid = p.trim().parse::<u32>().ok();
+                } else if line.contains("serving client traffic")
+                    || line.contains("ready to serve client requests")
+                {
+                    let _ = tx.send(Ok(pid.unwrap_or_default()));
+                } else if tail.len() < 50 {
+                    tail.push(line);
+                }
+            }
+            let _ = tx.send(Err(tail.join("\n")));
+        });
+        let pid = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(Ok(pid)) => pid,
+            Ok(Err(log)) => panic!("etcd exited before serving clients:\n{log}"),
+            Err(_) => panic!("etcd did not report readiness within 60 s"),
+        };
+        Etcd {
+            endpoint: format!("127.0.0.1:{client}"),
+            pid,
+            wrapper: Mutex::new(Some((child, stdin))),
+        }
+    }
+
+    /// The etcd process id (for signals).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Kills etcd and waits for it to be gone.
+    pub fn stop(&self) {
+        if let Some((mut child, mut stdin)) = self.wrapper.lock().unwrap().take() {
+            let _ = stdin.write_all(b"stop\n");
+            drop(stdin);
+            let _ = child.wait();
+        }
+    }
+
+    pub async fn client(&self) -> Client {
+        Client::connect([&self.endpoint], None).await.expect("connect to test etcd")
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// One etcd per test binary, started on first use.
+pub fn shared() -> &'static Etcd {
+    static SHARED: OnceLock<Etcd> = OnceLock::new();
+    SHARED.get_or_init(Etcd::start)
+}
+
+/// A key prefix no other test uses.
+pub fn unique_prefix(test: &str) -> String {
+    format!("/fairlock-test/{test}-{}/", uuid::Uuid::new_v4().simple())
+}
+
+/// Number of keys under `prefix`.
+pub async fn count_keys(client: &mut Client, prefix: &str) -> i64 {
+    client
+        .get(prefix, Some(GetOptions::new().with_prefix().with_count_only()))
+        .await
+        .expect("count keys")
+        .count()
+}
+
+/// Waits (on watch events, not on a clock) until at least `want` keys exist
+/// under `prefix` (or at most, when `at_most`).
+pub async fn wait_for_count(client: &mut Client, prefix: &str, want: i64, at_most: bool) {
+    let done = |n: i64| if at_most { n <= want } else { n >= want };
+    let wait = async {
+        loop {
+            let resp = client
+                .get(prefix, Some(GetOptions::new().with_prefix().with_count_only()))
+                .await
+                .expect("count keys");
+            if done(resp.count()) {
+                return;
+            }
+            let rev = resp.header().expect("header").revision();
+            let mut stream = client
+                .watch(
+                    prefix,
+                    Some(WatchOptions::new().with_prefix().with_start_revision(rev + 1)),
+                )
+                .await
+                .expect("watch");
+            // Any change under the prefix: count again.
+            loop {
+                let msg = stream.message().await.expect("watch message").expect("watch open");
+                if !msg.events().is_empty() {
+                    break;
+                }
+            }
+        }
+    };
+    // A safety net against a hang, not a timing assertion.
+    tokio::time::timeout(Duration::from_secs(120), wait)
+        .await
+        .unwrap_or_else(|_| panic!("keys under {prefix} never reached {want}"));
+}
