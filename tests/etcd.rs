@@ -25,14 +25,19 @@ async fn etcd(test: &str) -> Etcd {
     let server = support::shared();
     Etcd {
         client: server.client().await,
-        config: EtcdConfig::new([server.endpoint.clone()]).with_prefix(support::unique_prefix(test)),
+        config: EtcdConfig::new([server.endpoint.clone()])
+            .with_prefix(support::unique_prefix(test)),
     }
 }
 
 #[async_trait]
 impl Backend for Etcd {
     fn locker(&self, fair: bool) -> Arc<dyn Locker> {
-        Arc::new(EtcdLocker::from_client(self.client.clone(), self.config.clone(), fair))
+        Arc::new(EtcdLocker::from_client(
+            self.client.clone(),
+            self.config.clone(),
+            fair,
+        ))
     }
     async fn wait_queued(&self, key: &Key, n: usize) {
         let queue = format!("{}{key}/_OWNERS_/", self.config.prefix());
@@ -75,8 +80,13 @@ fn child_process_entry() {
         let config = EtcdConfig::new([endpoint])
             .with_prefix(prefix)
             .with_ttl(Duration::from_secs(ttl.parse().expect("ttl")));
-        let locker = EtcdLocker::connect(config, fair == "fair").await.expect("connect");
-        let guard = locker.lock(&patient(), &Key::from(key)).await.expect("lock");
+        let locker = EtcdLocker::connect(config, fair == "fair")
+            .await
+            .expect("connect");
+        let guard = locker
+            .lock(&patient(), &Key::from(key))
+            .await
+            .expect("lock");
         println!("GRANTED {}", guard.fencing_token());
         std::io::stdout().flush().expect("flush");
         let mut line = String::new();
@@ -104,8 +114,17 @@ impl ChildLocker {
     ) -> Self {
         let mode = if fair { "fair" } else { "unfair" };
         let mut child = Command::new(std::env::current_exe().expect("test binary"))
-            .args(["--exact", "child_process_entry", "--nocapture", "--test-threads", "1"])
-            .env(CHILD_ENV, format!("{endpoint} {prefix} {key} {mode} {ttl_secs}"))
+            .args([
+                "--exact",
+                "child_process_entry",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env(
+                CHILD_ENV,
+                format!("{endpoint} {prefix} {key} {mode} {ttl_secs}"),
+            )
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -125,7 +144,9 @@ impl ChildLocker {
 
     fn release(&mut self) {
         let stdin = self.child.stdin.as_mut().expect("stdin");
-        stdin.write_all(b"release\n").expect("tell child to release");
+        stdin
+            .write_all(b"release\n")
+            .expect("tell child to release");
         stdin.flush().expect("flush");
     }
 }
@@ -151,7 +172,11 @@ async fn fair_order_across_processes() {
     let b = etcd("xproc-order").await;
     let key = Key::from("shared");
     let holder = b.locker(true);
-    let first = holder.try_lock(&key).await.expect("try_lock").expect("free");
+    let first = holder
+        .try_lock(&key)
+        .await
+        .expect("try_lock")
+        .expect("free");
     let (tx, rx) = mpsc::channel();
     let mut children = Vec::new();
     for i in 0..PROCESSES {
@@ -176,7 +201,10 @@ async fn fair_order_across_processes() {
                 granted => break granted,
             }
         };
-        assert_eq!(tag, i, "process {tag} was granted before process {i}: {line}");
+        assert_eq!(
+            tag, i,
+            "process {tag} was granted before process {i}: {line}"
+        );
         let token: u64 = line["GRANTED ".len()..].parse().expect("token");
         assert!(token > last_token, "token {token} after {last_token}");
         last_token = token;
@@ -209,7 +237,10 @@ async fn killed_holder_frees_the_lock_after_its_ttl() {
         child.child.kill().expect("SIGKILL the holder");
         child.child.wait().expect("reap");
         let waiter = b.locker(fair);
-        let guard = waiter.lock(&patient(), &Key::from("victim")).await.expect("lock after holder died");
+        let guard = waiter
+            .lock(&patient(), &Key::from("victim"))
+            .await
+            .expect("lock after holder died");
         guard.unlock().await.expect("unlock");
         b.wait_clean().await;
     }
@@ -223,11 +254,17 @@ async fn unreachable_endpoints_are_named_in_the_error() {
         .expect("port")
         .port(); // the listener is dropped: nothing listens there
     let endpoint = format!("127.0.0.1:{port}");
-    let config = EtcdConfig::new([endpoint.clone()]).with_connect_timeout(Duration::from_millis(500));
-    let err = EtcdLocker::connect(config.clone(), true).await.err().expect("must fail");
+    let config =
+        EtcdConfig::new([endpoint.clone()]).with_connect_timeout(Duration::from_millis(500));
+    let err = EtcdLocker::connect(config.clone(), true)
+        .await
+        .err()
+        .expect("must fail");
     assert!(matches!(err, Error::Connect { .. }), "{err}");
     assert!(err.to_string().contains(&endpoint), "{err}");
-    let err = fairlock::etcd::register(config).await.expect_err("must fail");
+    let err = fairlock::etcd::register(config)
+        .await
+        .expect_err("must fail");
     assert!(err.to_string().contains(&endpoint), "{err}");
 }
 
@@ -236,13 +273,25 @@ async fn unreachable_endpoints_are_named_in_the_error() {
 async fn bad_configuration_is_refused() {
     let endpoint = support::shared().endpoint.clone();
     for (config, says) in [
-        (EtcdConfig::new([endpoint.clone()]).with_ttl(Duration::from_secs(1)), "minimum"),
+        (
+            EtcdConfig::new([endpoint.clone()]).with_ttl(Duration::from_secs(1)),
+            "minimum",
+        ),
         (EtcdConfig::new(Vec::<String>::new()), "no etcd endpoints"),
         (EtcdConfig::new([""]), "empty"),
-        (EtcdConfig::new([endpoint.clone()]).with_prefix(""), "prefix"),
+        (
+            EtcdConfig::new([endpoint.clone()]).with_prefix(""),
+            "prefix",
+        ),
     ] {
-        let err = EtcdLocker::connect(config, true).await.err().expect("must fail");
-        assert!(matches!(err, Error::InvalidConfig(_)) && err.to_string().contains(says), "{err}");
+        let err = EtcdLocker::connect(config, true)
+            .await
+            .err()
+            .expect("must fail");
+        assert!(
+            matches!(err, Error::InvalidConfig(_)) && err.to_string().contains(says),
+            "{err}"
+        );
     }
 }
 
@@ -254,18 +303,31 @@ async fn etcd_going_away_mid_wait_is_an_error() {
         let config = EtcdConfig::new([server.endpoint.clone()])
             .with_prefix(support::unique_prefix("gone"))
             .with_request_timeout(Duration::from_secs(2));
-        let holder = EtcdLocker::connect(config.clone(), fair).await.expect("connect");
-        let waiter = EtcdLocker::connect(config.clone(), fair).await.expect("connect");
+        let holder = EtcdLocker::connect(config.clone(), fair)
+            .await
+            .expect("connect");
+        let waiter = EtcdLocker::connect(config.clone(), fair)
+            .await
+            .expect("connect");
         let key = Key::from("k");
-        let _held = holder.try_lock(&key).await.expect("try_lock").expect("free");
+        let _held = holder
+            .try_lock(&key)
+            .await
+            .expect("try_lock")
+            .expect("free");
         let wait = {
             let key = key.clone();
             tokio::spawn(async move { waiter.lock(&patient(), &key).await })
         };
         if fair {
             let mut client = server.client().await;
-            support::wait_for_count(&mut client, &format!("{}k/_OWNERS_/", config.prefix()), 1, false)
-                .await;
+            support::wait_for_count(
+                &mut client,
+                &format!("{}k/_OWNERS_/", config.prefix()),
+                1,
+                false,
+            )
+            .await;
         } else {
             tokio::task::yield_now().await;
         }
@@ -282,11 +344,23 @@ async fn close_revokes_the_session_lease() {
     let b = etcd("close").await;
     let locker = EtcdLocker::from_client(b.client.clone(), b.config.clone(), true);
     let lease = locker.lease_id().await.expect("lease");
-    let _guard = locker.try_lock(&Key::from("x")).await.expect("try_lock").expect("free");
+    let _guard = locker
+        .try_lock(&Key::from("x"))
+        .await
+        .expect("try_lock")
+        .expect("free");
     assert!(!b.is_clean().await);
     locker.close().await.expect("close");
-    assert!(b.is_clean().await, "revoking the lease must delete its keys");
-    let ttl = b.client.clone().lease_time_to_live(lease, None).await.expect("ttl");
+    assert!(
+        b.is_clean().await,
+        "revoking the lease must delete its keys"
+    );
+    let ttl = b
+        .client
+        .clone()
+        .lease_time_to_live(lease, None)
+        .await
+        .expect("ttl");
     assert_eq!(ttl.ttl(), -1, "the lease must be gone");
 }
 
@@ -302,7 +376,11 @@ async fn unlock_after_loss_reports_it_and_spares_the_new_holder() {
     let lease = first.lease_id().await.expect("lease");
     b.client.clone().lease_revoke(lease).await.expect("revoke");
     let second = b.locker(false);
-    let new_guard = second.try_lock(&key).await.expect("try_lock").expect("free after revoke");
+    let new_guard = second
+        .try_lock(&key)
+        .await
+        .expect("try_lock")
+        .expect("free after revoke");
     let err = guard.unlock().await.expect_err("lost");
     assert!(matches!(err, Error::LockLost { .. }), "{err}");
     let lock_key = format!("{}k", b.config.prefix());
@@ -317,11 +395,22 @@ async fn unlock_after_loss_reports_it_and_spares_the_new_holder() {
 /// independent lockers that exclude each other.
 #[tokio::test]
 async fn registry_hands_out_etcd_lockers() {
-    let err = fairlock::Registry::new().get_locker(true).err().expect("empty registry");
-    assert!(matches!(err, Error::NoProvider) && err.to_string().contains("register"), "{err}");
+    let err = fairlock::Registry::new()
+        .get_locker(true)
+        .err()
+        .expect("empty registry");
+    assert!(
+        matches!(err, Error::NoProvider) && err.to_string().contains("register"),
+        "{err}"
+    );
     let b = etcd("registry").await;
-    fairlock::etcd::register(b.config.clone()).await.expect("register");
-    let (a, c) = (fairlock::get_locker(true).expect("locker"), fairlock::get_locker(false).expect("locker"));
+    fairlock::etcd::register(b.config.clone())
+        .await
+        .expect("register");
+    let (a, c) = (
+        fairlock::get_locker(true).expect("locker"),
+        fairlock::get_locker(false).expect("locker"),
+    );
     assert!(a.is_fair() && !c.is_fair());
     let key = Key::from("reg");
     let g = a.try_lock(&key).await.expect("try_lock").expect("free");
@@ -337,7 +426,11 @@ async fn waiter_whose_queue_entry_vanishes_fails() {
     let b = etcd("vanish").await;
     let key = Key::from("k");
     let holder = b.locker(true);
-    let _held = holder.try_lock(&key).await.expect("try_lock").expect("free");
+    let _held = holder
+        .try_lock(&key)
+        .await
+        .expect("try_lock")
+        .expect("free");
     let waiter = EtcdLocker::from_client(b.client.clone(), b.config.clone(), true);
     let lease = waiter.lease_id().await.expect("lease");
     let wait = {
@@ -349,6 +442,11 @@ async fn waiter_whose_queue_entry_vanishes_fails() {
     let err = wait.await.expect("task").expect_err("queue entry vanished");
     assert!(matches!(err, Error::SessionLost { .. }), "{err}");
     let queue = format!("{}k/_OWNERS_/", b.config.prefix());
-    let left = b.client.clone().get(queue, Some(GetOptions::new().with_prefix())).await.expect("get");
+    let left = b
+        .client
+        .clone()
+        .get(queue, Some(GetOptions::new().with_prefix()))
+        .await
+        .expect("get");
     assert!(left.kvs().is_empty());
 }

@@ -68,15 +68,13 @@ impl EtcdConfig {
             .ok()
             .filter(|s| !s.trim().is_empty())
             .unwrap_or_else(|| DEFAULT_ENDPOINT.to_string());
-        let mut config =
-            EtcdConfig::new(endpoints.split(',').map(|s| s.trim().to_string()));
+        let mut config = EtcdConfig::new(endpoints.split(',').map(|s| s.trim().to_string()));
         if let Ok(prefix) = std::env::var("FAIRLOCK_PREFIX") {
             config = config.with_prefix(prefix);
         }
         if let Ok(ttl) = std::env::var("FAIRLOCK_TTL") {
-            let ttl = parse_duration(&ttl).map_err(|e| {
-                Error::InvalidConfig(format!("FAIRLOCK_TTL={ttl:?}: {e}"))
-            })?;
+            let ttl = parse_duration(&ttl)
+                .map_err(|e| Error::InvalidConfig(format!("FAIRLOCK_TTL={ttl:?}: {e}")))?;
             config = config.with_ttl(ttl);
         }
         Ok(config)
@@ -226,7 +224,10 @@ impl fmt::Debug for EtcdConfig {
             .field("ttl", &self.ttl)
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
-            .field("user", &self.user.as_ref().map(|(name, _)| (name, "<redacted>")))
+            .field(
+                "user",
+                &self.user.as_ref().map(|(name, _)| (name, "<redacted>")),
+            )
             .finish()
     }
 }
@@ -246,7 +247,9 @@ impl fmt::Debug for EtcdConfig {
 /// ```
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
+    let split = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
     let value: f64 = num
         .parse()
@@ -262,8 +265,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
             ));
         }
     };
-    Duration::try_from_secs_f64(value * scale)
-        .map_err(|_| format!("{s:?} is out of range"))
+    Duration::try_from_secs_f64(value * scale).map_err(|_| format!("{s:?} is out of range"))
 }
 
 #[cfg(test)]
@@ -286,6 +288,11 @@ mod tests {
         assert!(err(EtcdConfig::default().with_ttl(Duration::from_secs(7200))).contains("over"));
         assert!(err(EtcdConfig::default().with_prefix("/")).contains("prefix"));
         EtcdConfig::default().validate().unwrap();
-        assert_eq!(EtcdConfig::default().with_ttl(Duration::from_millis(2500)).ttl_secs(), 3);
+        assert_eq!(
+            EtcdConfig::default()
+                .with_ttl(Duration::from_millis(2500))
+                .ttl_secs(),
+            3
+        );
     }
 }

@@ -27,7 +27,10 @@ enum State {
     /// Our queue key is gone: the session lease expired or it was deleted.
     Gone,
     /// Wait for `target` to be deleted after revision `since`.
-    Wait { target: Vec<u8>, since: i64 },
+    Wait {
+        target: Vec<u8>,
+        since: i64,
+    },
     /// We head the queue and the lock key is free.
     Free,
 }
@@ -35,7 +38,11 @@ enum State {
 pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
     let attempt = slot.as_ref().ok_or_else(internal)?;
     let inner = Arc::clone(&attempt.inner);
-    let (key, layout, value) = (attempt.key.clone(), attempt.layout.clone(), attempt.value.clone());
+    let (key, layout, value) = (
+        attempt.key.clone(),
+        attempt.layout.clone(),
+        attempt.value.clone(),
+    );
     let queue_key = attempt.queue_key.clone().ok_or_else(internal)?;
     let lease = inner.session.lease().await?;
 
@@ -133,7 +140,10 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
                     return Ok(attempt.granted(token, Some(my_rev), lease, true));
                 }
                 State::Gone => return Err(session_lost(&key)),
-                State::Wait { target: t, since: s } => {
+                State::Wait {
+                    target: t,
+                    since: s,
+                } => {
                     (target, since) = (t, s);
                     break;
                 }
@@ -142,8 +152,12 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
                         .when([
                             Compare::create_revision(layout.lock.clone(), CompareOp::Equal, 0),
                             Compare::create_revision(queue_key.clone(), CompareOp::Equal, my_rev),
-                            Compare::create_revision(layout.queue.clone(), CompareOp::Greater, my_rev - 1)
-                                .with_prefix(),
+                            Compare::create_revision(
+                                layout.queue.clone(),
+                                CompareOp::Greater,
+                                my_rev - 1,
+                            )
+                            .with_prefix(),
                         ])
                         .and_then([put_leased(&layout.lock, &value, lease.id)]);
                     let resp = match inner.txn("acquire", take).await {

@@ -67,10 +67,7 @@ pub(crate) async fn connect(config: &EtcdConfig) -> Result<Client> {
     };
     let mut options = ConnectOptions::new()
         .with_connect_timeout(timeout)
-        .with_keep_alive(
-            std::time::Duration::from_secs(2),
-            config.request_timeout(),
-        )
+        .with_keep_alive(std::time::Duration::from_secs(2), config.request_timeout())
         .with_keep_alive_while_idle(true);
     if let Some((name, password)) = config.user() {
         options = options.with_user(name.clone(), password.clone());
@@ -171,7 +168,12 @@ impl Inner {
             .map_err(etcd_err(op))
     }
 
-    pub async fn get(&self, op: &'static str, key: Vec<u8>, opts: GetOptions) -> Result<GetResponse> {
+    pub async fn get(
+        &self,
+        op: &'static str,
+        key: Vec<u8>,
+        opts: GetOptions,
+    ) -> Result<GetResponse> {
         let mut kv = self.client.kv_client();
         let timeout = self.config.request_timeout();
         tokio::time::timeout(timeout, kv.get(key, Some(opts)))
@@ -310,8 +312,7 @@ async fn abandon(
     let Some(lock_kv) = range_at(&resp, 0).and_then(|g| g.kvs().first().cloned()) else {
         return Ok(());
     };
-    let queue_rev = range_at(&resp, 1)
-        .and_then(|g| g.kvs().first().map(|kv| kv.create_revision()));
+    let queue_rev = range_at(&resp, 1).and_then(|g| g.kvs().first().map(|kv| kv.create_revision()));
     let lease = inner.session.lease().await?;
     let held = Held::from_parts(
         inner,
@@ -330,7 +331,11 @@ async fn abandon(
 
 /// `put key value` bound to `lease`.
 pub(crate) fn put_leased(key: &[u8], value: &[u8], lease: i64) -> TxnOp {
-    TxnOp::put(key.to_vec(), value.to_vec(), Some(PutOptions::new().with_lease(lease)))
+    TxnOp::put(
+        key.to_vec(),
+        value.to_vec(),
+        Some(PutOptions::new().with_lease(lease)),
+    )
 }
 
 #[async_trait]
@@ -340,14 +345,21 @@ impl Locker for EtcdLocker {
         let attempt = Attempt::new(&self.inner, key, false);
         let lease = self.inner.session.lease().await?;
         let layout = &attempt.layout;
-        let mut when = vec![Compare::create_revision(layout.lock.clone(), CompareOp::Equal, 0)];
+        let mut when = vec![Compare::create_revision(
+            layout.lock.clone(),
+            CompareOp::Equal,
+            0,
+        )];
         if self.inner.fair {
             // Fair: nobody may be queued either.
-            when.push(Compare::create_revision(layout.queue.clone(), CompareOp::Equal, 0).with_prefix());
+            when.push(
+                Compare::create_revision(layout.queue.clone(), CompareOp::Equal, 0).with_prefix(),
+            );
         }
-        let txn = Txn::new()
-            .when(when)
-            .and_then([put_leased(&layout.lock, &attempt.value, lease.id)]);
+        let txn =
+            Txn::new()
+                .when(when)
+                .and_then([put_leased(&layout.lock, &attempt.value, lease.id)]);
         let resp = match self.inner.txn("try_lock", txn).await {
             Ok(resp) => resp,
             Err(e) => return Err(self.inner.lease_error(key, &lease, e).await),

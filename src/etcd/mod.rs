@@ -59,7 +59,11 @@ use crate::{Error, Locker, Result};
 pub async fn register(config: EtcdConfig) -> Result<()> {
     let client = locker::connect(&config).await?;
     crate::register_locker_provider(move |fair| {
-        Arc::new(EtcdLocker::from_client(client.clone(), config.clone(), fair)) as Arc<dyn Locker>
+        Arc::new(EtcdLocker::from_client(
+            client.clone(),
+            config.clone(),
+            fair,
+        )) as Arc<dyn Locker>
     });
     Ok(())
 }

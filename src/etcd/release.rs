@@ -87,8 +87,13 @@ impl Held {
         let next = contended.then(|| {
             let (inner, queue_prefix) = (Arc::clone(&inner), layout.queue.clone());
             tokio::spawn(async move {
-                let opts = successor_query().with_min_create_revision(after + 1).with_serializable();
-                let resp = inner.get("successor lookup", queue_prefix, opts).await.ok()?;
+                let opts = successor_query()
+                    .with_min_create_revision(after + 1)
+                    .with_serializable();
+                let resp = inner
+                    .get("successor lookup", queue_prefix, opts)
+                    .await
+                    .ok()?;
                 successor(&resp)
             })
         });
@@ -186,7 +191,11 @@ pub(crate) async fn release(mut held: Held) -> Result<()> {
         };
         let step = step.and_then(then).or_else([reread.clone()]);
         let txn = Txn::new()
-            .when([Compare::mod_revision(layout.lock.clone(), CompareOp::Equal, *token)])
+            .when([Compare::mod_revision(
+                layout.lock.clone(),
+                CompareOp::Equal,
+                *token,
+            )])
             .and_then([TxnOp::txn(step)])
             .or_else(delete_mine.clone());
         let resp = inner.txn("unlock", txn).await?;

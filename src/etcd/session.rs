@@ -52,10 +52,13 @@ impl Session {
             return Ok(Arc::clone(lease));
         }
         let mut client = self.client.clone();
-        let granted = tokio::time::timeout(self.request_timeout, client.lease_grant(self.ttl_secs, None))
-            .await
-            .map_err(|_| super::timeout_err("lease grant", self.request_timeout))?
-            .map_err(etcd_err("lease grant"))?;
+        let granted = tokio::time::timeout(
+            self.request_timeout,
+            client.lease_grant(self.ttl_secs, None),
+        )
+        .await
+        .map_err(|_| super::timeout_err("lease grant", self.request_timeout))?
+        .map_err(etcd_err("lease grant"))?;
         let id = granted.id();
         let lost = CancellationToken::new();
         let task = tokio::spawn(keep_alive(
@@ -134,7 +137,9 @@ async fn keep_alive(client: Client, id: i64, ttl: Duration, lost: CancellationTo
             let reply = if sent {
                 tokio::time::timeout(period, stream.message()).await
             } else {
-                Ok(Err(etcd_client::Error::LeaseKeepAliveError("send failed".into())))
+                Ok(Err(etcd_client::Error::LeaseKeepAliveError(
+                    "send failed".into(),
+                )))
             };
             match reply {
                 Ok(Ok(Some(resp))) if resp.ttl() > 0 => last_ack = Instant::now(),

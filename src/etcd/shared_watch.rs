@@ -35,10 +35,13 @@ impl Drop for Shared {
     }
 }
 
+/// A watched key, or `[key, end)`.
+type Range = (Vec<u8>, Option<Vec<u8>>);
+
 /// One locker's shared watches, keyed by watched range.
 pub(crate) struct SharedWatches {
     hub: Arc<WatchHub>,
-    map: Mutex<HashMap<(Vec<u8>, Option<Vec<u8>>), Shared>>,
+    map: Mutex<HashMap<Range, Shared>>,
 }
 
 /// A subscriber's view of a shared watch.
@@ -99,7 +102,9 @@ impl SharedWatches {
             WatchMsg::Created => {}
             WatchMsg::Ended(why) => return Err(watch_failed(why)),
             WatchMsg::Events { .. } => {
-                return Err(watch_failed("events arrived before the watch was created".into()));
+                return Err(watch_failed(
+                    "events arrived before the watch was created".into(),
+                ));
             }
         }
         let (tx, rx) = broadcast::channel(CAPACITY);

@@ -17,7 +17,11 @@ use crate::{LockGuard, Result};
 pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
     let attempt = slot.as_ref().ok_or_else(internal)?;
     let inner = Arc::clone(&attempt.inner);
-    let (key, lock, value) = (attempt.key.clone(), attempt.layout.lock.clone(), attempt.value.clone());
+    let (key, lock, value) = (
+        attempt.key.clone(),
+        attempt.layout.lock.clone(),
+        attempt.value.clone(),
+    );
     loop {
         let mut deleted = inner.shared.listen(&lock, None).await?;
         let lease = inner.session.lease().await?;

@@ -50,7 +50,12 @@ struct Conn {
 
 impl Drop for Conn {
     fn drop(&mut self) {
-        for task in self.tasks.get_mut().unwrap_or_else(|e| e.into_inner()).drain(..) {
+        for task in self
+            .tasks
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
             task.abort();
         }
     }
@@ -136,7 +141,11 @@ impl WatchHub {
         let mut slot = self.conn.lock().await;
         if let Some(conn) = slot.as_ref().filter(|c| c.alive.load(Ordering::SeqCst)) {
             conn.routes().insert(id, tx.clone());
-            if conn.cmd.send(Cmd::Create(target.key.clone(), options.clone())).is_ok() {
+            if conn
+                .cmd
+                .send(Cmd::Create(target.key.clone(), options.clone()))
+                .is_ok()
+            {
                 let conn = Arc::clone(conn);
                 return Ok(Subscription { id, rx, conn });
             }
@@ -189,7 +198,9 @@ fn open(
                 Ok(None) => break "etcd closed the watch stream".to_string(),
                 Err(e) => break format!("watch stream failed: {e}"),
             };
-            let Some(conn) = reader_conn.upgrade() else { return };
+            let Some(conn) = reader_conn.upgrade() else {
+                return;
+            };
             let id = resp.watch_id();
             let mut routes = conn.routes();
             let Some(tx) = routes.get(&id) else { continue };
@@ -214,7 +225,10 @@ fn open(
             }
             if resp.canceled() {
                 let why = if resp.compact_revision() > 0 {
-                    format!("watch start revision compacted at {}", resp.compact_revision())
+                    format!(
+                        "watch start revision compacted at {}",
+                        resp.compact_revision()
+                    )
                 } else {
                     format!("watch cancelled by etcd: {}", resp.cancel_reason())
                 };

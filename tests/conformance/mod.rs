@@ -47,12 +47,19 @@ pub async fn mutual_exclusion(b: &impl Backend, modes: &[bool]) {
         let locker = b.locker(fair);
         for _ in 0..TASKS_PER_LOCKER {
             let (locker, key) = (Arc::clone(&locker), key.clone());
-            let (counter, inside, last_token) =
-                (Arc::clone(&counter), Arc::clone(&inside), Arc::clone(&last_token));
+            let (counter, inside, last_token) = (
+                Arc::clone(&counter),
+                Arc::clone(&inside),
+                Arc::clone(&last_token),
+            );
             tasks.push(tokio::spawn(async move {
                 for _ in 0..ROUNDS {
                     let guard = locker.lock(&patient(), &key).await.expect("lock");
-                    assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders at once");
+                    assert_eq!(
+                        inside.fetch_add(1, Ordering::SeqCst),
+                        0,
+                        "two holders at once"
+                    );
                     let token = guard.fencing_token();
                     let previous = last_token.swap(token, Ordering::SeqCst);
                     assert!(token > previous, "fencing token {token} after {previous}");
@@ -78,7 +85,11 @@ pub async fn fair_order(b: &impl Backend) {
     const WAITERS: usize = 6;
     let key = Key::from("queue");
     let holder = b.locker(true);
-    let first = holder.try_lock(&key).await.expect("try_lock").expect("free");
+    let first = holder
+        .try_lock(&key)
+        .await
+        .expect("try_lock")
+        .expect("free");
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for i in 0..WAITERS {
@@ -105,12 +116,20 @@ pub async fn try_lock(b: &impl Backend) {
     for fair in [true, false] {
         let key = Key::from(format!("try-{fair}"));
         let (a, c) = (b.locker(fair), b.locker(fair));
-        let guard = a.try_lock(&key).await.expect("try_lock").expect("free lock");
+        let guard = a
+            .try_lock(&key)
+            .await
+            .expect("try_lock")
+            .expect("free lock");
         assert_eq!(guard.key(), &key);
         assert!(c.try_lock(&key).await.expect("try_lock").is_none());
         assert!(a.try_lock(&key).await.expect("try_lock").is_none());
         guard.unlock().await.expect("unlock");
-        let again = c.try_lock(&key).await.expect("try_lock").expect("free again");
+        let again = c
+            .try_lock(&key)
+            .await
+            .expect("try_lock")
+            .expect("free again");
         again.unlock().await.expect("unlock");
     }
     assert!(b.is_clean().await);
@@ -190,7 +209,11 @@ pub async fn drop_guard_releases(b: &impl Backend, fair: bool) {
 pub async fn key_isolation(b: &impl Backend, fair: bool) {
     let (a, ab, a_b) = (Key::from("a"), Key::from("ab"), Key::from("a/b"));
     let (h, w, other) = (b.locker(fair), b.locker(fair), b.locker(fair));
-    let held = h.try_lock(&a).await.expect("try_lock a").expect("a is free");
+    let held = h
+        .try_lock(&a)
+        .await
+        .expect("try_lock a")
+        .expect("a is free");
     let waiter = {
         let a = a.clone();
         tokio::spawn(async move {
@@ -203,11 +226,18 @@ pub async fn key_isolation(b: &impl Backend, fair: bool) {
     }
     for _ in 0..5 {
         for k in [&ab, &a_b] {
-            let g = other.try_lock(k).await.expect("try_lock").expect("independent key is free");
+            let g = other
+                .try_lock(k)
+                .await
+                .expect("try_lock")
+                .expect("independent key is free");
             g.unlock().await.expect("unlock");
         }
     }
-    assert!(!waiter.is_finished(), "a waiter on `a` was granted while `a` was held");
+    assert!(
+        !waiter.is_finished(),
+        "a waiter on `a` was granted while `a` was held"
+    );
     held.unlock().await.expect("unlock");
     waiter.await.expect("waiter");
     b.wait_clean().await;
@@ -226,13 +256,22 @@ pub async fn bad_input(b: &impl Backend) {
         ] {
             let key = Key::from(key);
             let e = l.try_lock(&key).await.expect_err("bad key");
-            assert!(matches!(&e, Error::InvalidKey { .. }) && e.to_string().contains(says), "{e}");
+            assert!(
+                matches!(&e, Error::InvalidKey { .. }) && e.to_string().contains(says),
+                "{e}"
+            );
             let e = l.lock(&patient(), &key).await.expect_err("bad key");
-            assert!(matches!(&e, Error::InvalidKey { .. }) && e.to_string().contains(says), "{e}");
+            assert!(
+                matches!(&e, Error::InvalidKey { .. }) && e.to_string().contains(says),
+                "{e}"
+            );
         }
         let (ctx, cancel) = Context::background().with_cancel();
         cancel.cancel();
-        let e = l.lock(&ctx, &Key::from("ok")).await.expect_err("cancelled ctx");
+        let e = l
+            .lock(&ctx, &Key::from("ok"))
+            .await
+            .expect_err("cancelled ctx");
         assert!(matches!(e, Error::Cancelled { .. }), "{e}");
     }
     assert!(b.is_clean().await);
@@ -256,8 +295,11 @@ macro_rules! conformance_tests {
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn mutual_exclusion_mixed_fair_and_unfair() {
-                conformance::mutual_exclusion(&$make("mx-mixed").await, &[true, false, true, false])
-                    .await;
+                conformance::mutual_exclusion(
+                    &$make("mx-mixed").await,
+                    &[true, false, true, false],
+                )
+                .await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn fair_order_in_arrival() {
@@ -289,8 +331,7 @@ macro_rules! conformance_tests {
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn drop_future_leaves_nothing_unfair() {
-                conformance::drop_future_leaves_nothing(&$make("dropf-unfair").await, false)
-                    .await;
+                conformance::drop_future_leaves_nothing(&$make("dropf-unfair").await, false).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn drop_guard_releases_fair() {

@@ -70,8 +70,18 @@ impl Etcd {
             .arg("etcd-wrapper")
             .args(["--name", "test", "--data-dir"])
             .arg(dir.join("data"))
-            .args(["--listen-client-urls", &curl, "--advertise-client-urls", &curl])
-            .args(["--listen-peer-urls", &purl, "--initial-advertise-peer-urls", &purl])
+            .args([
+                "--listen-client-urls",
+                &curl,
+                "--advertise-client-urls",
+                &curl,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &purl,
+                "--initial-advertise-peer-urls",
+                &purl,
+            ])
             .args(["--initial-cluster", &format!("test={purl}")])
             .args(["--logger", "zap", "--log-level", "info"])
             .env("ETCD", &bin)
@@ -129,7 +139,9 @@ impl Etcd {
     }
 
     pub async fn client(&self) -> Client {
-        Client::connect([&self.endpoint], None).await.expect("connect to test etcd")
+        Client::connect([&self.endpoint], None)
+            .await
+            .expect("connect to test etcd")
     }
 }
 
@@ -153,7 +165,10 @@ pub fn unique_prefix(test: &str) -> String {
 /// Number of keys under `prefix`.
 pub async fn count_keys(client: &mut Client, prefix: &str) -> i64 {
     client
-        .get(prefix, Some(GetOptions::new().with_prefix().with_count_only()))
+        .get(
+            prefix,
+            Some(GetOptions::new().with_prefix().with_count_only()),
+        )
         .await
         .expect("count keys")
         .count()
@@ -166,7 +181,10 @@ pub async fn wait_for_count(client: &mut Client, prefix: &str, want: i64, at_mos
     let wait = async {
         loop {
             let resp = client
-                .get(prefix, Some(GetOptions::new().with_prefix().with_count_only()))
+                .get(
+                    prefix,
+                    Some(GetOptions::new().with_prefix().with_count_only()),
+                )
                 .await
                 .expect("count keys");
             if done(resp.count()) {
@@ -176,13 +194,21 @@ pub async fn wait_for_count(client: &mut Client, prefix: &str, want: i64, at_mos
             let mut stream = client
                 .watch(
                     prefix,
-                    Some(WatchOptions::new().with_prefix().with_start_revision(rev + 1)),
+                    Some(
+                        WatchOptions::new()
+                            .with_prefix()
+                            .with_start_revision(rev + 1),
+                    ),
                 )
                 .await
                 .expect("watch");
             // Any change under the prefix: count again.
             loop {
-                let msg = stream.message().await.expect("watch message").expect("watch open");
+                let msg = stream
+                    .message()
+                    .await
+                    .expect("watch message")
+                    .expect("watch open");
                 if !msg.events().is_empty() {
                     break;
                 }
