@@ -155,7 +155,7 @@ async fn coordinator(o: &Opts) -> Result<ExitCode, Box<dyn std::error::Error>> {
     EtcdLocker::connect(config.clone(), true).await?;
     let modes: &[&str] = match o.mode.as_str() {
         "both" => &["fair", "unfair"],
-        m if m == "fair" => &["fair"],
+        "fair" => &["fair"],
         _ => &["unfair"],
     };
     println!(
