@@ -19,6 +19,7 @@ use fairlock::{Context, Error, Key, Locker};
 struct Etcd {
     client: Client,
     config: EtcdConfig,
+    lockers: std::sync::Mutex<Vec<EtcdLocker>>,
 }
 
 async fn etcd(test: &str) -> Etcd {
@@ -27,6 +28,7 @@ async fn etcd(test: &str) -> Etcd {
         client: server.client().await,
         config: EtcdConfig::new([server.endpoint.clone()])
             .with_prefix(support::unique_prefix(test)),
+        lockers: std::sync::Mutex::new(Vec::new()),
     }
 }
 
@@ -48,6 +50,27 @@ impl Backend for Etcd {
     }
     async fn is_clean(&self) -> bool {
         support::count_keys(&mut self.client.clone(), self.config.prefix()).await == 0
+    }
+    async fn finish(&self) {
+        assert!(
+            self.is_clean().await,
+            "keys left under {}",
+            self.config.prefix()
+        );
+        let lockers = std::mem::take(&mut *self.lockers.lock().unwrap());
+        for locker in lockers {
+            let Some(lease) = locker.session_lease().await else {
+                continue;
+            };
+            locker.close().await.expect("close");
+            let ttl = self
+                .client
+                .clone()
+                .lease_time_to_live(lease, None)
+                .await
+                .expect("ttl");
+            assert_eq!(ttl.ttl(), -1, "lease {lease:x} left behind");
+        }
     }
 }
 

@@ -42,6 +42,9 @@ impl Backend for Memory {
     async fn is_clean(&self) -> bool {
         self.0.is_idle()
     }
+    async fn finish(&self) {
+        assert!(self.0.is_idle(), "the memory store is not idle at the end");
+    }
 }
 
 conformance_tests!(memory);

@@ -140,6 +140,14 @@ impl EtcdLocker {
         Ok(self.inner.session.lease().await?.id)
     }
 
+    /// The id of the current session lease, if one is granted (no request).
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn session_lease(&self) -> Option<i64> {
+        self.inner.session.current_id().await
+    }
+
     /// Revokes the session lease now: every lock this locker holds or waits
     /// for is freed at once. Guards still alive report
     /// [`Error::LockLost`] on unlock.

@@ -76,6 +76,11 @@ impl Session {
         Ok(lease)
     }
 
+    /// The current lease id, without granting one.
+    pub async fn current_id(&self) -> Option<i64> {
+        self.current.lock().await.as_ref().map(|l| l.id)
+    }
+
     /// Marks `id` lost (e.g. etcd said "lease not found") so the next
     /// attempt grants a fresh one.
     pub async fn forget(&self, id: i64) {

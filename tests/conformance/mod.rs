@@ -25,6 +25,9 @@ pub trait Backend: Send + Sync + 'static {
     async fn wait_clean(&self);
     /// `true` if nothing is held or queued right now.
     async fn is_clean(&self) -> bool;
+    /// Ends the test: closes the lockers made and asserts that nothing,
+    /// keys or leases, is left behind.
+    async fn finish(&self);
 }
 
 /// A deadline that only guards against a hang; never reached when correct.
@@ -78,6 +81,7 @@ pub async fn mutual_exclusion(b: &impl Backend, modes: &[bool]) {
     let want = modes.len() as u64 * TASKS_PER_LOCKER as u64 * ROUNDS;
     assert_eq!(counter.load(Ordering::SeqCst), want, "lost updates");
     b.wait_clean().await;
+    b.finish().await;
 }
 
 /// Fair waiters, queued one after another, are granted in that order.
@@ -108,6 +112,7 @@ pub async fn fair_order(b: &impl Backend) {
     }
     assert_eq!(*order.lock().unwrap(), (0..WAITERS).collect::<Vec<_>>());
     b.wait_clean().await;
+    b.finish().await;
 }
 
 /// try_lock takes a free lock, answers None for a held one (also to the
@@ -133,6 +138,7 @@ pub async fn try_lock(b: &impl Backend) {
         again.unlock().await.expect("unlock");
     }
     assert!(b.is_clean().await);
+    b.finish().await;
 }
 
 /// A lock that times out returns `Timeout` and leaves nothing behind, at
@@ -147,6 +153,7 @@ pub async fn timeout_leaves_nothing(b: &impl Backend, fair: bool) {
     assert!(err.to_string().contains("timeout") || err.to_string().contains("timed out"));
     held.unlock().await.expect("unlock");
     assert!(b.is_clean().await, "a timed-out waiter left keys behind");
+    b.finish().await;
 }
 
 /// A cancelled lock returns `Cancelled` and leaves nothing behind at once.
@@ -167,6 +174,7 @@ pub async fn cancel_leaves_nothing(b: &impl Backend, fair: bool) {
     assert!(matches!(err, Error::Cancelled { .. }), "{err}");
     held.unlock().await.expect("unlock");
     assert!(b.is_clean().await, "a cancelled waiter left keys behind");
+    b.finish().await;
 }
 
 /// Dropping a waiting `lock` future removes its queue entry in the
@@ -191,6 +199,7 @@ pub async fn drop_future_leaves_nothing(b: &impl Backend, fair: bool) {
     let guard = later.lock(&patient(), &key).await.expect("lock after drop");
     guard.unlock().await.expect("unlock");
     b.wait_clean().await;
+    b.finish().await;
 }
 
 /// Dropping a guard releases the lock in the background.
@@ -202,6 +211,7 @@ pub async fn drop_guard_releases(b: &impl Backend, fair: bool) {
     let guard = c.lock(&patient(), &key).await.expect("lock after drop");
     guard.unlock().await.expect("unlock");
     b.wait_clean().await;
+    b.finish().await;
 }
 
 /// Locks on `a` and `ab` (or `a/b`) are independent: holding or cycling one
@@ -241,6 +251,7 @@ pub async fn key_isolation(b: &impl Backend, fair: bool) {
     held.unlock().await.expect("unlock");
     waiter.await.expect("waiter");
     b.wait_clean().await;
+    b.finish().await;
 }
 
 /// Bad keys get a clear error from every entry point, for both modes.
@@ -275,6 +286,7 @@ pub async fn bad_input(b: &impl Backend) {
         assert!(matches!(e, Error::Cancelled { .. }), "{e}");
     }
     assert!(b.is_clean().await);
+    b.finish().await;
 }
 
 /// Instantiates the suite for a backend constructor `async fn(&str) -> B`.
