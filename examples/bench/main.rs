@@ -1,0 +1,634 @@
+//! fairlock's benchmark: the floors, fairlock, and the peers, in ONE run
+//! against the same etcd, reported as ratios.
+//!
+//! ```text
+//! cargo run --release --example bench -- [--endpoints E] [--quick] [--json] [--no-go]
+//! ```
+//! Without `--endpoints` it starts its own single-member etcd (from PATH or
+//! `ETCD_BIN`), with its data on disk. The Go peer (etcd's own
+//! `concurrency.Mutex`) is built with `../shared/peers/go-mutex/build.sh`
+//! when that exists (or taken from `FAIRLOCK_GO_PEER`); `--no-go` skips it.
+
+mod server;
+mod workloads;
+
+use std::process::{Command, ExitCode};
+use std::time::Duration;
+
+use fairlock::{Context, Key, Locker};
+use server::Metrics;
+use workloads::{Res, Run};
+
+struct Opts {
+    endpoints: Option<String>,
+    quick: bool,
+    json: bool,
+    go: bool,
+    rss_child: Option<(String, usize)>,
+}
+
+fn parse() -> Result<Opts, String> {
+    let mut o = Opts {
+        endpoints: None,
+        quick: false,
+        json: false,
+        go: true,
+        rss_child: None,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--endpoints" => o.endpoints = Some(args.next().ok_or("--endpoints needs a value")?),
+            "--quick" => o.quick = true,
+            "--json" => o.json = true,
+            "--no-go" => o.go = false,
+            "--rss-child" => {
+                let what = args.next().ok_or("--rss-child needs held|waiting")?;
+                let n = args
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .ok_or("--rss-child needs a count")?;
+                o.rss_child = Some((what, n));
+            }
+            "-h" | "--help" => {
+                return Err("usage: bench [--endpoints E] [--quick] [--json] [--no-go]".into());
+            }
+            other => return Err(format!("unknown argument {other:?}; see --help")),
+        }
+    }
+    Ok(o)
+}
+
+/// One line of the report.
+struct Row {
+    name: String,
+    mode: &'static str,
+    clients: usize,
+    keys: usize,
+    ops: usize,
+    ops_per_s: f64,
+    p50_us: u64,
+    p99_us: u64,
+    ratio: Option<f64>,
+    ratio_of: &'static str,
+    writes_per_op: Option<f64>,
+    requests_per_op: Option<f64>,
+}
+
+impl Row {
+    fn of(name: &str, mode: &'static str, clients: usize, keys: usize, run: &Run) -> Row {
+        Row {
+            name: name.into(),
+            mode,
+            clients,
+            keys,
+            ops: run.ops(),
+            ops_per_s: run.per_s(),
+            p50_us: run.pct_us(0.5),
+            p99_us: run.pct_us(0.99),
+            ratio: None,
+            ratio_of: "",
+            writes_per_op: None,
+            requests_per_op: None,
+        }
+    }
+    fn ratio(mut self, r: f64, of: &'static str) -> Row {
+        self.ratio = Some(r);
+        self.ratio_of = of;
+        self
+    }
+    fn cost(mut self, before: &Metrics, after: &Metrics, ops: usize) -> Row {
+        let n = ops.max(1) as f64;
+        self.writes_per_op = Some((after.writes() - before.writes()) / n);
+        self.requests_per_op = Some((after.requests() - before.requests()) / n);
+        self
+    }
+}
+
+fn main() -> ExitCode {
+    let opts = match parse() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let result = if let Some((what, n)) = &opts.rss_child {
+        rt.block_on(rss_child(
+            opts.endpoints.as_deref().unwrap_or_default(),
+            what,
+            *n,
+        ))
+    } else {
+        rt.block_on(run(&opts))
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+async fn run(o: &Opts) -> Res<()> {
+    let (_own, ep) = match &o.endpoints {
+        Some(e) => (None, e.split(',').next().unwrap_or_default().to_string()),
+        None => {
+            let (etcd, ep) = server::start_etcd()?;
+            (Some(etcd), ep)
+        }
+    };
+    let go_peer = if o.go { build_go_peer() } else { None };
+    let (seq_n, batches, batch_n) = if o.quick {
+        (200, 4, 50)
+    } else {
+        (1000, 10, 200)
+    };
+    let dur = Duration::from_millis(if o.quick { 1500 } else { 4000 });
+    let counts: &[usize] = &[2, 4, 16, 64];
+    let mut rows = Vec::new();
+    eprintln!(
+        "bench: etcd {ep}; {} run",
+        if o.quick { "quick" } else { "full" }
+    );
+
+    // 1. floors
+    let c = workloads::put(&ep, seq_n).await?;
+    let r = workloads::get(&ep, seq_n).await?;
+    let cp = workloads::put_to_event(&ep, seq_n).await?;
+    rows.push(Row::of("floor: put (C)", "-", 1, 1, &c));
+    rows.push(Row::of("floor: linearizable get (R)", "-", 1, 1, &r));
+    rows.push(Row::of("floor: put -> watch event (C+P)", "-", 1, 1, &cp));
+    let (c_s, cp_s) = (c.mean().as_secs_f64(), cp.mean().as_secs_f64());
+    let fair_floor = 1.0 / cp_s; // handoffs/s at one write + one push
+    let unfair_floor = 1.0 / (2.0 * c_s);
+
+    // 2. uncontended cycle, interleaved batches against the txn floor
+    let client = workloads::connect(&ep).await?;
+    let lease = client.clone().lease_grant(60, None).await?.id();
+    let floor_key = format!("/bench/floor-{}", uuid::Uuid::new_v4().simple());
+    let pre = format!("/bench/unc-{}/", uuid::Uuid::new_v4().simple());
+    let (fair_l, unfair_l) = (
+        workloads::locker(&ep, &pre, true).await?,
+        workloads::locker(&ep, &pre, false).await?,
+    );
+    let (kf, ku) = (Key::from("fair"), Key::from("unfair"));
+    workloads::cycle(&fair_l, &kf, 10).await?; // session lease + watches
+    workloads::cycle(&unfair_l, &ku, 10).await?;
+    let (mut floor_m, mut fair_m, mut unfair_m) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut floor_all, mut fair_all, mut unfair_all) = (Vec::new(), Vec::new(), Vec::new());
+    let m0 = Metrics::scrape(&ep)?;
+    for _ in 0..batches {
+        let f = workloads::txn_cycle(&client, lease, &floor_key, batch_n).await?;
+        let a = workloads::cycle(&fair_l, &kf, batch_n).await?;
+        let u = workloads::cycle(&unfair_l, &ku, batch_n).await?;
+        floor_m.push(f.mean().as_secs_f64());
+        fair_m.push(a.mean().as_secs_f64());
+        unfair_m.push(u.mean().as_secs_f64());
+        floor_all.push(f);
+        fair_all.push(a);
+        unfair_all.push(u);
+    }
+    let m1 = Metrics::scrape(&ep)?;
+    let merge = |v: Vec<Run>| Run {
+        elapsed: v.iter().map(|r| r.elapsed).sum(),
+        lat: v.into_iter().flat_map(|r| r.lat).collect(),
+    };
+    let floor_cycle = median(floor_m);
+    let (floor_run, fair_run, unfair_run) = (merge(floor_all), merge(fair_all), merge(unfair_all));
+    let ops3 = floor_run.ops() + fair_run.ops() + unfair_run.ops();
+    rows.push(Row::of(
+        "floor: txn create + compare-delete cycle",
+        "-",
+        1,
+        1,
+        &floor_run,
+    ));
+    rows.push(
+        Row::of("fairlock uncontended lock+unlock", "fair", 1, 1, &fair_run).ratio(
+            median(fair_m) / floor_cycle,
+            "x floor cycle (median of batch means)",
+        ),
+    );
+    rows.push(
+        Row::of(
+            "fairlock uncontended lock+unlock",
+            "unfair",
+            1,
+            1,
+            &unfair_run,
+        )
+        .ratio(
+            median(unfair_m) / floor_cycle,
+            "x floor cycle (median of batch means)",
+        )
+        .cost(&m0, &m1, ops3), // all three kinds: 2 writes each
+    );
+    fair_l.close().await?;
+    unfair_l.close().await?;
+
+    // 3. one contended key
+    for &n in counts {
+        for fair in [true, false] {
+            let m0 = Metrics::scrape(&ep)?;
+            let run = workloads::fairlock_clients(&ep, fair, n, dur, false).await?;
+            let m1 = Metrics::scrape(&ep)?;
+            let row = Row::of(
+                "fairlock contended, 1 key",
+                if fair { "fair" } else { "unfair" },
+                n,
+                1,
+                &run,
+            )
+            .cost(&m0, &m1, run.ops());
+            rows.push(if fair {
+                row.ratio(run.per_s() / fair_floor, "x 1/(C+P)")
+            } else {
+                row.ratio(run.per_s() / unfair_floor, "x 1/(2C)")
+            });
+        }
+        let m0 = Metrics::scrape(&ep)?;
+        let run = workloads::v3lock_clients(&ep, n, dur).await?;
+        let m1 = Metrics::scrape(&ep)?;
+        rows.push(
+            Row::of("peer: etcd v3lock contended, 1 key", "fair", n, 1, &run).cost(
+                &m0,
+                &m1,
+                run.ops(),
+            ),
+        );
+    }
+    let v3_unc = workloads::v3lock_clients(&ep, 1, dur).await?;
+    rows.push(Row::of(
+        "peer: etcd v3lock uncontended",
+        "fair",
+        1,
+        1,
+        &v3_unc,
+    ));
+
+    // 4. many keys
+    let puts = workloads::puts_concurrent(&ep, 32, dur).await?;
+    rows.push(Row::of("floor: raw puts, 32 clients", "-", 32, 32, &puts));
+    for fair in [true, false] {
+        let run = workloads::fairlock_clients(&ep, fair, 32, dur, true).await?;
+        rows.push(
+            Row::of(
+                "fairlock 32 clients on 32 keys",
+                if fair { "fair" } else { "unfair" },
+                32,
+                32,
+                &run,
+            )
+            .ratio(run.per_s() / puts.per_s(), "x raw puts/s at 32"),
+        );
+    }
+
+    // 5. the Go peer
+    if let Some(bin) = &go_peer {
+        let n_for = |clients: usize| {
+            if o.quick {
+                100.max(clients * 2)
+            } else {
+                400.max(clients * 6)
+            }
+        };
+        let go = go_run(bin, &ep, "uncontended", 1, if o.quick { 200 } else { 1000 })?;
+        rows.push(go.named("peer: Go concurrency.Mutex uncontended", 1));
+        for &n in counts {
+            let go = go_run(bin, &ep, "contended", n, n_for(n))?;
+            let ours = rows
+                .iter()
+                .find(|r| {
+                    r.name == "fairlock contended, 1 key" && r.mode == "fair" && r.clients == n
+                })
+                .map_or(0.0, |r| r.ops_per_s);
+            let ratio = ours / go.ops_per_s.max(1e-9);
+            rows.push(go.named("peer: Go concurrency.Mutex contended, 1 key", n));
+            let last = rows.len() - 1;
+            rows[last].ratio = Some(ratio);
+            rows[last].ratio_of = "fairlock fair / this";
+        }
+        let go = go_run(bin, &ep, "keys", 32, if o.quick { 640 } else { 3200 })?;
+        rows.push(go.named("peer: Go concurrency.Mutex 32 clients on 32 keys", 32));
+    }
+
+    // 6. cost of a release with 100 queued waiters
+    rows.push(release_with_waiters(&ep, 100, 20).await?);
+
+    // 7. memory per held / waiting lock, each in a fresh process
+    for what in ["held", "waiting"] {
+        let n = if o.quick { 2000 } else { 10_000 };
+        let out = Command::new(std::env::current_exe()?)
+            .args(["--rss-child", what, &n.to_string(), "--endpoints", &ep])
+            .output()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let bytes: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("RSS_PER_LOCK "))
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or_else(|| format!("rss child failed: {}", String::from_utf8_lossy(&out.stderr)))?;
+        let mut row = Row::of(
+            &format!("RSS per {what} lock, {n} locks in one process"),
+            "fair",
+            1,
+            n,
+            &Run {
+                lat: Vec::new(),
+                elapsed: Duration::from_secs(1),
+            },
+        );
+        row.ops = n;
+        row.ops_per_s = 0.0;
+        rows.push(row.ratio(bytes / 1024.0, "KiB per lock"));
+    }
+
+    print(&rows, o.json);
+    Ok(())
+}
+
+/// Holds a key, queues `waiters` fair waiters (each its own locker on one
+/// shared connection), then lets `releases` handoffs happen and counts what
+/// etcd saw per release.
+async fn release_with_waiters(ep: &str, waiters: usize, releases: usize) -> Res<Row> {
+    let prefix = format!("/bench/herd-{}/", uuid::Uuid::new_v4().simple());
+    let client = workloads::connect(ep).await?;
+    let config = fairlock::etcd::EtcdConfig::new([ep]).with_prefix(prefix.clone());
+    let key = Key::from("k");
+    let holder = fairlock::etcd::EtcdLocker::from_client(client.clone(), config.clone(), true);
+    let first = holder.try_lock(&key).await?.ok_or("key busy")?;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let (go_tx, _) = tokio::sync::broadcast::channel::<usize>(waiters + 1);
+    let mut tasks = Vec::new();
+    let mut lockers = Vec::new();
+    for i in 0..waiters {
+        let l = fairlock::etcd::EtcdLocker::from_client(client.clone(), config.clone(), true);
+        lockers.push(l.clone());
+        let (key, tx, mut go) = (key.clone(), tx.clone(), go_tx.subscribe());
+        tasks.push(tokio::spawn(async move {
+            let g = l.lock(&Context::background(), &key).await?;
+            let _ = tx.send(i);
+            // Hold until told, so each handoff is counted alone.
+            while go.recv().await.is_ok_and(|n| n != i) {}
+            g.unlock().await?;
+            Ok::<_, fairlock::Error>(())
+        }));
+        // Queue them in order: wait until this one's entry exists.
+        let queue = format!("{prefix}k/_OWNERS_/");
+        loop {
+            let n = client
+                .clone()
+                .get(
+                    queue.clone(),
+                    Some(
+                        etcd_client::GetOptions::new()
+                            .with_prefix()
+                            .with_count_only(),
+                    ),
+                )
+                .await?
+                .count();
+            if n as usize > i {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+    let m0 = Metrics::scrape(ep)?;
+    let t0 = std::time::Instant::now();
+    first.unlock().await?;
+    let mut lat = Vec::new();
+    for _ in 0..releases {
+        let t = std::time::Instant::now();
+        let granted = rx.recv().await.ok_or("waiter died")?;
+        lat.push(t.elapsed());
+        let _ = go_tx.send(granted);
+    }
+    // The last grant's successor lookup belongs to the measured releases.
+    let m1 = Metrics::scrape(ep)?;
+    let elapsed = t0.elapsed();
+    for l in lockers {
+        l.close().await?;
+    }
+    holder.close().await?;
+    for t in tasks {
+        t.abort();
+    }
+    let run = Run { lat, elapsed };
+    Ok(Row::of(
+        &format!("release with {waiters} fair waiters queued"),
+        "fair",
+        waiters,
+        1,
+        &run,
+    )
+    .cost(&m0, &m1, releases))
+}
+
+/// Builds (or finds) the Go peer binary.
+fn build_go_peer() -> Option<String> {
+    if let Ok(bin) = std::env::var("FAIRLOCK_GO_PEER") {
+        return Some(bin);
+    }
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/peers/go-mutex/build.sh");
+    if !script.exists() {
+        eprintln!("bench: no Go peer ({} not found)", script.display());
+        return None;
+    }
+    eprintln!("bench: building the Go peer (etcd's concurrency.Mutex)...");
+    let out = Command::new("bash").arg(&script).output().ok()?;
+    if !out.status.success() {
+        eprintln!(
+            "bench: Go peer build failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return None;
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .map(str::to_string)
+}
+
+struct GoRun {
+    ops: usize,
+    ops_per_s: f64,
+    p50_us: u64,
+    p99_us: u64,
+    mode: String,
+}
+
+impl GoRun {
+    fn named(&self, name: &str, clients: usize) -> Row {
+        Row {
+            name: name.into(),
+            mode: "fair",
+            clients,
+            keys: if self.mode == "keys" { clients } else { 1 },
+            ops: self.ops,
+            ops_per_s: self.ops_per_s,
+            p50_us: self.p50_us,
+            p99_us: self.p99_us,
+            ratio: None,
+            ratio_of: "",
+            writes_per_op: None,
+            requests_per_op: None,
+        }
+    }
+}
+
+fn go_run(bin: &str, ep: &str, mode: &str, clients: usize, n: usize) -> Res<GoRun> {
+    let out = Command::new(bin)
+        .args([
+            "-endpoints",
+            ep,
+            "-mode",
+            mode,
+            "-clients",
+            &clients.to_string(),
+            "-n",
+            &n.to_string(),
+        ])
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let field = |k: &str| {
+        text.split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("{k}=")))
+            .and_then(|v| v.parse::<f64>().ok())
+            .ok_or_else(|| {
+                format!(
+                    "Go peer output lacks {k}: {text} {}",
+                    String::from_utf8_lossy(&out.stderr)
+                )
+            })
+    };
+    Ok(GoRun {
+        ops: field("ops")? as usize,
+        ops_per_s: field("ops_per_s")?,
+        p50_us: field("p50_us")? as u64,
+        p99_us: field("p99_us")? as u64,
+        mode: mode.into(),
+    })
+}
+
+fn rss_bytes() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb * 1024.0)
+}
+
+/// In a fresh process: RSS growth per held or per waiting lock.
+async fn rss_child(ep: &str, what: &str, n: usize) -> Res<()> {
+    let prefix = format!("/bench/rss-{}/", uuid::Uuid::new_v4().simple());
+    let config = fairlock::etcd::EtcdConfig::new([ep]).with_prefix(prefix.clone());
+    let l = fairlock::etcd::EtcdLocker::connect(config.clone(), true).await?;
+    let other = fairlock::etcd::EtcdLocker::connect(config, true).await?;
+    workloads::cycle(&l, &Key::from("warm"), 20).await?;
+    let key = Key::from("contended");
+    let held = other.try_lock(&key).await?.ok_or("busy")?;
+    let before = rss_bytes();
+    let mut guards = Vec::new();
+    let mut tasks = tokio::task::JoinSet::new();
+    if what == "held" {
+        for chunk in (0..n).collect::<Vec<_>>().chunks(256) {
+            let mut set = tokio::task::JoinSet::new();
+            for &i in chunk {
+                let l = l.clone();
+                set.spawn(async move { l.try_lock(&Key::from(format!("k{i}"))).await });
+            }
+            while let Some(g) = set.join_next().await {
+                guards.push(g??.ok_or("key busy")?);
+            }
+        }
+    } else {
+        for _ in 0..n {
+            let (l, key) = (l.clone(), key.clone());
+            tasks.spawn(async move { l.lock(&Context::background(), &key).await });
+        }
+        let mut c = workloads::connect(ep).await?;
+        let queue = format!("{prefix}contended/_OWNERS_/");
+        while (c
+            .get(
+                queue.clone(),
+                Some(
+                    etcd_client::GetOptions::new()
+                        .with_prefix()
+                        .with_count_only(),
+                ),
+            )
+            .await?
+            .count() as usize)
+            < n
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let after = rss_bytes();
+    println!("RSS_PER_LOCK {:.0}", (after - before) / n as f64);
+    tasks.abort_all();
+    std::mem::forget(guards); // the lease revoke below frees them all at once
+    l.close().await?;
+    drop(held);
+    other.close().await?;
+    Ok(())
+}
+
+fn print(rows: &[Row], json: bool) {
+    if json {
+        for r in rows {
+            let opt = |v: Option<f64>| v.map_or("null".to_string(), |x| format!("{x:.3}"));
+            println!(
+                "{{\"name\":{:?},\"mode\":{:?},\"clients\":{},\"keys\":{},\"ops\":{},\"ops_per_s\":{:.1},\
+                 \"p50_us\":{},\"p99_us\":{},\"ratio\":{},\"ratio_of\":{:?},\"writes_per_op\":{},\"requests_per_op\":{}}}",
+                r.name,
+                r.mode,
+                r.clients,
+                r.keys,
+                r.ops,
+                r.ops_per_s,
+                r.p50_us,
+                r.p99_us,
+                opt(r.ratio),
+                r.ratio_of,
+                opt(r.writes_per_op),
+                opt(r.requests_per_op)
+            );
+        }
+        return;
+    }
+    println!(
+        "{:<48} {:<6} {:>4} {:>5} {:>7} {:>9} {:>7} {:>8} {:>7} {:>7}  ratio",
+        "what", "mode", "cli", "keys", "ops", "ops/s", "p50us", "p99us", "wr/op", "req/op"
+    );
+    for r in rows {
+        let opt = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.2}"));
+        println!(
+            "{:<48} {:<6} {:>4} {:>5} {:>7} {:>9.0} {:>7} {:>8} {:>7} {:>7}  {}",
+            r.name,
+            r.mode,
+            r.clients,
+            r.keys,
+            r.ops,
+            r.ops_per_s,
+            r.p50_us,
+            r.p99_us,
+            opt(r.writes_per_op),
+            opt(r.requests_per_op),
+            r.ratio
+                .map_or(String::new(), |x| format!("{x:.2} {}", r.ratio_of))
+        );
+    }
+}
