@@ -46,20 +46,22 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
     let queue_key = attempt.queue_key.clone().ok_or_else(internal)?;
     let lease = inner.session.lease().await?;
 
-    // Listen for grants before enqueueing, so none can be missed.
+    // Grants arrive on the locker's long-lived watch of its own queue keys.
+    // If it is open, subscribe before enqueueing so no grant can be missed;
+    // if not, open it after (a locker that never waits never watches) and
+    // close the gap with one read.
     let own_prefix = layout.locker_queue(&inner.id);
     let own_end = prefix_end(&own_prefix);
-    let mut own = inner.shared.listen(&own_prefix, Some(&own_end)).await?;
+    let open_own = inner.shared.existing(&own_prefix, Some(&own_end)).await;
 
+    // Free and nobody queued: take the lock key, no queue entry needed.
+    // Otherwise: queue, and learn our predecessor, in the same txn.
     let enqueue = Txn::new()
         .when([
             Compare::create_revision(layout.lock.clone(), CompareOp::Equal, 0),
             Compare::create_revision(layout.queue.clone(), CompareOp::Equal, 0).with_prefix(),
         ])
-        .and_then([
-            put_leased(&queue_key, &value, lease.id),
-            put_leased(&layout.lock, &value, lease.id),
-        ])
+        .and_then([put_leased(&layout.lock, &value, lease.id)])
         .or_else([
             put_leased(&queue_key, &value, lease.id),
             TxnOp::get(
@@ -80,8 +82,18 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
     let my_rev = revision(&resp);
     if resp.succeeded() {
         let attempt = slot.take().ok_or_else(internal)?;
-        return Ok(attempt.granted(my_rev, Some(my_rev), lease, false));
+        return Ok(attempt.granted(my_rev, None, lease, false));
     }
+    let (mut own, mut recheck_first) = match open_own {
+        Some(listener) => {
+            inner.shared.touch(&own_prefix, Some(&own_end)).await;
+            (listener, false)
+        }
+        None => (
+            inner.shared.listen(&own_prefix, Some(&own_end)).await?,
+            true,
+        ),
+    };
     let predecessor = range_at(&resp, 1).and_then(|g| {
         g.kvs()
             .iter()
@@ -103,7 +115,7 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
                 start_revision: Some(since + 1),
             })
             .await?;
-        let mut recheck = false;
+        let mut recheck = std::mem::take(&mut recheck_first);
         while !recheck {
             tokio::select! {
                 msg = own.recv() => match msg {

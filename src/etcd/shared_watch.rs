@@ -76,6 +76,25 @@ impl SharedWatches {
         }
     }
 
+    /// Subscribes to the shared watch on `key` (or `[key, range_end)`) if
+    /// it is open already; does not count as use (an unused watch closes
+    /// after [`IDLE`], so lockers that never wait stop receiving events).
+    pub async fn existing(&self, key: &[u8], range_end: Option<&[u8]>) -> Option<Listener> {
+        let id = (key.to_vec(), range_end.map(<[u8]>::to_vec));
+        let map = self.map.lock().await;
+        map.get(&id)
+            .filter(|s| !s.dead.load(Ordering::SeqCst))
+            .map(|s| Listener(s.tx.subscribe()))
+    }
+
+    /// Counts a wait on an open shared watch as use, keeping it open.
+    pub async fn touch(&self, key: &[u8], range_end: Option<&[u8]>) {
+        let id = (key.to_vec(), range_end.map(<[u8]>::to_vec));
+        if let Some(shared) = self.map.lock().await.get_mut(&id) {
+            shared.last_used = Instant::now();
+        }
+    }
+
     /// Subscribes to the shared watch on `key` (or `[key, range_end)`),
     /// opening it if needed. Every change after this call returns is
     /// delivered, unless the listener later receives `Ended`.

@@ -23,7 +23,10 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
         attempt.value.clone(),
     );
     loop {
-        let mut deleted = inner.shared.listen(&lock, None).await?;
+        // Only a locker that has waited on this key keeps a watch on it; a
+        // new watch is opened after a failed try, and the try repeated, so
+        // no deletion can fall between the try and the wait.
+        let listener = inner.shared.existing(&lock, None).await;
         let lease = inner.session.lease().await?;
         let take = Txn::new()
             .when([Compare::create_revision(lock.clone(), CompareOp::Equal, 0)])
@@ -37,6 +40,11 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
             let attempt = slot.take().ok_or_else(internal)?;
             return Ok(attempt.granted(rev, None, lease, false));
         }
+        let Some(mut deleted) = listener else {
+            inner.shared.listen(&lock, None).await?;
+            continue;
+        };
+        inner.shared.touch(&lock, None).await;
         loop {
             match deleted.recv().await {
                 WatchMsg::Events { events } => {
