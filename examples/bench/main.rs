@@ -335,6 +335,11 @@ async fn run(o: &Opts) -> Res<()> {
             .find_map(|l| l.strip_prefix("RSS_PER_LOCK "))
             .and_then(|v| v.trim().parse().ok())
             .ok_or_else(|| format!("rss child failed: {}", String::from_utf8_lossy(&out.stderr)))?;
+        if !out.status.success() {
+            return Err(
+                format!("rss child failed: {}", String::from_utf8_lossy(&out.stderr)).into(),
+            );
+        }
         let mut row = Row::of(
             &format!("RSS per {what} lock, {n} locks in one process"),
             "fair",
@@ -554,26 +559,38 @@ async fn rss_child(ep: &str, what: &str, n: usize) -> Res<()> {
             }
         }
     } else {
-        for _ in 0..n {
-            let (l, key) = (l.clone(), key.clone());
-            tasks.spawn(async move { l.lock(&Context::background(), &key).await });
-        }
+        // Queue in batches, so that no enqueue waits behind thousands of
+        // others past the request timeout.
         let mut c = workloads::connect(ep).await?;
         let queue = format!("{prefix}contended/_OWNERS_/");
-        while (c
-            .get(
-                queue.clone(),
-                Some(
-                    etcd_client::GetOptions::new()
-                        .with_prefix()
-                        .with_count_only(),
-                ),
-            )
-            .await?
-            .count() as usize)
-            < n
-        {
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut queued = 0;
+        while queued < n {
+            let batch = 200.min(n - queued);
+            for _ in 0..batch {
+                let (l, key) = (l.clone(), key.clone());
+                tasks.spawn(async move { l.lock(&Context::background(), &key).await });
+            }
+            queued += batch;
+            loop {
+                let count = c
+                    .get(
+                        queue.clone(),
+                        Some(
+                            etcd_client::GetOptions::new()
+                                .with_prefix()
+                                .with_count_only(),
+                        ),
+                    )
+                    .await?
+                    .count() as usize;
+                if count >= queued {
+                    break;
+                }
+                if let Some(done) = tasks.try_join_next() {
+                    return Err(format!("a waiter ended early: {:?}", done?.err()).into());
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
         }
     }
     let after = rss_bytes();

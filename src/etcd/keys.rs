@@ -3,9 +3,10 @@
 //! For prefix `/fairlock/` and key `jobs/export`:
 //! - lock key: `/fairlock/jobs/export`, value: the holder's owner string,
 //!   lease: the holder's session lease;
-//! - fair queue: `/fairlock/jobs/export/_OWNERS_/<locker id>/<attempt id>`,
-//!   ordered by create revision. The `<locker id>` level lets one
-//!   long-lived watch per locker and key carry every grant for that locker.
+//! - waiter queue: `/fairlock/jobs/export/_OWNERS_/<locker id>/<mode><attempt id>`,
+//!   ordered by create revision; `<mode>` is `f` (fair: gets the lock handed
+//!   over) or `u` (unfair: gets woken to try). The `<locker id>` level lets
+//!   one long-lived watch per locker and key carry every touch for it.
 
 use crate::{Key, RESERVED_SEGMENT};
 

@@ -15,7 +15,7 @@ use super::release::{self, Held};
 use super::session::{Lease, Session};
 use super::shared_watch::SharedWatches;
 use super::watch::WatchHub;
-use super::{etcd_err, fair, timeout_err, unfair};
+use super::{etcd_err, queue, timeout_err};
 use crate::{Context, Error, Key, LockGuard, Locker, Result};
 
 /// A fair or unfair locker on etcd, with its own session lease.
@@ -235,7 +235,8 @@ pub(crate) struct Attempt {
 impl Attempt {
     fn new(inner: &Arc<Inner>, key: &Key, queued: bool) -> Self {
         let layout = inner.layout(key);
-        let attempt = uuid::Uuid::new_v4().simple().to_string();
+        let mode = if inner.fair { 'f' } else { 'u' };
+        let attempt = format!("{mode}{}", uuid::Uuid::new_v4().simple());
         Attempt {
             queue_key: queued.then(|| layout.waiter(&inner.id, &attempt)),
             value: owner_value(&attempt),
@@ -382,18 +383,10 @@ impl Locker for EtcdLocker {
     async fn lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
         key.validate()?;
         ctx.check(key.as_str())?;
-        let fair = self.inner.fair;
-        let mut attempt = Some(Attempt::new(&self.inner, key, fair));
+        let mut attempt = Some(Attempt::new(&self.inner, key, true));
         let outcome = {
-            let wait = async {
-                if fair {
-                    fair::acquire(&mut attempt).await
-                } else {
-                    unfair::acquire(&mut attempt).await
-                }
-            };
             tokio::select! {
-                res = wait => res,
+                res = queue::acquire(&mut attempt) => res,
                 err = ctx.done(key.as_str()) => Err(err),
             }
         };

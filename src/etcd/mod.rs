@@ -2,8 +2,7 @@
 //!
 //! - `config.rs`: [`EtcdConfig`], endpoints and timeouts.
 //! - `locker.rs`: [`EtcdLocker`], connect, `try_lock`, `lock`.
-//! - `fair.rs`: the `_OWNERS_` queue wait of fair mode.
-//! - `unfair.rs`: the wait-for-delete-and-retry of unfair mode.
+//! - `queue.rs`: waiting in the `_OWNERS_` queue (both modes).
 //! - `release.rs`: unlock, handing the lock key to the next waiter.
 //! - `session.rs`: the locker's session lease and its keepalive task.
 //! - `watch.rs`, `shared_watch.rs`: watches multiplexed on one stream, and
@@ -13,21 +12,22 @@
 //! # How a lock works here
 //! The lock key `<prefix><key>` is held by whoever wrote it: a txn creates it
 //! only if its create revision is 0, bound to the locker's session lease so a
-//! crashed holder's lock expires after the TTL. Fair waiters queue under
+//! crashed holder's lock expires after the TTL. Waiters queue under
 //! `<prefix><key>/_OWNERS_/`, ordered by create revision. A releasing holder
-//! hands the lock key straight to the first waiter in its release txn (one
-//! etcd write per handoff) and touches that waiter's queue key, which the
-//! waiter's locker watches; only that waiter wakes. The fencing token is the
-//! revision at which the holder got the lock key.
+//! looks at the first waiter: a fair one is handed the lock key in the
+//! release txn (one etcd write per handoff); for an unfair one the key is
+//! freed, so newcomers may barge in before the woken waiter retries. Either
+//! way the release touches that one waiter's queue key, which its locker
+//! watches: one release wakes one waiter. The fencing token is the revision
+//! at which the holder got the lock key.
 
 mod config;
-mod fair;
 mod keys;
 mod locker;
+mod queue;
 mod release;
 mod session;
 mod shared_watch;
-mod unfair;
 mod watch;
 
 use std::sync::Arc;

@@ -4,8 +4,10 @@
 //! ```text
 //! if lock.mod_revision == token            (still ours: never touch a newer holder's key)
 //!   if successor known:  if successor.create_revision == known
-//!                          then delete my queue key; put lock = successor (its lease);
-//!                               touch successor's queue key (its grant signal)
+//!                          then delete my queue key;
+//!                               fair successor:   put lock = successor (its lease)
+//!                               unfair successor: delete lock (anyone may take it)
+//!                               touch successor's queue key (its grant / wake signal)
 //!                          else read the queue head again
 //!   else:                if no queue key is newer than mine
 //!                          then delete my queue key; delete lock
@@ -167,7 +169,11 @@ pub(crate) async fn release(mut held: Held) -> Result<()> {
         let mut then = delete_mine.clone();
         let step = match &next {
             Some(s) => {
-                then.push(put_leased(&layout.lock, &s.value, s.lease));
+                if is_unfair_waiter(&s.key) {
+                    then.push(TxnOp::delete(layout.lock.clone(), None));
+                } else {
+                    then.push(put_leased(&layout.lock, &s.value, s.lease));
+                }
                 then.push(TxnOp::put(
                     s.key.clone(),
                     Vec::new(),
@@ -220,6 +226,15 @@ pub(crate) async fn release(mut held: Held) -> Result<()> {
         op: "unlock",
         source: format!("the queue changed during {MAX_ROUNDS} release attempts in a row").into(),
     })
+}
+
+/// Unfair waiters' queue keys end in `u<attempt>` (see `keys.rs`).
+fn is_unfair_waiter(queue_key: &[u8]) -> bool {
+    queue_key
+        .rsplit(|&b| b == b'/')
+        .next()
+        .and_then(|s| s.first())
+        == Some(&b'u')
 }
 
 fn unexpected() -> Error {
