@@ -28,6 +28,9 @@ use crate::Error;
 pub struct Context {
     deadline: Option<Instant>,
     token: CancellationToken,
+    /// Tokens linked with [`Context::with_cancel_token`]: any of them
+    /// cancels this context too.
+    linked: Vec<CancellationToken>,
 }
 
 impl Context {
@@ -41,7 +44,18 @@ impl Context {
     /// A derived context that also times out `timeout` from now.
     #[must_use]
     pub fn with_timeout(&self, timeout: Duration) -> Self {
-        self.with_deadline(Instant::now() + timeout)
+        match Instant::now().checked_add(timeout) {
+            Some(deadline) => self.with_deadline(deadline),
+            None => self.derived(self.token.child_token()), // too far to matter
+        }
+    }
+
+    fn derived(&self, token: CancellationToken) -> Self {
+        Context {
+            deadline: self.deadline,
+            token,
+            linked: self.linked.clone(),
+        }
     }
 
     /// A derived context that also times out at `deadline`.
@@ -49,7 +63,7 @@ impl Context {
     pub fn with_deadline(&self, deadline: Instant) -> Self {
         Context {
             deadline: Some(self.deadline.map_or(deadline, |d| d.min(deadline))),
-            token: self.token.child_token(),
+            ..self.derived(self.token.child_token())
         }
     }
 
@@ -57,34 +71,15 @@ impl Context {
     #[must_use]
     pub fn with_cancel(&self) -> (Self, CancellationToken) {
         let token = self.token.child_token();
-        (
-            Context {
-                deadline: self.deadline,
-                token: token.clone(),
-            },
-            token,
-        )
+        (self.derived(token.clone()), token)
     }
 
     /// A derived context that is also cancelled when `token` is.
     #[must_use]
     pub fn with_cancel_token(&self, token: &CancellationToken) -> Self {
-        let child = self.token.child_token();
-        let (watched, linked) = (token.clone(), child.clone());
-        if watched.is_cancelled() {
-            linked.cancel();
-        } else if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                tokio::select! {
-                    () = watched.cancelled() => linked.cancel(),
-                    () = linked.cancelled() => {}
-                }
-            });
-        }
-        Context {
-            deadline: self.deadline,
-            token: child,
-        }
+        let mut ctx = self.derived(self.token.child_token());
+        ctx.linked.push(token.clone());
+        ctx
     }
 
     /// The token that cancels this context (and those derived from it).
@@ -102,12 +97,16 @@ impl Context {
     /// `true` once the context is cancelled or past its deadline.
     #[must_use]
     pub fn is_done(&self) -> bool {
-        self.token.is_cancelled() || self.deadline.is_some_and(|d| Instant::now() >= d)
+        self.is_cancelled() || self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+
+    fn is_cancelled(&self) -> bool {
+        self.token.is_cancelled() || self.linked.iter().any(CancellationToken::is_cancelled)
     }
 
     /// The error a wait on `key` ends with if this context is done now.
     pub(crate) fn check(&self, key: &str) -> Result<(), Error> {
-        if self.token.is_cancelled() {
+        if self.is_cancelled() {
             Err(Error::Cancelled {
                 key: key.to_string(),
             })
@@ -132,9 +131,20 @@ impl Context {
                 None => std::future::pending().await,
             }
         };
+        let mut cancelled: Vec<_> = std::iter::once(&self.token)
+            .chain(&self.linked)
+            .map(|t| Box::pin(t.cancelled()))
+            .collect();
+        let any_cancelled = std::future::poll_fn(|cx| {
+            if cancelled.iter_mut().any(|f| f.as_mut().poll(cx).is_ready()) {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        });
         tokio::select! {
             biased;
-            () = self.token.cancelled() => Error::Cancelled { key: key.to_string() },
+            () = any_cancelled => Error::Cancelled { key: key.to_string() },
             () = timeout => Error::Timeout { key: key.to_string() },
         }
     }
@@ -161,7 +171,16 @@ mod tests {
     async fn linked_token_cancels() {
         let outside = CancellationToken::new();
         let ctx = Context::background().with_cancel_token(&outside);
+        let child = ctx.with_timeout(Duration::from_secs(60));
+        assert!(!child.is_done());
         outside.cancel();
-        assert!(matches!(ctx.done("k").await, Error::Cancelled { .. }));
+        assert!(child.is_done());
+        assert!(matches!(child.done("k").await, Error::Cancelled { .. }));
+    }
+
+    #[test]
+    fn huge_timeout_means_no_deadline() {
+        let ctx = Context::background().with_timeout(Duration::MAX);
+        assert!(!ctx.is_done());
     }
 }

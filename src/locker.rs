@@ -131,9 +131,20 @@ impl LockGuard {
     /// # Cancel safety
     /// If the future is dropped the release goes on in the background.
     pub async fn unlock(mut self) -> Result<()> {
-        match self.release.take() {
-            Some(release) => release.release().await,
-            None => Ok(()),
+        let Some(release) = self.release.take() else {
+            return Ok(());
+        };
+        // Run the release as its own task, so that dropping this future (a
+        // caller's timeout, a select!) does not stop it half way.
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => rt.spawn(release.release()).await.unwrap_or_else(|e| {
+                Err(crate::Error::Backend {
+                    backend: "fairlock",
+                    op: "unlock",
+                    source: Box::new(e),
+                })
+            }),
+            Err(_) => release.release().await,
         }
     }
 }

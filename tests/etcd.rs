@@ -473,3 +473,115 @@ async fn waiter_whose_queue_entry_vanishes_fails() {
         .expect("get");
     assert!(left.kvs().is_empty());
 }
+
+/// Dropping an `unlock()` future part way does not stop the release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_unlock_future_still_releases() {
+    let b = etcd("unlock-drop").await;
+    let key = Key::from("k");
+    let (a, c) = (b.locker(true), b.locker(true));
+    let guard = a.lock(&patient(), &key).await.expect("lock");
+    {
+        let unlock = guard.unlock();
+        tokio::pin!(unlock);
+        // Poll once, then drop it, as a caller's timeout or select! would.
+        let _ = futures_poll_once(unlock.as_mut()).await;
+    }
+    let again = c
+        .lock(&patient(), &key)
+        .await
+        .expect("lock after a dropped unlock");
+    again.unlock().await.expect("unlock");
+    b.finish().await;
+}
+
+async fn futures_poll_once<F: std::future::Future + Unpin>(mut f: F) -> Option<F::Output> {
+    std::future::poll_fn(|cx| {
+        std::task::Poll::Ready(match std::pin::Pin::new(&mut f).poll(cx) {
+            std::task::Poll::Ready(v) => Some(v),
+            std::task::Poll::Pending => None,
+        })
+    })
+    .await
+}
+
+/// `lock` futures cancelled at any point (even while their txn is in
+/// flight) leave nothing behind: the cleanup waits for the write's outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_cancelled_at_any_point_leaves_nothing() {
+    for fair in [true, false] {
+        let b = etcd("cancel-anywhere").await;
+        let key = Key::from("k");
+        let holder = b.locker(fair);
+        let held = holder
+            .try_lock(&key)
+            .await
+            .expect("try_lock")
+            .expect("free");
+        let waiter = b.locker(fair);
+        for i in 0..60u32 {
+            let (w, k) = (Arc::clone(&waiter), key.clone());
+            let task = tokio::spawn(async move { w.lock(&patient(), &k).await });
+            for _ in 0..(i % 20) {
+                tokio::task::yield_now().await;
+            }
+            task.abort();
+            let _ = task.await;
+        }
+        // Give the same test to a free key: the take txn itself in flight.
+        let free = Key::from("free");
+        for i in 0..60u32 {
+            let (w, k) = (Arc::clone(&waiter), free.clone());
+            let task = tokio::spawn(async move { w.lock(&patient(), &k).await });
+            for _ in 0..(i % 20) {
+                tokio::task::yield_now().await;
+            }
+            task.abort();
+            if let Ok(Ok(guard)) = task.await {
+                guard.unlock().await.expect("unlock");
+            }
+        }
+        held.unlock().await.expect("unlock");
+        b.wait_clean().await;
+        b.finish().await;
+    }
+}
+
+/// An unlock that meets an etcd stall keeps trying and frees the lock when
+/// etcd answers again, instead of leaving it held for the session's life.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlock_survives_an_etcd_stall() {
+    let server = support::Etcd::start();
+    let config = EtcdConfig::new([server.endpoint.clone()])
+        .with_prefix(support::unique_prefix("stall"))
+        .with_request_timeout(Duration::from_millis(300));
+    let a = EtcdLocker::connect(config.clone(), true)
+        .await
+        .expect("connect");
+    let c = EtcdLocker::connect(config.clone(), true)
+        .await
+        .expect("connect");
+    let key = Key::from("k");
+    let guard = a.try_lock(&key).await.expect("try_lock").expect("free");
+    let pid = server.pid().to_string();
+    let signal = |sig: &str| {
+        let ok = Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .expect("kill")
+            .success();
+        assert!(ok, "kill {sig} {pid}");
+    };
+    signal("-STOP");
+    let unlock = tokio::spawn(guard.unlock());
+    // The fault's length (several request timeouts), not a synchronisation.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    signal("-CONT");
+    unlock.await.expect("task").expect("unlock after the stall");
+    let again = c
+        .try_lock(&key)
+        .await
+        .expect("try_lock")
+        .expect("freed after the stall");
+    again.unlock().await.expect("unlock");
+}

@@ -17,6 +17,8 @@ use super::shared_watch::SharedWatches;
 use super::watch::WatchHub;
 use super::{etcd_err, queue, timeout_err};
 use crate::{Context, Error, Key, LockGuard, Locker, Result};
+use std::time::Duration;
+use tokio::task::JoinHandle;
 
 /// A fair or unfair locker on etcd, with its own session lease.
 ///
@@ -68,7 +70,10 @@ pub(crate) async fn connect(config: &EtcdConfig) -> Result<Client> {
     let mut options = ConnectOptions::new()
         .with_connect_timeout(timeout)
         .with_keep_alive(std::time::Duration::from_secs(2), config.request_timeout())
-        .with_keep_alive_while_idle(true);
+        .with_keep_alive_while_idle(true)
+        // A member cut off from its cluster ends our watches (we re-read)
+        // instead of leaving them silent.
+        .with_require_leader(true);
     if let Some((name, password)) = config.user() {
         options = options.with_user(name.clone(), password.clone());
     }
@@ -103,11 +108,11 @@ impl EtcdLocker {
     /// first use. The configuration is not re-validated against etcd here.
     #[must_use]
     pub fn from_client(client: Client, config: EtcdConfig, fair: bool) -> Self {
-        let hub = Arc::new(WatchHub::new(client.clone()));
+        let hub = Arc::new(WatchHub::new(client.clone(), config.request_timeout()));
         EtcdLocker {
             inner: Arc::new(Inner {
                 session: Session::new(client.clone(), config.ttl_secs(), config.request_timeout()),
-                shared: SharedWatches::new(Arc::clone(&hub)),
+                shared: SharedWatches::new(Arc::clone(&hub), config.request_timeout()),
                 hub,
                 id: uuid::Uuid::new_v4().simple().to_string(),
                 client,
@@ -229,6 +234,10 @@ pub(crate) struct Attempt {
     pub layout: Layout,
     pub value: Vec<u8>,
     pub queue_key: Option<Vec<u8>>,
+    /// The lease its writes used; none means nothing was written.
+    lease: Option<Arc<Lease>>,
+    /// A write whose outcome is not known yet.
+    inflight: Option<JoinHandle<Result<TxnResponse>>>,
     armed: bool,
 }
 
@@ -243,7 +252,37 @@ impl Attempt {
             inner: Arc::clone(inner),
             key: key.clone(),
             layout,
+            lease: None,
+            inflight: None,
             armed: true,
+        }
+    }
+
+    /// Sends a txn that may write this attempt's keys with `lease`. It runs
+    /// as its own task: if the attempt is abandoned meanwhile, the cleanup
+    /// first waits for it, so the write cannot land after the cleanup.
+    pub async fn write(
+        &mut self,
+        op: &'static str,
+        lease: &Arc<Lease>,
+        txn: Txn,
+    ) -> Result<TxnResponse> {
+        self.lease = Some(Arc::clone(lease));
+        let inner = Arc::clone(&self.inner);
+        let task = self
+            .inflight
+            .insert(tokio::spawn(async move { inner.txn(op, txn).await }));
+        let result = task.await.unwrap_or_else(|e| {
+            Err(Error::Backend {
+                backend: "etcd",
+                op,
+                source: Box::new(e),
+            })
+        });
+        self.inflight = None;
+        match result {
+            Err(e) => Err(self.inner.lease_error(&self.key, lease, e).await),
+            ok => ok,
         }
     }
 
@@ -264,54 +303,107 @@ impl Attempt {
         )
     }
 
-    /// Removes what this attempt wrote, now.
-    pub async fn abandon(mut self) -> Result<()> {
+    /// Forgets the attempt without cleanup (it wrote nothing).
+    pub fn disarm(mut self) {
         self.armed = false;
-        abandon(
+    }
+
+    /// Removes what this attempt wrote, and waits for that. The cleanup
+    /// runs as its own task: dropping this future does not stop it.
+    pub async fn abandon(mut self) -> Result<()> {
+        match self.start_abandon() {
+            Some(task) => task.await.unwrap_or(Ok(())),
+            None => Ok(()),
+        }
+    }
+
+    fn start_abandon(&mut self) -> Option<JoinHandle<Result<()>>> {
+        if !std::mem::take(&mut self.armed) {
+            return None;
+        }
+        let rt = tokio::runtime::Handle::try_current().ok()?;
+        Some(rt.spawn(abandon(
             Arc::clone(&self.inner),
             self.key.clone(),
             self.layout.clone(),
             std::mem::take(&mut self.value),
             self.queue_key.take(),
-        )
-        .await
+            self.lease.take(),
+            self.inflight.take(),
+        )))
     }
 }
 
 impl Drop for Attempt {
     fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(abandon(
-                Arc::clone(&self.inner),
-                self.key.clone(),
-                self.layout.clone(),
-                std::mem::take(&mut self.value),
-                self.queue_key.take(),
-            ));
-        }
+        self.start_abandon();
     }
 }
 
 /// Deletes an abandoned attempt's queue key; if the lock key was granted to
-/// it meanwhile, releases it properly (handing it on).
+/// it meanwhile, releases it properly (handing it on). Retries with backoff
+/// until done or the lease is lost (its keys then expire with it).
 async fn abandon(
     inner: Arc<Inner>,
     key: Key,
     layout: Layout,
     value: Vec<u8>,
     queue_key: Option<Vec<u8>>,
+    lease: Option<Arc<Lease>>,
+    inflight: Option<JoinHandle<Result<TxnResponse>>>,
+) -> Result<()> {
+    // Wait for a write still in flight: its outcome is what we clean up.
+    let unanswered = match inflight {
+        Some(write) => !matches!(write.await, Ok(Ok(_))),
+        None => false,
+    };
+    let Some(lease) = lease else {
+        return Ok(()); // nothing was written
+    };
+    if unanswered {
+        // The write got no answer: etcd may still apply it after our
+        // cleanup (requests on one connection are not applied in send
+        // order). Stop renewing this lease so that whatever it may still
+        // create expires within the TTL; the locker takes a fresh lease.
+        inner.session.forget(lease.id).await;
+    }
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let result = abandon_once(&inner, &key, &layout, &value, &queue_key, &lease).await;
+        match result {
+            Ok(()) => return Ok(()),
+            Err(e) if lease.lost.is_cancelled() => return Err(e),
+            Err(_) => {
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {}
+                    () = lease.lost.cancelled() => {}
+                }
+                backoff = (backoff * 2).min(super::release::MAX_BACKOFF);
+            }
+        }
+    }
+}
+
+async fn abandon_once(
+    inner: &Arc<Inner>,
+    key: &Key,
+    layout: &Layout,
+    value: &[u8],
+    queue_key: &Option<Vec<u8>>,
+    lease: &Arc<Lease>,
 ) -> Result<()> {
     let mut then = vec![TxnOp::get(layout.lock.clone(), None)];
     let mut otherwise = Vec::new();
-    if let Some(q) = &queue_key {
+    if let Some(q) = queue_key {
         then.push(TxnOp::get(q.clone(), None));
         otherwise.push(TxnOp::delete(q.clone(), None));
     }
     let txn = Txn::new()
-        .when([Compare::value(layout.lock.clone(), CompareOp::Equal, value)])
+        .when([Compare::value(
+            layout.lock.clone(),
+            CompareOp::Equal,
+            value.to_vec(),
+        )])
         .and_then(then)
         .or_else(otherwise);
     let resp = inner.txn("abandon", txn).await?;
@@ -322,14 +414,13 @@ async fn abandon(
         return Ok(());
     };
     let queue_rev = range_at(&resp, 1).and_then(|g| g.kvs().first().map(|kv| kv.create_revision()));
-    let lease = inner.session.lease().await?;
     let held = Held::from_parts(
-        inner,
-        key,
-        layout,
+        Arc::clone(inner),
+        key.clone(),
+        layout.clone(),
         lock_kv.mod_revision(),
-        queue_key.zip(queue_rev),
-        lease,
+        queue_key.clone().zip(queue_rev),
+        Arc::clone(lease),
         true,
     );
     release::release(held).await.or_else(|e| match e {
@@ -351,9 +442,8 @@ pub(crate) fn put_leased(key: &[u8], value: &[u8], lease: i64) -> TxnOp {
 impl Locker for EtcdLocker {
     async fn try_lock(&self, key: &Key) -> Result<Option<LockGuard>> {
         key.validate()?;
-        let attempt = Attempt::new(&self.inner, key, false);
-        let lease = self.inner.session.lease().await?;
-        let layout = &attempt.layout;
+        let mut attempt = Attempt::new(&self.inner, key, false);
+        let layout = attempt.layout.clone();
         let mut when = vec![Compare::create_revision(
             layout.lock.clone(),
             CompareOp::Equal,
@@ -365,13 +455,19 @@ impl Locker for EtcdLocker {
                 Compare::create_revision(layout.queue.clone(), CompareOp::Equal, 0).with_prefix(),
             );
         }
-        let txn =
-            Txn::new()
-                .when(when)
-                .and_then([put_leased(&layout.lock, &attempt.value, lease.id)]);
-        let resp = match self.inner.txn("try_lock", txn).await {
-            Ok(resp) => resp,
-            Err(e) => return Err(self.inner.lease_error(key, &lease, e).await),
+        // A lease etcd no longer knows is replaced once, transparently.
+        let mut retried = false;
+        let (resp, lease) = loop {
+            let lease = self.inner.session.lease().await?;
+            let txn = Txn::new().when(when.clone()).and_then([put_leased(
+                &layout.lock,
+                &attempt.value,
+                lease.id,
+            )]);
+            match attempt.write("try_lock", &lease, txn).await {
+                Err(Error::SessionLost { .. }) if !retried => retried = true,
+                result => break (result?, lease),
+            }
         };
         if !resp.succeeded() {
             attempt.disarm();
@@ -405,12 +501,5 @@ impl Locker for EtcdLocker {
 
     fn is_fair(&self) -> bool {
         self.inner.fair
-    }
-}
-
-impl Attempt {
-    /// Forgets the attempt without cleanup (it wrote nothing).
-    pub fn disarm(mut self) {
-        self.armed = false;
     }
 }

@@ -40,7 +40,6 @@ enum State {
 /// One queued waiter.
 struct Waiter<'a> {
     inner: &'a Inner,
-    key: &'a Key,
     layout: &'a Layout,
     queue_key: &'a [u8],
     value: &'a [u8],
@@ -50,7 +49,7 @@ struct Waiter<'a> {
 }
 
 pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
-    let attempt = slot.as_ref().ok_or_else(internal)?;
+    let attempt = slot.as_mut().ok_or_else(internal)?;
     let inner = Arc::clone(&attempt.inner);
     let fair = inner.fair;
     let (key, layout, value) = (
@@ -59,7 +58,6 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
         attempt.value.clone(),
     );
     let queue_key = attempt.queue_key.clone().ok_or_else(internal)?;
-    let lease = inner.session.lease().await?;
 
     // Touches arrive on the locker's long-lived watch of its own queue keys.
     // If it is open, subscribe before enqueueing so no touch can be missed;
@@ -81,25 +79,30 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
             Compare::create_revision(layout.queue.clone(), CompareOp::Equal, 0).with_prefix(),
         );
     }
-    let enqueue = Txn::new()
-        .when(free)
-        .and_then([put_leased(&layout.lock, &value, lease.id)])
-        .or_else([
-            put_leased(&queue_key, &value, lease.id),
-            TxnOp::get(
-                layout.queue.clone(),
-                Some(
-                    GetOptions::new()
-                        .with_prefix()
-                        .with_sort(SortTarget::Create, SortOrder::Descend)
-                        .with_limit(2)
-                        .with_keys_only(),
+    // A lease etcd no longer knows is replaced once, transparently.
+    let mut retried = false;
+    let (resp, lease) = loop {
+        let lease = inner.session.lease().await?;
+        let enqueue = Txn::new()
+            .when(free.clone())
+            .and_then([put_leased(&layout.lock, &value, lease.id)])
+            .or_else([
+                put_leased(&queue_key, &value, lease.id),
+                TxnOp::get(
+                    layout.queue.clone(),
+                    Some(
+                        GetOptions::new()
+                            .with_prefix()
+                            .with_sort(SortTarget::Create, SortOrder::Descend)
+                            .with_limit(2)
+                            .with_keys_only(),
+                    ),
                 ),
-            ),
-        ]);
-    let resp = match inner.txn("enqueue", enqueue).await {
-        Ok(resp) => resp,
-        Err(e) => return Err(inner.lease_error(&key, &lease, e).await),
+            ]);
+        match attempt.write("enqueue", &lease, enqueue).await {
+            Err(Error::SessionLost { .. }) if !retried => retried = true,
+            result => break (result?, lease),
+        }
     };
     let my_rev = revision(&resp);
     if resp.succeeded() {
@@ -124,7 +127,6 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
     });
     let w = Waiter {
         inner: &inner,
-        key: &key,
         layout: &layout,
         queue_key: &queue_key,
         value: &value,
@@ -171,6 +173,10 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
                     }
                     WatchMsg::Created => {}
                 },
+                () = lease.lost.cancelled() => return Err(Error::SessionLost {
+                    key: key.to_string(),
+                    reason: "the session lease could not be renewed for a whole TTL".into(),
+                }),
                 msg = sub.recv() => match msg {
                     WatchMsg::Events { events } => {
                         recheck |= events.iter().any(|e| !e.put && e.key == target);
@@ -192,7 +198,11 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
                     break;
                 }
                 State::Free => {
-                    if let Some(token) = w.take().await? {
+                    let txn = w.take();
+                    let attempt = slot.as_mut().ok_or_else(internal)?;
+                    let resp = attempt.write("acquire", &lease, txn).await?;
+                    if resp.succeeded() {
+                        let token = revision(&resp);
                         // Fair keeps its queue key until release (it heads the
                         // queue); unfair deleted it in the same txn.
                         break 'granted (token, fair.then_some(my_rev));
@@ -201,6 +211,10 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
             }
         }
     };
+    if lease.lost.is_cancelled() {
+        // Never report a lock held on a lease we know is gone (etcd #11456).
+        return Err(session_lost(&key));
+    }
     let attempt = slot.take().ok_or_else(internal)?;
     Ok(attempt.granted(token, queue_rev, lease, true))
 }
@@ -254,9 +268,9 @@ impl Waiter<'_> {
         })
     }
 
-    /// Creates the lock key if it is still free (fair: and we are still
-    /// first in line); unfair also leaves the queue in the same txn.
-    async fn take(&self) -> Result<Option<i64>> {
+    /// The txn that creates the lock key if it is still free (fair: and we
+    /// are still first in line); unfair also leaves the queue in it.
+    fn take(&self) -> Txn {
         let l = &self.layout;
         let mut when = vec![
             Compare::create_revision(l.lock.clone(), CompareOp::Equal, 0),
@@ -271,11 +285,7 @@ impl Waiter<'_> {
         } else {
             then.push(TxnOp::delete(self.queue_key.to_vec(), None));
         }
-        let txn = Txn::new().when(when).and_then(then);
-        match self.inner.txn("acquire", txn).await {
-            Ok(resp) => Ok(resp.succeeded().then(|| revision(&resp))),
-            Err(e) => Err(self.inner.lease_error(self.key, self.lease, e).await),
-        }
+        Txn::new().when(when).and_then(then)
     }
 }
 

@@ -16,6 +16,7 @@
 //! ```
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{
@@ -29,8 +30,10 @@ use super::locker::{Attempt, Inner, put_leased, range_at};
 use super::session::Lease;
 use crate::{Error, GuardRelease, Key, Result};
 
-/// How often the release retries when the queue changes under it.
+/// How often one release attempt re-reads when the queue changes under it.
 const MAX_ROUNDS: usize = 16;
+/// The longest pause between retries of a failed release or cleanup.
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 /// The first waiter behind the holder, as last read.
 struct Successor {
@@ -48,8 +51,8 @@ pub(crate) struct Held {
     token: i64,
     /// Our queue key and its create revision (fair `lock` only).
     queue: Option<(Vec<u8>, i64)>,
-    /// Keeps the session alive as long as the guard.
-    _lease: Arc<Lease>,
+    /// Keeps the session alive as long as the guard; its loss ends retries.
+    lease: Arc<Lease>,
     /// The successor read started at grant, when others were waiting.
     next: Option<JoinHandle<Option<Successor>>>,
 }
@@ -105,7 +108,7 @@ impl Held {
             layout,
             token,
             queue,
-            _lease: lease,
+            lease,
             next,
         }
     }
@@ -143,11 +146,51 @@ fn successor(resp: &GetResponse) -> Option<Successor> {
 }
 
 /// Releases `held`, handing the lock to the first waiter if there is one.
+///
+/// Durable: a failed request is retried with backoff until the release is
+/// done, the lock turns out lost, or the session lease is lost (its keys then
+/// expire with it). A transient etcd error must not leave the key blocked
+/// for as long as the locker keeps its lease alive.
 pub(crate) async fn release(mut held: Held) -> Result<()> {
     let mut next = match held.next.take() {
         Some(lookup) => lookup.await.ok().flatten(),
         None => None,
     };
+    let mut backoff = Duration::from_millis(50);
+    // Set once an attempt ended without an answer: it may still be applied.
+    let mut uncertain = false;
+    loop {
+        match release_once(&held, &mut next).await {
+            Ok(()) => return Ok(()),
+            // Our lease is alive, so the key cannot have expired: the token
+            // compare failed because an earlier, unanswered attempt of this
+            // very release was applied.
+            Err(Error::LockLost { .. }) if uncertain && !held.lease.lost.is_cancelled() => {
+                return Ok(());
+            }
+            Err(e @ Error::LockLost { .. }) => return Err(e),
+            Err(_) if held.lease.lost.is_cancelled() => {
+                return Err(Error::LockLost {
+                    key: held.key.to_string(),
+                    reason: "the session lease was lost before the release could reach etcd; \
+                             the lock expires with it"
+                        .into(),
+                });
+            }
+            Err(_) => {
+                uncertain = true;
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {}
+                    () = held.lease.lost.cancelled() => {}
+                }
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+        }
+    }
+}
+
+/// One release attempt: up to [`MAX_ROUNDS`] txns while the queue changes.
+async fn release_once(held: &Held, next: &mut Option<Successor>) -> Result<()> {
     let Held {
         inner,
         key,
@@ -155,7 +198,7 @@ pub(crate) async fn release(mut held: Held) -> Result<()> {
         token,
         queue,
         ..
-    } = &held;
+    } = held;
     let after = queue.as_ref().map_or(0, |q| q.1);
     let reread = TxnOp::get(
         layout.queue.clone(),
@@ -167,7 +210,7 @@ pub(crate) async fn release(mut held: Held) -> Result<()> {
         .collect();
     for _ in 0..MAX_ROUNDS {
         let mut then = delete_mine.clone();
-        let step = match &next {
+        let step = match &*next {
             Some(s) => {
                 if is_unfair_waiter(&s.key) {
                     then.push(TxnOp::delete(layout.lock.clone(), None));
@@ -219,7 +262,7 @@ pub(crate) async fn release(mut held: Held) -> Result<()> {
         if step.succeeded() {
             return Ok(());
         }
-        next = range_at(&step, 0).as_ref().and_then(successor);
+        *next = range_at(&step, 0).as_ref().and_then(successor);
     }
     Err(Error::Backend {
         backend: "etcd",

@@ -149,7 +149,10 @@ async fn keep_alive(client: Client, id: i64, ttl: Duration, lost: CancellationTo
             match reply {
                 Ok(Ok(Some(resp))) if resp.ttl() > 0 => last_ack = Instant::now(),
                 Ok(Ok(Some(_))) => break 'reconnect, // etcd: the lease has expired
-                _ => continue 'reconnect,
+                _ => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue 'reconnect;
+                }
             }
             tokio::select! {
                 () = tokio::time::sleep(period) => {}

@@ -41,6 +41,8 @@ type Range = (Vec<u8>, Option<Vec<u8>>);
 /// One locker's shared watches, keyed by watched range.
 pub(crate) struct SharedWatches {
     hub: Arc<WatchHub>,
+    /// Bounds the wait for a new watch to be created.
+    timeout: Duration,
     map: Mutex<HashMap<Range, Shared>>,
 }
 
@@ -69,9 +71,10 @@ fn watch_failed(why: String) -> Error {
 }
 
 impl SharedWatches {
-    pub fn new(hub: Arc<WatchHub>) -> Self {
+    pub fn new(hub: Arc<WatchHub>, timeout: Duration) -> Self {
         SharedWatches {
             hub,
+            timeout,
             map: Mutex::new(HashMap::new()),
         }
     }
@@ -117,7 +120,8 @@ impl SharedWatches {
                 start_revision: None,
             })
             .await?;
-        match sub.recv().await {
+        let created = tokio::time::timeout(self.timeout, sub.recv()).await;
+        match created.unwrap_or_else(|_| WatchMsg::Ended("no answer to the watch request".into())) {
             WatchMsg::Created => {}
             WatchMsg::Ended(why) => return Err(watch_failed(why)),
             WatchMsg::Events { .. } => {

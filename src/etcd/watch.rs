@@ -5,14 +5,15 @@
 //! thus share its connection and stream instead of opening one each.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use etcd_client::{Client, EventType, WatchOptions, WatchRequestSender, WatchResponseStream};
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
-use super::etcd_err;
+use super::{etcd_err, timeout_err};
 use crate::Result;
 
 /// One change seen by a watch.
@@ -41,10 +42,16 @@ enum Cmd {
     Cancel(i64),
 }
 
+/// The subscribers of a stream; `alive` turns false once, under the same
+/// lock, so no route is added to a stream that already failed them all.
+struct Routes {
+    alive: bool,
+    map: HashMap<i64, mpsc::UnboundedSender<WatchMsg>>,
+}
+
 struct Conn {
     cmd: mpsc::UnboundedSender<Cmd>,
-    routes: Mutex<HashMap<i64, mpsc::UnboundedSender<WatchMsg>>>,
-    alive: AtomicBool,
+    routes: Mutex<Routes>,
     tasks: Mutex<Vec<AbortHandle>>,
 }
 
@@ -62,14 +69,24 @@ impl Drop for Conn {
 }
 
 impl Conn {
-    fn routes(&self) -> std::sync::MutexGuard<'_, HashMap<i64, mpsc::UnboundedSender<WatchMsg>>> {
+    fn routes(&self) -> std::sync::MutexGuard<'_, Routes> {
         self.routes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adds a route unless the stream has failed.
+    fn add_route(&self, id: i64, tx: mpsc::UnboundedSender<WatchMsg>) -> bool {
+        let mut routes = self.routes();
+        if routes.alive {
+            routes.map.insert(id, tx);
+        }
+        routes.alive
     }
 
     /// Tells every subscriber the stream is gone.
     fn fail_all(&self, why: &str) {
-        self.alive.store(false, Ordering::SeqCst);
-        for (_, tx) in self.routes().drain() {
+        let mut routes = self.routes();
+        routes.alive = false;
+        for (_, tx) in routes.map.drain() {
             let _ = tx.send(WatchMsg::Ended(why.to_string()));
         }
     }
@@ -81,6 +98,8 @@ pub(crate) struct WatchHub {
     client: Client,
     conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
     next_id: AtomicI64,
+    /// Bounds opening a stream.
+    timeout: Duration,
 }
 
 /// A live watcher; dropping it cancels the watch.
@@ -102,7 +121,7 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        if self.conn.routes().remove(&self.id).is_some() {
+        if self.conn.routes().map.remove(&self.id).is_some() {
             let _ = self.conn.cmd.send(Cmd::Cancel(self.id));
         }
     }
@@ -118,11 +137,12 @@ pub(crate) struct Target {
 }
 
 impl WatchHub {
-    pub fn new(client: Client) -> Self {
+    pub fn new(client: Client, timeout: Duration) -> Self {
         WatchHub {
             client,
             conn: tokio::sync::Mutex::new(None),
             next_id: AtomicI64::new(1),
+            timeout,
         }
     }
 
@@ -137,26 +157,25 @@ impl WatchHub {
         if let Some(rev) = target.start_revision {
             options = options.with_start_revision(rev);
         }
-        let (tx, rx) = mpsc::unbounded_channel();
         let mut slot = self.conn.lock().await;
-        if let Some(conn) = slot.as_ref().filter(|c| c.alive.load(Ordering::SeqCst)) {
-            conn.routes().insert(id, tx.clone());
-            if conn
-                .cmd
-                .send(Cmd::Create(target.key.clone(), options.clone()))
-                .is_ok()
-            {
+        let (tx, rx) = mpsc::unbounded_channel();
+        if let Some(conn) = slot.as_ref()
+            && conn.add_route(id, tx)
+        {
+            let create = Cmd::Create(target.key.clone(), options.clone());
+            if conn.cmd.send(create).is_ok() {
                 let conn = Arc::clone(conn);
                 return Ok(Subscription { id, rx, conn });
             }
-            conn.routes().remove(&id);
             conn.fail_all("watch stream closed");
         }
-        let stream = self
-            .client
-            .watch_client()
-            .watch(target.key, Some(options))
+        // A fresh stream, and a fresh channel (a failed stream may have told
+        // the old one `Ended`).
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut client = self.client.watch_client();
+        let stream = tokio::time::timeout(self.timeout, client.watch(target.key, Some(options)))
             .await
+            .map_err(|_| timeout_err("watch", self.timeout))?
             .map_err(etcd_err("watch"))?;
         let conn = open(stream.split(), id, tx);
         *slot = Some(Arc::clone(&conn));
@@ -174,11 +193,14 @@ fn open(
     let (cmd_tx, mut cmd_rx) = mpsc::unbounded_channel::<Cmd>();
     let conn = Arc::new(Conn {
         cmd: cmd_tx,
-        routes: Mutex::new(HashMap::from([(first_id, first_tx)])),
-        alive: AtomicBool::new(true),
+        routes: Mutex::new(Routes {
+            alive: true,
+            map: HashMap::from([(first_id, first_tx)]),
+        }),
         tasks: Mutex::new(Vec::new()),
     });
     let weak: Weak<Conn> = Arc::downgrade(&conn);
+    let writer_conn = weak.clone();
     let writer = tokio::spawn(async move {
         while let Some(cmd) = cmd_rx.recv().await {
             let sent = match cmd {
@@ -188,6 +210,9 @@ fn open(
             if sent.is_err() {
                 break;
             }
+        }
+        if let Some(conn) = writer_conn.upgrade() {
+            conn.fail_all("the watch stream stopped taking requests");
         }
     });
     let reader_conn = weak.clone();
@@ -203,7 +228,9 @@ fn open(
             };
             let id = resp.watch_id();
             let mut routes = conn.routes();
-            let Some(tx) = routes.get(&id) else { continue };
+            let Some(tx) = routes.map.get(&id) else {
+                continue;
+            };
             if resp.created() {
                 let _ = tx.send(WatchMsg::Created);
             }
@@ -233,7 +260,7 @@ fn open(
                     format!("watch cancelled by etcd: {}", resp.cancel_reason())
                 };
                 let _ = tx.send(WatchMsg::Ended(why));
-                routes.remove(&id);
+                routes.map.remove(&id);
             }
         };
         if let Some(conn) = reader_conn.upgrade() {
