@@ -40,6 +40,14 @@ pub async fn connect(ep: &str) -> Res<Client> {
     Ok(Client::connect([ep], None).await?)
 }
 
+/// How many keys exist under `prefix`.
+pub async fn count(c: &Client, prefix: &str) -> Res<usize> {
+    let opts = etcd_client::GetOptions::new()
+        .with_prefix()
+        .with_count_only();
+    Ok(c.clone().get(prefix, Some(opts)).await?.count() as usize)
+}
+
 fn prefix(name: &str) -> String {
     format!("/bench/{name}-{}/", uuid::Uuid::new_v4().simple())
 }
