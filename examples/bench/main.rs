@@ -280,6 +280,17 @@ async fn run(o: &Opts) -> Res<()> {
     // 4. many keys
     let puts = workloads::puts_concurrent(&ep, 32, dur).await?;
     rows.push(Row::of("floor: raw puts, 32 clients", "-", 32, 32, &puts));
+    let txns = workloads::txn_cycles_concurrent(&ep, 32, dur).await?;
+    rows.push(
+        Row::of(
+            "floor: txn create + compare-delete, 32 clients on 32 keys",
+            "-",
+            32,
+            32,
+            &txns,
+        )
+        .ratio(txns.per_s() / puts.per_s(), "x raw puts/s at 32"),
+    );
     for fair in [true, false] {
         let run = workloads::fairlock_clients(&ep, fair, 32, dur, true).await?;
         rows.push(

@@ -274,6 +274,26 @@ pub async fn puts_concurrent(ep: &str, clients: usize, dur: Duration) -> Res<Run
     spread(dur, workers).await
 }
 
+/// The floor lock cycle (txn create, compare-delete) from `clients`
+/// connections at once, each on its own key.
+pub async fn txn_cycles_concurrent(ep: &str, clients: usize, dur: Duration) -> Res<Run> {
+    let p = prefix("txn32");
+    let mut workers = Vec::new();
+    for i in 0..clients {
+        let c = connect(ep).await?;
+        let lease = c.clone().lease_grant(60, None).await?.id();
+        let key = format!("{p}k{i}");
+        workers.push(move || {
+            let (c, key) = (c.clone(), key.clone());
+            Box::pin(async move {
+                txn_cycle(&c, lease, &key, 1).await?;
+                Ok(())
+            }) as Fut2<()>
+        });
+    }
+    spread(dur, workers).await
+}
+
 /// etcd's server-side lock (v3lock): lock with a kept-alive lease, unlock.
 pub async fn v3lock_clients(ep: &str, clients: usize, dur: Duration) -> Res<Run> {
     let name = prefix("v3lock");
