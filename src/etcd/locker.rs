@@ -172,10 +172,12 @@ impl Inner {
         Layout::new(self.config.prefix(), key)
     }
 
+    // The request futures are boxed: kept inline they would make every
+    // enclosing future, and so every waiting lock, several KiB larger.
     pub async fn txn(&self, op: &'static str, txn: Txn) -> Result<TxnResponse> {
         let mut kv = self.client.kv_client();
         let timeout = self.config.request_timeout();
-        tokio::time::timeout(timeout, kv.txn(txn))
+        tokio::time::timeout(timeout, Box::pin(kv.txn(txn)))
             .await
             .map_err(|_| timeout_err(op, timeout))?
             .map_err(etcd_err(op))
@@ -189,7 +191,7 @@ impl Inner {
     ) -> Result<GetResponse> {
         let mut kv = self.client.kv_client();
         let timeout = self.config.request_timeout();
-        tokio::time::timeout(timeout, kv.get(key, Some(opts)))
+        tokio::time::timeout(timeout, Box::pin(kv.get(key, Some(opts))))
             .await
             .map_err(|_| timeout_err(op, timeout))?
             .map_err(etcd_err(op))

@@ -48,6 +48,8 @@ struct Waiter<'a> {
     fair: bool,
 }
 
+/// Request futures are awaited boxed (`Box::pin`): inline, they would make
+/// this future, which lives as long as a lock waits, several KiB larger.
 pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
     let attempt = slot.as_mut().ok_or_else(internal)?;
     let inner = Arc::clone(&attempt.inner);
@@ -65,7 +67,7 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
     // close the gap with one read.
     let own_prefix = layout.locker_queue(&inner.id);
     let own_end = prefix_end(&own_prefix);
-    let open_own = inner.shared.existing(&own_prefix, Some(&own_end)).await;
+    let open_own = Box::pin(inner.shared.existing(&own_prefix, Some(&own_end))).await;
 
     // Take the free lock key (fair: only if nobody is queued), or queue and
     // learn our predecessor, in one txn.
@@ -82,7 +84,7 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
     // A lease etcd no longer knows is replaced once, transparently.
     let mut retried = false;
     let (resp, lease) = loop {
-        let lease = inner.session.lease().await?;
+        let lease = Box::pin(inner.session.lease()).await?;
         let enqueue = Txn::new()
             .when(free.clone())
             .and_then([put_leased(&layout.lock, &value, lease.id)])
@@ -99,7 +101,7 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
                     ),
                 ),
             ]);
-        match attempt.write("enqueue", &lease, enqueue).await {
+        match Box::pin(attempt.write("enqueue", &lease, enqueue)).await {
             Err(Error::SessionLost { .. }) if !retried => retried = true,
             result => break (result?, lease),
         }
@@ -115,7 +117,7 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
             (listener, false)
         }
         None => (
-            inner.shared.listen(&own_prefix, Some(&own_end)).await?,
+            Box::pin(inner.shared.listen(&own_prefix, Some(&own_end))).await?,
             true,
         ),
     };
@@ -138,17 +140,15 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
     let mut since = my_rev;
 
     let (token, queue_rev) = 'granted: loop {
-        let mut sub = inner
-            .hub
-            .subscribe(Target {
-                key: target.clone(),
-                range_end: None,
-                // Replays from our enqueue: no deletion can slip by. Such a
-                // watch may start unsynced (~100 ms late), but it only
-                // matters when a predecessor vanishes without a handoff.
-                start_revision: Some(since + 1),
-            })
-            .await?;
+        let watch_predecessor = inner.hub.subscribe(Target {
+            key: target.clone(),
+            range_end: None,
+            // Replays from our enqueue: no deletion can slip by. Such a watch
+            // may start unsynced (~100 ms late), but it only matters when a
+            // predecessor vanishes without a handoff.
+            start_revision: Some(since + 1),
+        });
+        let mut sub = Box::pin(watch_predecessor).await?;
         let mut recheck = std::mem::take(&mut recheck_first);
         while !recheck {
             tokio::select! {
@@ -168,7 +168,7 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
                         }
                     }
                     WatchMsg::Ended(_) => {
-                        own = inner.shared.listen(&own_prefix, Some(&own_end)).await?;
+                        own = Box::pin(inner.shared.listen(&own_prefix, Some(&own_end))).await?;
                         recheck = true;
                     }
                     WatchMsg::Created => {}
@@ -187,7 +187,7 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
             }
         }
         loop {
-            match w.check().await? {
+            match Box::pin(w.check()).await? {
                 State::Granted(token) => break 'granted (token, Some(my_rev)),
                 State::Gone => return Err(session_lost(&key)),
                 State::Wait {
@@ -200,7 +200,7 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
                 State::Free => {
                     let txn = w.take();
                     let attempt = slot.as_mut().ok_or_else(internal)?;
-                    let resp = attempt.write("acquire", &lease, txn).await?;
+                    let resp = Box::pin(attempt.write("acquire", &lease, txn)).await?;
                     if resp.succeeded() {
                         let token = revision(&resp);
                         // Fair keeps its queue key until release (it heads the

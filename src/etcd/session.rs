@@ -54,7 +54,7 @@ impl Session {
         let mut client = self.client.clone();
         let granted = tokio::time::timeout(
             self.request_timeout,
-            client.lease_grant(self.ttl_secs, None),
+            Box::pin(client.lease_grant(self.ttl_secs, None)),
         )
         .await
         .map_err(|_| super::timeout_err("lease grant", self.request_timeout))?
@@ -96,10 +96,13 @@ impl Session {
         if let Some(lease) = lease {
             lease.lost.cancel();
             let mut client = self.client.clone();
-            tokio::time::timeout(self.request_timeout, client.lease_revoke(lease.id))
-                .await
-                .map_err(|_| super::timeout_err("lease revoke", self.request_timeout))?
-                .map_err(etcd_err("lease revoke"))?;
+            tokio::time::timeout(
+                self.request_timeout,
+                Box::pin(client.lease_revoke(lease.id)),
+            )
+            .await
+            .map_err(|_| super::timeout_err("lease revoke", self.request_timeout))?
+            .map_err(etcd_err("lease revoke"))?;
         }
         Ok(())
     }
@@ -115,7 +118,8 @@ impl Drop for Session {
             let mut client = self.client.clone();
             let timeout = self.request_timeout;
             rt.spawn(async move {
-                let _ = tokio::time::timeout(timeout, client.lease_revoke(lease.id)).await;
+                let _ =
+                    tokio::time::timeout(timeout, Box::pin(client.lease_revoke(lease.id))).await;
             });
         }
     }

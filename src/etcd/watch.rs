@@ -173,10 +173,13 @@ impl WatchHub {
         // the old one `Ended`).
         let (tx, rx) = mpsc::unbounded_channel();
         let mut client = self.client.watch_client();
-        let stream = tokio::time::timeout(self.timeout, client.watch(target.key, Some(options)))
-            .await
-            .map_err(|_| timeout_err("watch", self.timeout))?
-            .map_err(etcd_err("watch"))?;
+        let stream = tokio::time::timeout(
+            self.timeout,
+            Box::pin(client.watch(target.key, Some(options))),
+        )
+        .await
+        .map_err(|_| timeout_err("watch", self.timeout))?
+        .map_err(etcd_err("watch"))?;
         let conn = open(stream.split(), id, tx);
         *slot = Some(Arc::clone(&conn));
         Ok(Subscription { id, rx, conn })
