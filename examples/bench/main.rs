@@ -592,9 +592,11 @@ async fn rss_child(ep: &str, what: &str, n: usize) -> Res<()> {
     println!("RSS_PER_LOCK {:.0}", (after - before) / n as f64);
     tasks.abort_all();
     std::mem::forget(guards); // the lease revoke below frees them all at once
-    l.close().await?;
+    // Revoking a lease with thousands of keys can outlast the request
+    // timeout; the measurement is done, and the leases expire regardless.
+    let _ = l.close().await;
     drop(held);
-    other.close().await?;
+    let _ = other.close().await;
     Ok(())
 }
 
