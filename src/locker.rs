@@ -47,7 +47,9 @@ pub trait Locker: Send + Sync + 'static {
     ///
     /// # Errors
     /// [`crate::Error::Timeout`] or [`crate::Error::Cancelled`] when the
-    /// context ends first (nothing is left behind in the backend);
+    /// context ends first; the waiter's entry is removed before the error is
+    /// returned (should the backend not answer within its request timeout,
+    /// the removal goes on in the background);
     /// [`crate::Error::InvalidKey`] for a bad key; backend errors.
     ///
     /// # Cancel safety

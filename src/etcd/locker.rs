@@ -493,8 +493,10 @@ impl Locker for EtcdLocker {
             Err(e) => {
                 if let Some(attempt) = attempt.take() {
                     // Remove our keys before reporting, so that a caller who
-                    // gave up leaves nothing behind.
-                    let _ = attempt.abandon().await;
+                    // gave up leaves nothing behind. If etcd does not answer
+                    // in time, report anyway: the cleanup task carries on.
+                    let timeout = self.inner.config.request_timeout();
+                    let _ = tokio::time::timeout(timeout, attempt.abandon()).await;
                 }
                 Err(e)
             }
