@@ -91,16 +91,7 @@ impl Held {
         let after = queue.as_ref().map_or(0, |q| q.1);
         let next = contended.then(|| {
             let (inner, queue_prefix) = (Arc::clone(&inner), layout.queue.clone());
-            tokio::spawn(async move {
-                let opts = successor_query()
-                    .with_min_create_revision(after + 1)
-                    .with_serializable();
-                let resp = inner
-                    .get("successor lookup", queue_prefix, opts)
-                    .await
-                    .ok()?;
-                successor(&resp)
-            })
+            tokio::spawn(async move { lookup(&inner, queue_prefix, after).await })
         });
         Held {
             inner,
@@ -129,6 +120,19 @@ impl GuardRelease for Held {
     }
 }
 
+/// The first waiter queued after revision `after` (serializable: a stale
+/// answer is caught by the release txn's compares).
+async fn lookup(inner: &Inner, queue_prefix: Vec<u8>, after: i64) -> Option<Successor> {
+    let opts = successor_query()
+        .with_min_create_revision(after + 1)
+        .with_serializable();
+    let resp = inner
+        .get("successor lookup", queue_prefix, opts)
+        .await
+        .ok()?;
+    successor(&resp)
+}
+
 fn successor_query() -> GetOptions {
     GetOptions::new()
         .with_prefix()
@@ -153,7 +157,16 @@ fn successor(resp: &GetResponse) -> Option<Successor> {
 /// for as long as the locker keeps its lease alive.
 pub(crate) async fn release(mut held: Held) -> Result<()> {
     let mut next = match held.next.take() {
-        Some(lookup) => lookup.await.ok().flatten(),
+        // Others were waiting when we got the lock. If none had queued yet
+        // when we looked, look again: a read is cheaper than the wasted
+        // write of a release txn whose "nobody waits" compare fails.
+        Some(early) => match early.await.ok().flatten() {
+            None => {
+                let after = held.queue.as_ref().map_or(0, |q| q.1);
+                lookup(&held.inner, held.layout.queue.clone(), after).await
+            }
+            found => found,
+        },
         None => None,
     };
     let mut backoff = Duration::from_millis(50);
