@@ -12,12 +12,11 @@ use etcd_client::{
 use super::config::EtcdConfig;
 use super::keys::{Layout, owner_value};
 use super::release::{self, Held};
-use super::session::{Lease, Session};
+use super::session::{FIRST_BACKOFF, Lease, Session};
 use super::shared_watch::SharedWatches;
 use super::watch::WatchHub;
 use super::{etcd_err, queue, timeout_err};
 use crate::{Context, Error, Key, LockGuard, Locker, Result};
-use std::time::Duration;
 use tokio::task::JoinHandle;
 
 /// A fair or unfair locker on etcd, with its own session lease.
@@ -288,6 +287,23 @@ impl Attempt {
         }
     }
 
+    /// Writes `build(lease id)` with the session lease. A lease etcd no
+    /// longer knows is replaced once, transparently.
+    pub async fn write_with_lease(
+        &mut self,
+        op: &'static str,
+        build: impl Fn(i64) -> Txn,
+    ) -> Result<(TxnResponse, Arc<Lease>)> {
+        let mut retried = false;
+        loop {
+            let lease = Box::pin(self.inner.session.lease()).await?;
+            match Box::pin(self.write(op, &lease, build(lease.id))).await {
+                Err(Error::SessionLost { .. }) if !retried => retried = true,
+                result => return Ok((result?, lease)),
+            }
+        }
+    }
+
     /// The guard for a grant at `token`; the attempt is done.
     pub fn granted(
         mut self,
@@ -369,19 +385,13 @@ async fn abandon(
         // create expires within the TTL; the locker takes a fresh lease.
         inner.session.forget(lease.id).await;
     }
-    let mut backoff = Duration::from_millis(50);
+    let mut backoff = FIRST_BACKOFF;
     loop {
         let result = abandon_once(&inner, &key, &layout, &value, &queue_key, &lease).await;
         match result {
             Ok(()) => return Ok(()),
             Err(e) if lease.lost.is_cancelled() => return Err(e),
-            Err(_) => {
-                tokio::select! {
-                    () = tokio::time::sleep(backoff) => {}
-                    () = lease.lost.cancelled() => {}
-                }
-                backoff = (backoff * 2).min(super::release::MAX_BACKOFF);
-            }
+            Err(_) => lease.pause(&mut backoff).await,
         }
     }
 }
@@ -457,20 +467,14 @@ impl Locker for EtcdLocker {
                 Compare::create_revision(layout.queue.clone(), CompareOp::Equal, 0).with_prefix(),
             );
         }
-        // A lease etcd no longer knows is replaced once, transparently.
-        let mut retried = false;
-        let (resp, lease) = loop {
-            let lease = self.inner.session.lease().await?;
-            let txn = Txn::new().when(when.clone()).and_then([put_leased(
-                &layout.lock,
-                &attempt.value,
-                lease.id,
-            )]);
-            match attempt.write("try_lock", &lease, txn).await {
-                Err(Error::SessionLost { .. }) if !retried => retried = true,
-                result => break (result?, lease),
-            }
-        };
+        let value = attempt.value.clone();
+        let (resp, lease) = attempt
+            .write_with_lease("try_lock", |lease| {
+                Txn::new()
+                    .when(when.clone())
+                    .and_then([put_leased(&layout.lock, &value, lease)])
+            })
+            .await?;
         if !resp.succeeded() {
             attempt.disarm();
             return Ok(None);

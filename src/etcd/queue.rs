@@ -81,15 +81,12 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
             Compare::create_revision(layout.queue.clone(), CompareOp::Equal, 0).with_prefix(),
         );
     }
-    // A lease etcd no longer knows is replaced once, transparently.
-    let mut retried = false;
-    let (resp, lease) = loop {
-        let lease = Box::pin(inner.session.lease()).await?;
-        let enqueue = Txn::new()
+    let enqueue = |lease: i64| {
+        Txn::new()
             .when(free.clone())
-            .and_then([put_leased(&layout.lock, &value, lease.id)])
+            .and_then([put_leased(&layout.lock, &value, lease)])
             .or_else([
-                put_leased(&queue_key, &value, lease.id),
+                put_leased(&queue_key, &value, lease),
                 TxnOp::get(
                     layout.queue.clone(),
                     Some(
@@ -100,12 +97,9 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
                             .with_keys_only(),
                     ),
                 ),
-            ]);
-        match Box::pin(attempt.write("enqueue", &lease, enqueue)).await {
-            Err(Error::SessionLost { .. }) if !retried => retried = true,
-            result => break (result?, lease),
-        }
+            ])
     };
+    let (resp, lease) = Box::pin(attempt.write_with_lease("enqueue", enqueue)).await?;
     let my_rev = revision(&resp);
     if resp.succeeded() {
         let attempt = slot.take().ok_or_else(internal)?;

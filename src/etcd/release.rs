@@ -16,7 +16,6 @@
 //! ```
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{
@@ -27,13 +26,11 @@ use tokio::task::JoinHandle;
 
 use super::keys::Layout;
 use super::locker::{Attempt, Inner, put_leased, range_at};
-use super::session::Lease;
+use super::session::{FIRST_BACKOFF, Lease};
 use crate::{Error, GuardRelease, Key, Result};
 
 /// How often one release attempt re-reads when the queue changes under it.
 const MAX_ROUNDS: usize = 16;
-/// The longest pause between retries of a failed release or cleanup.
-pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 /// The first waiter behind the holder, as last read.
 struct Successor {
@@ -169,7 +166,7 @@ pub(crate) async fn release(mut held: Held) -> Result<()> {
         },
         None => None,
     };
-    let mut backoff = Duration::from_millis(50);
+    let mut backoff = FIRST_BACKOFF;
     // Set once an attempt ended without an answer: it may still be applied.
     let mut uncertain = false;
     loop {
@@ -192,11 +189,7 @@ pub(crate) async fn release(mut held: Held) -> Result<()> {
             }
             Err(_) => {
                 uncertain = true;
-                tokio::select! {
-                    () = tokio::time::sleep(backoff) => {}
-                    () = held.lease.lost.cancelled() => {}
-                }
-                backoff = (backoff * 2).min(MAX_BACKOFF);
+                held.lease.pause(&mut backoff).await;
             }
         }
     }

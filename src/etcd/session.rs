@@ -21,6 +21,23 @@ pub(crate) struct Lease {
     keepalive: AbortHandle,
 }
 
+/// The first pause before retrying a failed cleanup or release.
+pub(crate) const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+/// The longest pause between such retries.
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+impl Lease {
+    /// Pauses before retrying a failed request: `backoff`, which then
+    /// doubles up to [`MAX_BACKOFF`]; cut short when the lease is lost.
+    pub async fn pause(&self, backoff: &mut Duration) {
+        tokio::select! {
+            () = tokio::time::sleep(*backoff) => {}
+            () = self.lost.cancelled() => {}
+        }
+        *backoff = (*backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
 impl Drop for Lease {
     fn drop(&mut self) {
         self.keepalive.abort();
