@@ -85,6 +85,11 @@ pub enum Error {
         reason: String,
     },
 
+    /// The operation is not available here (e.g. an etcd-only operation on
+    /// a guard from another backend).
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+
     /// A request to the backend failed.
     #[error("{backend} request failed during {op}")]
     Backend {

@@ -9,11 +9,14 @@
 //!   backend once per process (`registry.rs`).
 //! - [`Key`], [`Context`], [`Error`]: lock names, deadlines and cancellation,
 //!   errors.
+//! - [`Expiry`]: a lease's local monotonic deadline, behind
+//!   [`LockGuard::is_held`] (`expiry.rs`).
 //! - [`etcd`]: the etcd backend (feature `etcd`, on by default).
 //! - [`memory`]: an in-process backend with the same semantics, for tests.
 
 mod context;
 mod error;
+mod expiry;
 mod key;
 mod locker;
 mod registry;
@@ -24,6 +27,7 @@ pub mod memory;
 
 pub use context::Context;
 pub use error::{BoxError, Error, Result};
+pub use expiry::Expiry;
 pub use key::{Key, MAX_KEY_LEN, RESERVED_SEGMENT};
 pub use locker::{GuardRelease, LockGuard, Locker};
 pub use registry::{LockerProvider, Registry, get_locker, register_locker_provider};

@@ -1,10 +1,13 @@
 //! The `Locker` trait every backend implements, and the guard it hands out.
 
+use std::any::Any;
 use std::fmt;
+use std::sync::Once;
 
 use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
 
-use crate::{Context, Key, Result};
+use crate::{Context, Expiry, Key, Result};
 
 /// A source of distributed locks: one backend, one mode (fair or unfair).
 ///
@@ -79,9 +82,18 @@ pub trait Locker: Send + Sync + 'static {
 /// Backends outside this crate implement it to build guards with
 /// [`LockGuard::new`].
 #[async_trait]
-pub trait GuardRelease: Send + Sync + 'static {
+pub trait GuardRelease: Any + Send + Sync {
     /// Releases the lock. Runs at most once per guard.
     async fn release(self: Box<Self>) -> Result<()>;
+
+    /// Starts watching for a loss the lease deadline cannot see (the lock
+    /// key deleted or taken over by someone else), cancelling `lost` when it
+    /// happens. Called at most once, when the guard's owner first asks for
+    /// [`LockGuard::lost`] or [`LockGuard::lost_token`]; the watch must end
+    /// when the guard is released. The default watches nothing.
+    fn watch_for_loss(&self, lost: CancellationToken) {
+        let _ = lost;
+    }
 }
 
 /// Proof of holding a lock; releases it on [`LockGuard::unlock`] or drop.
@@ -90,20 +102,125 @@ pub trait GuardRelease: Send + Sync + 'static {
 /// lock lost to lease expiry). Dropping the guard releases the lock in the
 /// background on the current tokio runtime and never blocks; outside a
 /// runtime the lock is freed when its lease expires.
+///
+/// # Knowing the lock is still held
+/// A lease-based lock can be lost while held: the holder pauses past its
+/// lease, or cannot reach the servers for that long. [`LockGuard::is_held`]
+/// answers from a local monotonic deadline (the last renewal the server
+/// acknowledged, plus the TTL, minus a margin), so a holder waking from a
+/// long pause learns it at once, before it touches the resource.
+/// [`LockGuard::lost`] and [`LockGuard::lost_token`] signal the loss as it
+/// happens, including the lock key being deleted or taken over by someone
+/// else. None of this makes a paused holder safe by itself: pass
+/// [`LockGuard::fencing_token`] to the resource (or, on etcd, use
+/// `fairlock::etcd::FencedTxn`).
 #[must_use = "if unused the lock is released at once"]
 pub struct LockGuard {
     key: Key,
     token: u64,
+    lost: CancellationToken,
+    expiry: Option<Expiry>,
+    watch: Once,
     release: Option<Box<dyn GuardRelease>>,
 }
 
 impl LockGuard {
-    /// Builds a guard for a backend.
+    /// Builds a guard for a backend. Without
+    /// [`LockGuard::with_loss_signal`] the guard is never reported lost.
     pub fn new(key: Key, fencing_token: u64, release: Box<dyn GuardRelease>) -> Self {
         LockGuard {
             key,
             token: fencing_token,
+            lost: CancellationToken::new(),
+            expiry: None,
+            watch: Once::new(),
             release: Some(release),
+        }
+    }
+
+    /// Ties the guard to its backend's loss signals: `lost` is cancelled by
+    /// the backend when the lock is known lost (its session ended, or the
+    /// lease `expiry` passed); the guard also checks `expiry` itself.
+    pub fn with_loss_signal(mut self, lost: CancellationToken, expiry: Option<Expiry>) -> Self {
+        self.lost = lost;
+        self.expiry = expiry;
+        self
+    }
+
+    /// `true` while the lock is held as far as this process can tell.
+    ///
+    /// Cheap and local: no request is sent. `false` once the lease's local
+    /// deadline has passed or a loss was observed; never `true` again after
+    /// that. `true` is not a promise that the lock will still be held a
+    /// moment later: fence writes to the resource with
+    /// [`LockGuard::fencing_token`].
+    #[must_use]
+    pub fn is_held(&self) -> bool {
+        if self.lost.is_cancelled() {
+            return false;
+        }
+        if self.expiry.as_ref().is_some_and(Expiry::has_passed) {
+            self.lost.cancel();
+            return false;
+        }
+        true
+    }
+
+    /// Resolves when the lock is lost: the lease's local deadline passed,
+    /// the session ended, or the lock key was deleted or taken over by
+    /// someone else. Never resolves while the lock stays held.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(locker: &dyn fairlock::Locker) -> fairlock::Result<()> {
+    /// # async fn do_work() {}
+    /// use fairlock::{Context, Key};
+    ///
+    /// let guard = locker.lock(&Context::background(), &Key::from("jobs/export")).await?;
+    /// tokio::select! {
+    ///     () = do_work() => guard.unlock().await?,
+    ///     () = guard.lost() => eprintln!("lost the lock; stopped the work"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits.
+    pub async fn lost(&self) {
+        self.watch_for_loss();
+        tokio::select! {
+            () = self.lost.cancelled() => {}
+            () = async {
+                match &self.expiry {
+                    Some(expiry) => expiry.passed().await,
+                    None => std::future::pending().await,
+                }
+            } => self.lost.cancel(),
+        }
+    }
+
+    /// A token cancelled when the lock is lost (see [`LockGuard::lost`]),
+    /// for a critical section to select on or to pass to its own tasks.
+    #[must_use]
+    pub fn lost_token(&self) -> CancellationToken {
+        self.watch_for_loss();
+        self.lost.clone()
+    }
+
+    /// Marks the lock lost (a backend saw a fenced write rejected).
+    pub(crate) fn mark_lost(&self) {
+        self.lost.cancel();
+    }
+
+    /// The backend's part of the guard, for backend-specific operations.
+    pub(crate) fn backend(&self) -> Option<&dyn Any> {
+        self.release.as_deref().map(|r| r as &dyn Any)
+    }
+
+    fn watch_for_loss(&self) {
+        if let Some(release) = &self.release {
+            self.watch
+                .call_once(|| release.watch_for_loss(self.lost.clone()));
         }
     }
 

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use conformance::Backend;
-use etcd_client::{Client, GetOptions};
-use fairlock::etcd::{EtcdConfig, EtcdLocker};
+use etcd_client::{Client, GetOptions, Txn, TxnOp};
+use fairlock::etcd::{EtcdConfig, EtcdLocker, FencedTxn};
 use fairlock::{Context, Error, Key, Locker};
 
 struct Etcd {
@@ -114,6 +114,18 @@ fn child_process_entry() {
         std::io::stdout().flush().expect("flush");
         let mut line = String::new();
         std::io::stdin().read_line(&mut line).expect("stdin");
+        if line.trim() == "check" {
+            // Asked after a pause: what does the holder believe, and does a
+            // fenced write get through?
+            println!("HELD {}", guard.is_held());
+            let write = Txn::new().and_then([TxnOp::put(format!("{prefix}fenced"), "x", None)]);
+            match guard.fenced_txn(write).await {
+                Ok(_) => println!("FENCED applied"),
+                Err(Error::LockLost { .. }) => println!("FENCED rejected"),
+                Err(e) => println!("FENCED error {e}"),
+            }
+            return;
+        }
         guard.unlock().await.expect("unlock");
         println!("RELEASED");
     });
@@ -157,7 +169,8 @@ impl ChildLocker {
         std::thread::spawn(move || {
             // libtest may print "test child_process_entry ... " before ours.
             for line in stdout.lines().map_while(Result::ok) {
-                if let Some(at) = line.find("GRANTED").or_else(|| line.find("RELEASED")) {
+                let tags = ["GRANTED", "RELEASED", "HELD", "FENCED"];
+                if let Some(at) = tags.iter().find_map(|t| line.find(t)) {
                     let _ = lines.send((tag, line[at..].to_string()));
                 }
             }
@@ -166,11 +179,21 @@ impl ChildLocker {
     }
 
     fn release(&mut self) {
+        self.tell("release");
+    }
+
+    fn tell(&mut self, what: &str) {
         let stdin = self.child.stdin.as_mut().expect("stdin");
-        stdin
-            .write_all(b"release\n")
-            .expect("tell child to release");
+        writeln!(stdin, "{what}").expect("write to child");
         stdin.flush().expect("flush");
+    }
+
+    fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig} the child");
     }
 }
 
@@ -584,4 +607,119 @@ async fn unlock_survives_an_etcd_stall() {
         .expect("try_lock")
         .expect("freed after the stall");
     again.unlock().await.expect("unlock");
+}
+
+/// A holder paused (SIGSTOP) past its TTL learns on waking, before any
+/// request, that its lock is gone, and its fenced write is rejected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_holder_learns_its_lock_is_lost() {
+    let b = etcd("paused").await;
+    let (tx, rx) = mpsc::channel();
+    let mut child = ChildLocker::spawn(
+        &support::shared().endpoint,
+        b.config.prefix(),
+        "k",
+        true,
+        2,
+        0,
+        tx,
+    );
+    let (_, line) = next_line(&rx);
+    assert!(line.starts_with("GRANTED"), "{line}");
+    child.signal("-STOP");
+    // The lease expires while the holder sleeps: another locker gets in.
+    let other = b.locker(true);
+    let guard = other
+        .lock(&patient(), &Key::from("k"))
+        .await
+        .expect("lock after the holder's lease expired");
+    child.signal("-CONT");
+    child.tell("check");
+    assert_eq!(next_line(&rx).1, "HELD false");
+    assert_eq!(next_line(&rx).1, "FENCED rejected");
+    let fenced = format!("{}fenced", b.config.prefix());
+    let written = b.client.clone().get(fenced, None).await.expect("get");
+    assert!(written.kvs().is_empty(), "the stale holder's write landed");
+    guard.unlock().await.expect("unlock");
+    b.wait_clean().await;
+}
+
+/// Fenced txns apply while the lock is held; once the lock key is taken
+/// away the guard's loss signal fires and fenced txns are rejected.
+#[tokio::test]
+async fn fenced_txn_applies_only_while_held() {
+    let b = etcd("fenced").await;
+    let locker = EtcdLocker::from_client(b.client.clone(), b.config.clone(), true);
+    let guard = locker
+        .lock(&patient(), &Key::from("k"))
+        .await
+        .expect("lock");
+    assert!(guard.is_held());
+    let data = format!("{}data", b.config.prefix());
+    let put = |v: &str| Txn::new().and_then([TxnOp::put(data.clone(), v, None)]);
+    guard.fenced_txn(put("1")).await.expect("fenced write");
+    let lost = guard.lost_token();
+    assert!(!lost.is_cancelled());
+    // Someone deletes the lock key behind the holder's back.
+    let lock_key = format!("{}k", b.config.prefix());
+    b.client
+        .clone()
+        .delete(lock_key, None)
+        .await
+        .expect("delete");
+    tokio::time::timeout(Duration::from_secs(120), lost.cancelled())
+        .await
+        .expect("the loss signal never fired");
+    assert!(!guard.is_held());
+    guard.lost().await;
+    let err = guard.fenced_txn(put("2")).await.expect_err("rejected");
+    assert!(matches!(err, Error::LockLost { .. }), "{err}");
+    let value = b.client.clone().get(data.clone(), None).await.expect("get");
+    assert_eq!(value.kvs()[0].value(), b"1");
+    let err = guard.unlock().await.expect_err("lost");
+    assert!(matches!(err, Error::LockLost { .. }), "{err}");
+    b.client.clone().delete(data, None).await.expect("cleanup");
+    locker.close().await.expect("close");
+    b.wait_clean().await;
+}
+
+/// A held lock is reported lost once etcd has been unreachable for the TTL.
+#[tokio::test]
+async fn holder_learns_of_loss_when_etcd_goes_away() {
+    let server = support::Etcd::start();
+    let config = EtcdConfig::new([server.endpoint.clone()])
+        .with_prefix(support::unique_prefix("gone"))
+        .with_ttl(Duration::from_secs(2));
+    let locker = EtcdLocker::connect(config, true).await.expect("connect");
+    let guard = locker
+        .lock(&patient(), &Key::from("k"))
+        .await
+        .expect("lock");
+    let lost = guard.lost_token();
+    server.stop();
+    tokio::time::timeout(Duration::from_secs(120), lost.cancelled())
+        .await
+        .expect("the loss signal never fired");
+    assert!(!guard.is_held());
+    let err = tokio::time::timeout(Duration::from_secs(120), guard.unlock())
+        .await
+        .expect("unlock hung")
+        .expect_err("lost");
+    assert!(matches!(err, Error::LockLost { .. }), "{err}");
+}
+
+/// Fenced etcd txns refuse guards from other backends with a clear error.
+#[tokio::test]
+async fn fenced_txn_needs_an_etcd_guard() {
+    let store = fairlock::memory::MemoryStore::new();
+    let guard = store
+        .locker(true)
+        .try_lock(&Key::from("k"))
+        .await
+        .expect("try_lock")
+        .expect("free");
+    assert!(guard.is_held());
+    let err = guard.fenced_txn(Txn::new()).await.expect_err("unsupported");
+    assert!(matches!(err, Error::Unsupported(_)), "{err}");
+    assert!(err.to_string().contains("etcd backend"), "{err}");
 }

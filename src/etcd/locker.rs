@@ -313,12 +313,15 @@ impl Attempt {
         contended: bool,
     ) -> LockGuard {
         self.armed = false;
+        let lost = lease.lost.child_token();
+        let expiry = lease.expiry.clone();
         let held = Held::new(&self, token, queue_rev, lease, contended);
         LockGuard::new(
             self.key.clone(),
             u64::try_from(token).unwrap_or_default(),
             Box::new(held),
         )
+        .with_loss_signal(lost, Some(expiry))
     }
 
     /// Forgets the attempt without cleanup (it wrote nothing).

@@ -4,7 +4,10 @@
 //! - `locker.rs`: [`EtcdLocker`], connect, `try_lock`, `lock`.
 //! - `queue.rs`: waiting in the `_OWNERS_` queue (both modes).
 //! - `release.rs`: unlock, handing the lock key to the next waiter.
-//! - `session.rs`: the locker's session lease and its keepalive task.
+//! - `session.rs`: the locker's session lease, its keepalive task and the
+//!   local deadline behind `LockGuard::is_held`.
+//! - `fence.rs`: [`FencedTxn`], etcd writes that apply only while the lock
+//!   is held.
 //! - `watch.rs`, `shared_watch.rs`: watches multiplexed on one stream, and
 //!   the long-lived ones reused across waits.
 //! - `keys.rs`: the key layout.
@@ -22,6 +25,7 @@
 //! at which the holder got the lock key.
 
 mod config;
+mod fence;
 mod keys;
 mod locker;
 mod queue;
@@ -34,6 +38,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use config::{DEFAULT_ENDPOINT, DEFAULT_PREFIX, EtcdConfig, MAX_TTL, MIN_TTL, parse_duration};
+pub use fence::FencedTxn;
 pub use locker::EtcdLocker;
 
 use crate::{Error, Locker, Result};

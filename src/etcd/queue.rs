@@ -205,8 +205,9 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
             }
         }
     };
-    if lease.lost.is_cancelled() {
-        // Never report a lock held on a lease we know is gone (etcd #11456).
+    if lease.lost.is_cancelled() || lease.expiry.has_passed() {
+        // Never report a lock held on a lease we know or presume gone (etcd
+        // #11456): e.g. this process was paused past its TTL while queued.
         return Err(session_lost(&key));
     }
     let attempt = slot.take().ok_or_else(internal)?;

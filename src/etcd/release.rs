@@ -22,11 +22,13 @@ use etcd_client::{
     Compare, CompareOp, GetOptions, GetResponse, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
     TxnOpResponse,
 };
-use tokio::task::JoinHandle;
+use tokio::task::{AbortHandle, JoinHandle};
+use tokio_util::sync::CancellationToken;
 
 use super::keys::Layout;
 use super::locker::{Attempt, Inner, put_leased, range_at};
 use super::session::{FIRST_BACKOFF, Lease};
+use super::watch::{Target, WatchMsg};
 use crate::{Error, GuardRelease, Key, Result};
 
 /// How often one release attempt re-reads when the queue changes under it.
@@ -42,16 +44,18 @@ struct Successor {
 
 /// A held etcd lock: what a guard releases.
 pub(crate) struct Held {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
     key: Key,
-    layout: Layout,
-    token: i64,
+    pub(crate) layout: Layout,
+    pub(crate) token: i64,
     /// Our queue key and its create revision (fair `lock` only).
     queue: Option<(Vec<u8>, i64)>,
     /// Keeps the session alive as long as the guard; its loss ends retries.
     lease: Arc<Lease>,
     /// The successor read started at grant, when others were waiting.
     next: Option<JoinHandle<Option<Successor>>>,
+    /// The watch on the lock key, once the owner asked for loss signals.
+    watcher: std::sync::Mutex<Option<AbortHandle>>,
 }
 
 impl Held {
@@ -98,6 +102,15 @@ impl Held {
             queue,
             lease,
             next,
+            watcher: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Stops the lock-key watch: our own release changes that key.
+    fn stop_watching(&self) {
+        let watcher = self.watcher.lock().map(|mut w| w.take());
+        if let Ok(Some(watcher)) = watcher {
+            watcher.abort();
         }
     }
 }
@@ -107,13 +120,75 @@ impl Drop for Held {
         if let Some(next) = self.next.take() {
             next.abort();
         }
+        self.stop_watching();
     }
 }
 
 #[async_trait]
 impl GuardRelease for Held {
     async fn release(self: Box<Self>) -> Result<()> {
+        self.stop_watching();
         release(*self).await
+    }
+
+    fn watch_for_loss(&self, lost: CancellationToken) {
+        // Outside a runtime only the lease deadline and session signal loss.
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let task = rt.spawn(watch_lock_key(
+            Arc::clone(&self.inner),
+            self.layout.lock.clone(),
+            self.token,
+            lost,
+        ));
+        if let Ok(mut watcher) = self.watcher.lock() {
+            *watcher = Some(task.abort_handle());
+        }
+    }
+}
+
+/// Cancels `lost` when the lock key changes after our grant at `token`:
+/// deleted (lease expired, someone deleted it) or overwritten. Only our own
+/// release may change it while we hold it, and that stops this watch first.
+async fn watch_lock_key(inner: Arc<Inner>, lock: Vec<u8>, token: i64, lost: CancellationToken) {
+    let mut backoff = FIRST_BACKOFF;
+    // Replays every change since the grant: none can slip by.
+    let mut from = token + 1;
+    while !lost.is_cancelled() {
+        let target = Target {
+            key: lock.clone(),
+            range_end: None,
+            start_revision: Some(from),
+        };
+        if let Ok(mut sub) = inner.hub.subscribe(target).await {
+            loop {
+                match sub.recv().await {
+                    WatchMsg::Events { events } if events.iter().any(|e| e.key == lock) => {
+                        lost.cancel();
+                        return;
+                    }
+                    WatchMsg::Ended(_) => break,
+                    _ => {}
+                }
+            }
+        }
+        // Compacted past our grant, or etcd unreachable (the lease deadline
+        // covers that): read the key itself before watching again.
+        if let Ok(resp) = inner
+            .get("lock key check", lock.clone(), Default::default())
+            .await
+        {
+            if resp.kvs().first().map(|kv| kv.mod_revision()) != Some(token) {
+                lost.cancel();
+                return;
+            }
+            if let Some(header) = resp.header() {
+                from = header.revision() + 1;
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(super::session::MAX_BACKOFF);
     }
 }
 

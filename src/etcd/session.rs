@@ -7,18 +7,27 @@ use std::time::Duration;
 use etcd_client::Client;
 use tokio::sync::Mutex;
 use tokio::task::AbortHandle;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::etcd_err;
-use crate::Result;
+use crate::{Expiry, Result};
 
 /// A granted lease and the task renewing it.
 pub(crate) struct Lease {
     pub id: i64,
     /// Cancelled once the lease is known or presumed expired.
     pub lost: CancellationToken,
+    /// The last instant the lease is known alive (see [`margin`]).
+    pub expiry: Expiry,
     keepalive: AbortHandle,
+}
+
+/// How much earlier than etcd the local deadline ends: a tenth of the TTL,
+/// at most one second. Deadlines already count from when a renewal was
+/// sent, not when it was answered; the margin covers clock-rate drift and
+/// the time a holder needs to act on `is_held`.
+pub(crate) fn margin(ttl: Duration) -> Duration {
+    (ttl / 10).min(Duration::from_secs(1))
 }
 
 /// The first pause before retrying a failed cleanup or release.
@@ -69,6 +78,7 @@ impl Session {
             return Ok(Arc::clone(lease));
         }
         let mut client = self.client.clone();
+        let asked = std::time::Instant::now();
         let granted = tokio::time::timeout(
             self.request_timeout,
             Box::pin(client.lease_grant(self.ttl_secs, None)),
@@ -77,16 +87,20 @@ impl Session {
         .map_err(|_| super::timeout_err("lease grant", self.request_timeout))?
         .map_err(etcd_err("lease grant"))?;
         let id = granted.id();
+        let ttl = Duration::from_secs(granted.ttl().max(1).unsigned_abs());
         let lost = CancellationToken::new();
+        let expiry = Expiry::new(asked + ttl - margin(ttl));
         let task = tokio::spawn(keep_alive(
             self.client.clone(),
             id,
-            Duration::from_secs(granted.ttl().max(1).unsigned_abs()),
+            ttl,
             lost.clone(),
+            expiry.clone(),
         ));
         let lease = Arc::new(Lease {
             id,
             lost,
+            expiry,
             keepalive: task.abort_handle(),
         });
         *current = Some(Arc::clone(&lease));
@@ -142,44 +156,65 @@ impl Drop for Session {
     }
 }
 
-/// Renews the lease every TTL/3 until it is gone. Declares it lost when
-/// etcd says so or when no renewal was acknowledged for a whole TTL.
-async fn keep_alive(client: Client, id: i64, ttl: Duration, lost: CancellationToken) {
+/// Keeps the lease alive until it is lost: etcd says it expired, or the
+/// local deadline passes without an acknowledged renewal (etcd unreachable,
+/// or this process paused). Either way `lost` is cancelled and the deadline
+/// ends, so no guard reports the lock held any longer.
+async fn keep_alive(
+    client: Client,
+    id: i64,
+    ttl: Duration,
+    lost: CancellationToken,
+    expiry: Expiry,
+) {
+    tokio::select! {
+        () = renew(client, id, ttl, &expiry) => {}
+        () = expiry.passed() => {}
+        () = lost.cancelled() => {}
+    }
+    lost.cancel();
+    expiry.expire();
+}
+
+/// Renews the lease every TTL/3, moving `expiry` on each acknowledgement;
+/// returns when etcd says the lease is gone.
+async fn renew(client: Client, id: i64, ttl: Duration, expiry: &Expiry) {
     let period = ttl / 3;
-    let mut last_ack = Instant::now();
-    'reconnect: while !lost.is_cancelled() {
-        if last_ack.elapsed() >= ttl {
-            break;
-        }
+    let margin = margin(ttl);
+    // Pause before reconnecting after a failure, so a dead endpoint is not
+    // hammered; the deadline, not this loop, decides when to give up.
+    let retry = Duration::from_millis(200);
+    'reconnect: loop {
         let mut lease_client = client.lease_client();
-        let Ok(Ok((mut keeper, mut stream))) =
-            tokio::time::timeout(period, lease_client.keep_alive(id)).await
-        else {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            continue;
-        };
-        loop {
-            let sent = keeper.keep_alive().await.is_ok();
-            let reply = if sent {
-                tokio::time::timeout(period, stream.message()).await
-            } else {
-                Ok(Err(etcd_client::Error::LeaseKeepAliveError(
-                    "send failed".into(),
-                )))
-            };
-            match reply {
-                Ok(Ok(Some(resp))) if resp.ttl() > 0 => last_ack = Instant::now(),
-                Ok(Ok(Some(_))) => break 'reconnect, // etcd: the lease has expired
+        let sent = std::time::Instant::now();
+        // Opening the stream sends one renewal and awaits its answer.
+        let (mut keeper, mut stream) =
+            match tokio::time::timeout(period, lease_client.keep_alive(id)).await {
+                Ok(Ok(opened)) => opened,
+                Ok(Err(etcd_client::Error::LeaseKeepAliveError(_))) => return, // not found
                 _ => {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    tokio::time::sleep(retry).await;
+                    continue;
+                }
+            };
+        expiry.extend_to(sent + ttl - margin);
+        loop {
+            tokio::time::sleep(period).await;
+            let sent = std::time::Instant::now();
+            if keeper.keep_alive().await.is_err() {
+                continue 'reconnect;
+            }
+            match tokio::time::timeout(period, stream.message()).await {
+                Ok(Ok(Some(resp))) if resp.ttl() > 0 => {
+                    let granted = Duration::from_secs(resp.ttl().unsigned_abs());
+                    expiry.extend_to(sent + granted - margin);
+                }
+                Ok(Ok(Some(_))) => return, // etcd: the lease has expired
+                _ => {
+                    tokio::time::sleep(retry).await;
                     continue 'reconnect;
                 }
             }
-            tokio::select! {
-                () = tokio::time::sleep(period) => {}
-                () = lost.cancelled() => return,
-            }
         }
     }
-    lost.cancel();
 }

@@ -63,6 +63,8 @@ pub async fn mutual_exclusion(b: &impl Backend, modes: &[bool]) {
                         0,
                         "two holders at once"
                     );
+                    assert!(guard.is_held(), "a fresh guard must report its lock held");
+                    let lost = guard.lost_token();
                     let token = guard.fencing_token();
                     let previous = last_token.swap(token, Ordering::SeqCst);
                     assert!(token > previous, "fencing token {token} after {previous}");
@@ -70,7 +72,11 @@ pub async fn mutual_exclusion(b: &impl Backend, modes: &[bool]) {
                     tokio::time::sleep(Duration::from_millis(1)).await; // widen the race
                     counter.store(seen + 1, Ordering::SeqCst);
                     inside.fetch_sub(1, Ordering::SeqCst);
+                    assert!(guard.is_held(), "lost while held");
                     locker.unlock(guard).await.expect("unlock");
+                    // Our own release (a handoff changes the lock key) is
+                    // not a loss.
+                    assert!(!lost.is_cancelled(), "unlock reported as a loss");
                 }
             }));
         }

@@ -1,0 +1,119 @@
+//! Fenced writes: etcd txns that apply only while the guard still holds the
+//! lock (what Go's `Mutex.IsOwner()` compare is for).
+
+use std::future::Future;
+
+use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse, TxnResponse};
+
+use super::release::Held;
+use crate::{Error, LockGuard, Result};
+
+/// etcd operations conditional on holding the lock; implemented for
+/// [`LockGuard`]s handed out by [`super::EtcdLocker`].
+///
+/// A lease cannot keep a paused or cut-off holder from acting after its lock
+/// expired and was granted to someone else. A fenced txn can: etcd applies
+/// it only if the lock key is still the one written at this guard's grant,
+/// checked in the same transaction as the write.
+pub trait FencedTxn: sealed::Sealed {
+    /// The compare that holds exactly while this guard holds the lock: the
+    /// lock key's mod revision equals the fencing token. Put it in the
+    /// `when` of your own txn.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] if the guard does not come from the etcd
+    /// backend.
+    fn fence(&self) -> Result<Compare>;
+
+    /// Runs `txn` only if this guard still holds the lock, and returns
+    /// `txn`'s own response (its compares decide `succeeded()` as usual).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(guard: fairlock::LockGuard) -> fairlock::Result<()> {
+    /// use etcd_client::{Txn, TxnOp};
+    /// use fairlock::etcd::FencedTxn;
+    ///
+    /// let write = Txn::new().and_then([TxnOp::put("/app/counter", "42", None)]);
+    /// match guard.fenced_txn(write).await {
+    ///     Ok(_) => println!("written while holding the lock"),
+    ///     Err(fairlock::Error::LockLost { .. }) => println!("not written: the lock was lost"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::LockLost`] if the lock is no longer held: nothing was
+    /// applied, and the guard reports itself lost from then on. The same
+    /// without a request when the lease's local deadline has passed.
+    /// [`Error::Unsupported`] for a guard from another backend. A backend
+    /// error (such as no answer within the request timeout) leaves it
+    /// unknown whether `txn` was applied.
+    ///
+    /// # Cancel safety
+    /// Once sent, a txn may be applied even if this future is dropped.
+    fn fenced_txn(&self, txn: Txn) -> impl Future<Output = Result<TxnResponse>> + Send;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for crate::LockGuard {}
+}
+
+fn held(guard: &LockGuard) -> Result<&Held> {
+    guard
+        .backend()
+        .and_then(|b| b.downcast_ref::<Held>())
+        .ok_or_else(|| {
+            Error::Unsupported(
+                "fenced etcd txns need a guard from the etcd backend (fairlock::etcd::EtcdLocker)"
+                    .into(),
+            )
+        })
+}
+
+fn lost(guard: &LockGuard, reason: &str) -> Error {
+    guard.mark_lost();
+    Error::LockLost {
+        key: guard.key().to_string(),
+        reason: reason.into(),
+    }
+}
+
+impl FencedTxn for LockGuard {
+    fn fence(&self) -> Result<Compare> {
+        let held = held(self)?;
+        Ok(Compare::mod_revision(
+            held.layout.lock.clone(),
+            CompareOp::Equal,
+            held.token,
+        ))
+    }
+
+    async fn fenced_txn(&self, txn: Txn) -> Result<TxnResponse> {
+        let held = held(self)?;
+        if !self.is_held() {
+            return Err(lost(
+                self,
+                "the session lease's local deadline passed; the txn was not sent",
+            ));
+        }
+        let fenced = Txn::new().when([self.fence()?]).and_then([TxnOp::txn(txn)]);
+        let resp = held.inner.txn("fenced txn", fenced).await?;
+        if !resp.succeeded() {
+            return Err(lost(
+                self,
+                "the lock key changed since this guard's grant; the txn was not applied",
+            ));
+        }
+        match resp.op_responses().into_iter().next() {
+            Some(TxnOpResponse::Txn(inner)) => Ok(inner),
+            _ => Err(Error::Backend {
+                backend: "etcd",
+                op: "fenced txn",
+                source: "etcd answered the fenced txn in an unexpected shape".into(),
+            }),
+        }
+    }
+}
