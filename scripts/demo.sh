@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Run the `ordering` example (fair vs unfair mode, prints verdicts) against etcd.
+# Run `fairlock demo` (fair vs unfair mode, prints verdicts) against etcd.
 # Uses FAIRLOCK_ENDPOINTS if set; otherwise starts a throwaway local etcd that
-# is stopped and deleted when this script exits. Args go to the example.
+# is stopped and deleted when this script exits. Args go to `fairlock demo`
+# (e.g. --processes 4 --tasks 10 --svg ordering.svg).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=scripts/lib.sh
@@ -12,5 +13,5 @@ start_etcd
 
 # Not `exec`: the EXIT trap must survive to stop etcd afterwards.
 status=0
-cargo run --release --quiet --example ordering -- "$@" || status=$?
+cargo run --release --quiet --bin fairlock -- demo "$@" || status=$?
 exit "$status"

@@ -121,6 +121,17 @@ impl EtcdLocker {
         }
     }
 
+    /// This locker's id: the `<locker id>` level of its queue keys, and
+    /// [`super::Waiter::locker`] in [`EtcdLocker::status`].
+    #[must_use]
+    pub fn id(&self) -> &str {
+        &self.inner.id
+    }
+
+    pub(crate) fn inner(&self) -> &Inner {
+        &self.inner
+    }
+
     /// The configuration in use.
     #[must_use]
     pub fn config(&self) -> &EtcdConfig {

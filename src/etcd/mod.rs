@@ -10,6 +10,7 @@
 //!   is held.
 //! - `watch.rs`, `shared_watch.rs`: watches multiplexed on one stream, and
 //!   the long-lived ones reused across waits.
+//! - `status.rs`: [`EtcdLocker::status`], who holds and who waits.
 //! - `keys.rs`: the key layout.
 //!
 //! # How a lock works here
@@ -32,6 +33,7 @@ mod queue;
 mod release;
 mod session;
 mod shared_watch;
+mod status;
 mod watch;
 
 use std::sync::Arc;
@@ -40,6 +42,7 @@ use std::time::Duration;
 pub use config::{DEFAULT_ENDPOINT, DEFAULT_PREFIX, EtcdConfig, MAX_TTL, MIN_TTL, parse_duration};
 pub use fence::FencedTxn;
 pub use locker::EtcdLocker;
+pub use status::{Holder, LockStatus, Owner, Waiter};
 
 use crate::{Error, Locker, Result};
 

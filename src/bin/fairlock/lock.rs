@@ -1,0 +1,338 @@
+//! `fairlock lock`: wait for the lock, run the command while holding it,
+//! release it when the command ends.
+
+use std::io::{IsTerminal, Write};
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::time::{Duration, Instant};
+
+use fairlock::etcd::{EtcdConfig, EtcdLocker, LockStatus};
+use fairlock::{Context, Error, Key, LockGuard, Locker};
+use tokio::signal::unix::{Signal, SignalKind, signal};
+
+use crate::args::LockArgs;
+use crate::{exit, report};
+
+/// The signals `fairlock` handles: while waiting they cancel the wait,
+/// while the command runs they are passed on to it.
+struct Signals {
+    int: Signal,
+    term: Signal,
+    hup: Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Self> {
+        Ok(Signals {
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    /// The next signal received.
+    async fn recv(&mut self) -> i32 {
+        tokio::select! {
+            _ = self.int.recv() => libc::SIGINT,
+            _ = self.term.recv() => libc::SIGTERM,
+            _ = self.hup.recv() => libc::SIGHUP,
+        }
+    }
+}
+
+pub async fn run(config: EtcdConfig, a: LockArgs) -> u8 {
+    let mut signals = match Signals::new() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("fairlock: cannot install signal handlers: {e}");
+            return exit::UNAVAILABLE;
+        }
+    };
+    let key = Key::from(a.key.as_str());
+    if let Err(e) = key.validate() {
+        report(&e);
+        return exit::USAGE;
+    }
+    let locker = match EtcdLocker::connect(config, a.fair).await {
+        Ok(l) => l,
+        Err(e) => {
+            report(&e);
+            return exit::UNAVAILABLE;
+        }
+    };
+    let guard = match acquire(&locker, &key, &a, &mut signals).await {
+        Ok(guard) => guard,
+        Err(code) => {
+            let _ = locker.close().await;
+            return code;
+        }
+    };
+    let code = run_holding(&locker, guard, &a, &mut signals).await;
+    let _ = locker.close().await;
+    code
+}
+
+/// Takes the lock, or says why not and returns the exit code.
+async fn acquire(
+    locker: &EtcdLocker,
+    key: &Key,
+    a: &LockArgs,
+    signals: &mut Signals,
+) -> Result<LockGuard, u8> {
+    if a.nonblock {
+        return match locker.try_lock(key).await {
+            Ok(Some(guard)) => Ok(guard),
+            Ok(None) => {
+                let holder = describe_holder(locker, key).await;
+                eprintln!(
+                    "fairlock: lock {key} is {holder}; not running {} (--nonblock)",
+                    a.cmd[0]
+                );
+                Err(a.conflict_code)
+            }
+            Err(e) => {
+                report(&e);
+                Err(exit::UNAVAILABLE)
+            }
+        };
+    }
+    let mut ctx = Context::background();
+    if let Some(timeout) = a.timeout {
+        ctx = ctx.with_timeout(timeout);
+    }
+    let (ctx, cancel) = ctx.with_cancel();
+    let lock = locker.lock(&ctx, key);
+    tokio::pin!(lock);
+    let started = Instant::now();
+    let mut progress = Progress::new();
+    let mut interrupted = None;
+    let mut tick = tokio::time::interval_at(
+        tokio::time::Instant::now() + Duration::from_secs(1),
+        Duration::from_secs(1),
+    );
+    let outcome = loop {
+        tokio::select! {
+            res = &mut lock => break res,
+            sig = signals.recv(), if interrupted.is_none() => {
+                // Leave the queue: the cancelled lock removes our entry
+                // before it returns.
+                interrupted = Some(sig);
+                cancel.cancel();
+            }
+            _ = tick.tick(), if interrupted.is_none() => {
+                let status = locker.status(Some(key)).await.ok();
+                progress.show(key, locker.id(), status.as_ref(), started.elapsed());
+            }
+        }
+    };
+    progress.clear();
+    match outcome {
+        Ok(guard) => Ok(guard),
+        Err(Error::Cancelled { .. }) if interrupted.is_some() => {
+            let sig = interrupted.unwrap_or(libc::SIGINT);
+            eprintln!("fairlock: interrupted while waiting for lock {key}; left the queue");
+            Err(128 + u8::try_from(sig).unwrap_or(0))
+        }
+        Err(Error::Timeout { .. }) => {
+            let holder = describe_holder(locker, key).await;
+            eprintln!(
+                "fairlock: timed out after {:?} waiting for lock {key} ({holder}); not running {}",
+                a.timeout.unwrap_or_default(),
+                a.cmd[0]
+            );
+            Err(a.conflict_code)
+        }
+        Err(e) => {
+            report(&e);
+            Err(exit::UNAVAILABLE)
+        }
+    }
+}
+
+/// Runs the command while holding the lock; returns the exit code.
+async fn run_holding(
+    locker: &EtcdLocker,
+    guard: LockGuard,
+    a: &LockArgs,
+    signals: &mut Signals,
+) -> u8 {
+    let key = guard.key().clone();
+    let mut child = match tokio::process::Command::new(&a.cmd[0])
+        .args(&a.cmd[1..])
+        .env("FAIRLOCK_KEY", key.as_str())
+        .env("FAIRLOCK_TOKEN", guard.fencing_token().to_string())
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(e) => {
+            let _ = guard.unlock().await;
+            eprintln!("fairlock: cannot run {}: {e}", a.cmd[0]);
+            return if e.kind() == std::io::ErrorKind::NotFound {
+                exit::NOT_FOUND
+            } else {
+                exit::NOT_EXECUTABLE
+            };
+        }
+    };
+    let pid = child.id();
+    let outcome = {
+        let lost = guard.lost();
+        tokio::pin!(lost);
+        loop {
+            tokio::select! {
+                status = child.wait() => break status.map(Ok),
+                sig = signals.recv() => send(pid, sig),
+                () = &mut lost => break Ok(Err(())),
+            }
+        }
+    };
+    match outcome {
+        Ok(Ok(status)) => match guard.unlock().await {
+            Ok(()) => exit_code(status),
+            Err(e @ Error::LockLost { .. }) => {
+                report(&e);
+                eprintln!(
+                    "fairlock: {} finished, but the lock was not held to the end",
+                    a.cmd[0]
+                );
+                exit::LOST
+            }
+            Err(e) => {
+                // The release goes on failing in the background until the
+                // lease ends; the command's own outcome is what counts.
+                report(&e);
+                exit_code(status)
+            }
+        },
+        Ok(Err(())) => {
+            eprintln!(
+                "fairlock: lock {key} was lost while {} ran (its lease expired or etcd was \
+                 unreachable for the TTL); sending SIGTERM",
+                a.cmd[0]
+            );
+            send(pid, libc::SIGTERM);
+            let status = tokio::select! {
+                status = child.wait() => status.ok(),
+                () = tokio::time::sleep(a.kill_after) => {
+                    eprintln!("fairlock: {} still running after {:?}; sending SIGKILL", a.cmd[0], a.kill_after);
+                    send(pid, libc::SIGKILL);
+                    child.wait().await.ok()
+                }
+            };
+            drop(guard);
+            if let Some(status) = status {
+                eprintln!("fairlock: {} ended: {status}", a.cmd[0]);
+            }
+            let _ = locker;
+            exit::LOST
+        }
+        Err(e) => {
+            eprintln!("fairlock: waiting for {} failed: {e}", a.cmd[0]);
+            let _ = guard.unlock().await;
+            exit::UNAVAILABLE
+        }
+    }
+}
+
+/// A shell's exit code for a finished command.
+fn exit_code(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(1),
+        (None, Some(sig)) => 128 + u8::try_from(sig & 0x7f).unwrap_or(0),
+        _ => 1,
+    }
+}
+
+/// Sends `sig` to the child, if it is still there.
+fn send(pid: Option<u32>, sig: i32) {
+    let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) else {
+        return;
+    };
+    // SAFETY: kill(2) has no memory-safety preconditions; the pid is our
+    // own child, which we have not reaped yet (so it cannot be reused).
+    unsafe {
+        libc::kill(pid, sig);
+    }
+}
+
+async fn describe_holder(locker: &EtcdLocker, key: &Key) -> String {
+    match locker.status(Some(key)).await {
+        Ok(locks) => match locks.first().and_then(|l| l.holder.as_ref()) {
+            Some(h) => format!(
+                "held by {} (fencing token {})",
+                h.owner.describe(),
+                h.fencing_token
+            ),
+            None if locks.first().is_some_and(|l| !l.waiters.is_empty()) => {
+                "free but others queue for it (fair mode lets them go first)".into()
+            }
+            None => "held".into(),
+        },
+        Err(_) => "held".into(),
+    }
+}
+
+/// The "still waiting" report: a live line on a terminal, plain lines
+/// (on change, or every 30 s) otherwise.
+struct Progress {
+    live: bool,
+    shown: bool,
+    last: String,
+    last_at: Option<Instant>,
+}
+
+impl Progress {
+    fn new() -> Self {
+        Progress {
+            live: std::io::stderr().is_terminal(),
+            shown: false,
+            last: String::new(),
+            last_at: None,
+        }
+    }
+
+    fn show(&mut self, key: &Key, me: &str, status: Option<&Vec<LockStatus>>, waited: Duration) {
+        let lock = status.and_then(|s| s.first());
+        let holder = lock
+            .and_then(|l| l.holder.as_ref())
+            .map_or("no holder".into(), |h| {
+                format!("held by {} (token {})", h.owner.describe(), h.fencing_token)
+            });
+        let place = lock
+            .and_then(|l| {
+                let at = l.waiters.iter().position(|w| w.locker == me)?;
+                Some(format!(
+                    "position {} of {} in the queue",
+                    at + 1,
+                    l.waiters.len()
+                ))
+            })
+            .unwrap_or_else(|| "queued".into());
+        let what = format!("waiting for lock {key}: {place}, {holder}");
+        let mut err = std::io::stderr().lock();
+        if self.live {
+            let _ = write!(
+                err,
+                "\r\x1b[Kfairlock: {what}, waited {}s",
+                waited.as_secs()
+            );
+            let _ = err.flush();
+            self.shown = true;
+        } else if what != self.last
+            || self
+                .last_at
+                .is_none_or(|t| t.elapsed() >= Duration::from_secs(30))
+        {
+            let _ = writeln!(err, "fairlock: {what}, waited {}s", waited.as_secs());
+            self.last = what;
+            self.last_at = Some(Instant::now());
+        }
+    }
+
+    fn clear(&mut self) {
+        if self.shown {
+            let _ = write!(std::io::stderr(), "\r\x1b[K");
+            self.shown = false;
+        }
+    }
+}

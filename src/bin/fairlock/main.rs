@@ -1,0 +1,122 @@
+//! The `fairlock` command: run a command under a distributed lock, see who
+//! holds what, watch the ordering demo.
+//!
+//! - `args.rs`: parsing and the help text (which documents exit codes).
+//! - `lock.rs`: `fairlock lock`, the command runner.
+//! - `status.rs`: `fairlock status`.
+//! - `demo.rs`: `fairlock demo`, with `svg.rs` drawing its timeline.
+
+mod args;
+mod demo;
+mod lock;
+mod status;
+mod svg;
+
+use std::process::ExitCode;
+
+use fairlock::etcd::EtcdConfig;
+
+use args::{Command, Global, HELP};
+
+/// Exit codes of `fairlock` itself (documented in `--help`).
+pub mod exit {
+    /// Bad arguments.
+    pub const USAGE: u8 = 2;
+    /// etcd unreachable or failing.
+    pub const UNAVAILABLE: u8 = 69;
+    /// The lock was held (`--nonblock`) or the wait timed out.
+    pub const CONFLICT: u8 = 75;
+    /// The lock was lost while the command ran.
+    pub const LOST: u8 = 76;
+    /// The command could not be executed.
+    pub const NOT_EXECUTABLE: u8 = 126;
+    /// The command was not found.
+    pub const NOT_FOUND: u8 = 127;
+}
+
+fn main() -> ExitCode {
+    let (global, command) = match args::parse(std::env::args().skip(1).collect()) {
+        Ok(parsed) => parsed,
+        Err(args::Usage(msg)) => {
+            eprintln!("fairlock: {msg}\nTry 'fairlock --help' for more information.");
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    let code = match command {
+        Command::Help => {
+            print!("{HELP}");
+            0
+        }
+        Command::Version => {
+            println!("fairlock {}", env!("CARGO_PKG_VERSION"));
+            0
+        }
+        Command::Lock(a) => {
+            let ttl = a.ttl;
+            with_config(&global, ttl, |config| lock::run(config, a))
+        }
+        Command::Status(a) => with_config(&global, None, |config| status::run(config, a)),
+        Command::Demo(a) => with_config(&global, None, |config| demo::run(config, a)),
+    };
+    ExitCode::from(code)
+}
+
+/// Builds the etcd configuration (environment, then flags), checks it, and
+/// runs `f` on a fresh runtime.
+fn with_config<F, Fut>(global: &Global, ttl: Option<std::time::Duration>, f: F) -> u8
+where
+    F: FnOnce(EtcdConfig) -> Fut,
+    Fut: std::future::Future<Output = u8>,
+{
+    let config = match config(global, ttl) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("fairlock: {e}");
+            return exit::USAGE;
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("fairlock: cannot start the async runtime: {e}");
+            return exit::UNAVAILABLE;
+        }
+    };
+    let code = rt.block_on(f(config));
+    // Background releases and lease revokes get a moment; none may hold the
+    // process open.
+    rt.shutdown_timeout(std::time::Duration::from_secs(2));
+    code
+}
+
+fn config(global: &Global, ttl: Option<std::time::Duration>) -> fairlock::Result<EtcdConfig> {
+    let mut config = EtcdConfig::from_env()?;
+    if let Some(endpoints) = &global.endpoints {
+        let list: Vec<String> = endpoints.split(',').map(|s| s.trim().to_owned()).collect();
+        config = EtcdConfig::new(list)
+            .with_prefix(config.prefix())
+            .with_ttl(config.ttl());
+    }
+    if let Some(prefix) = &global.prefix {
+        config = config.with_prefix(prefix.clone());
+    }
+    if let Some(ttl) = ttl {
+        config = config.with_ttl(ttl);
+    }
+    config.validate()?;
+    Ok(config)
+}
+
+/// One line on stderr for an error, with its causes.
+pub fn report(e: &dyn std::error::Error) {
+    let mut line = format!("fairlock: {e}");
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        line.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
+    eprintln!("{line}");
+}

@@ -1,0 +1,149 @@
+//! `fairlock status`: who holds which lock, and who waits, in order.
+
+use std::fmt::Write as _;
+
+use fairlock::Key;
+use fairlock::etcd::{EtcdConfig, EtcdLocker, LockStatus, Owner};
+
+use crate::args::StatusArgs;
+use crate::{exit, report};
+
+pub async fn run(config: EtcdConfig, a: StatusArgs) -> u8 {
+    let key = a.key.as_deref().map(Key::from);
+    if let Some(Err(e)) = key.as_ref().map(Key::validate) {
+        report(&e);
+        return exit::USAGE;
+    }
+    let prefix = config.prefix().to_owned();
+    let locker = match EtcdLocker::connect(config, true).await {
+        Ok(l) => l,
+        Err(e) => {
+            report(&e);
+            return exit::UNAVAILABLE;
+        }
+    };
+    let locks = match locker.status(key.as_ref()).await {
+        Ok(locks) => locks,
+        Err(e) => {
+            report(&e);
+            return exit::UNAVAILABLE;
+        }
+    };
+    if a.json {
+        for lock in &locks {
+            println!("{}", json(lock));
+        }
+    } else if locks.is_empty() {
+        match &key {
+            Some(key) => println!("lock {key} is free (nobody holds or waits for it)"),
+            None => println!("no locks are held or waited for under {prefix}"),
+        }
+    } else {
+        print!("{}", table(&locks));
+    }
+    0
+}
+
+fn age(owner: &Owner) -> String {
+    owner
+        .age()
+        .map_or("?".into(), |d| format!("{:.1}s", d.as_secs_f64()))
+}
+
+fn table(locks: &[LockStatus]) -> String {
+    let mut out = String::new();
+    for lock in locks {
+        match &lock.holder {
+            Some(h) => {
+                let _ = writeln!(
+                    out,
+                    "{}: held by {}, fencing token {}, lease {:x}, asked {} ago",
+                    lock.key,
+                    h.owner.describe(),
+                    h.fencing_token,
+                    h.lease,
+                    age(&h.owner),
+                );
+            }
+            None => {
+                let _ = writeln!(out, "{}: free", lock.key);
+            }
+        }
+        for (n, w) in lock.waiters.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "  {:>3}. {} ({}), waiting {}",
+                n + 1,
+                w.owner.describe(),
+                if w.fair { "fair" } else { "unfair" },
+                age(&w.owner),
+            );
+        }
+    }
+    out
+}
+
+fn json(lock: &LockStatus) -> String {
+    let owner = |o: &Owner| {
+        format!(
+            "{{\"pid\":{},\"host\":{},\"age_ms\":{},\"value\":{}}}",
+            o.pid.map_or("null".into(), |p| p.to_string()),
+            o.host.as_deref().map_or("null".into(), quote),
+            o.age().map_or("null".into(), |d| d.as_millis().to_string()),
+            quote(&o.raw),
+        )
+    };
+    let holder = lock.holder.as_ref().map_or("null".into(), |h| {
+        format!(
+            "{{\"owner\":{},\"fencing_token\":{},\"lease\":{}}}",
+            owner(&h.owner),
+            h.fencing_token,
+            h.lease
+        )
+    });
+    let waiters: Vec<String> = lock
+        .waiters
+        .iter()
+        .map(|w| {
+            format!(
+                "{{\"owner\":{},\"locker\":{},\"fair\":{}}}",
+                owner(&w.owner),
+                quote(&w.locker),
+                w.fair
+            )
+        })
+        .collect();
+    format!(
+        "{{\"key\":{},\"holder\":{holder},\"waiters\":[{}]}}",
+        quote(&lock.key),
+        waiters.join(",")
+    )
+}
+
+/// A JSON string literal.
+fn quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if u32::from(c) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::quote;
+
+    #[test]
+    fn quotes_json_strings() {
+        assert_eq!(quote("a\"b\\c\n"), "\"a\\\"b\\\\c\\u000a\"");
+    }
+}

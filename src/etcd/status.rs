@@ -1,0 +1,262 @@
+//! Who holds which lock and who waits for it, read in one request (for
+//! `fairlock status` and for progress reports of a waiting `lock`).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use etcd_client::{GetOptions, SortOrder, SortTarget};
+
+use super::keys::prefix_end;
+use super::locker::EtcdLocker;
+use crate::{Key, RESERVED_SEGMENT, Result};
+
+/// One lock as seen at one etcd revision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockStatus {
+    /// The lock's key (without the configured prefix).
+    pub key: String,
+    /// The holder, if the lock is held.
+    pub holder: Option<Holder>,
+    /// Waiters in queue order (fair mode grants in this order).
+    pub waiters: Vec<Waiter>,
+}
+
+/// The holder of a lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holder {
+    /// Who asked for the lock.
+    pub owner: Owner,
+    /// The holder's fencing token.
+    pub fencing_token: u64,
+    /// The session lease the lock key is bound to.
+    pub lease: i64,
+}
+
+/// A queued waiter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Waiter {
+    /// Who waits.
+    pub owner: Owner,
+    /// The id of the waiting locker (see [`EtcdLocker::id`]).
+    pub locker: String,
+    /// `true` for a fair waiter (handed the lock in order), `false` for an
+    /// unfair one (woken to try).
+    pub fair: bool,
+}
+
+/// Who asked for a lock, as written in the lock and queue keys' values.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Owner {
+    /// The value as stored.
+    pub raw: String,
+    /// The process id of the requester.
+    pub pid: Option<u32>,
+    /// The requester's host name.
+    pub host: Option<String>,
+    /// When the request was made, by the requester's clock. For a holder
+    /// this is when it asked, so it includes any time spent waiting.
+    pub requested_at: Option<SystemTime>,
+}
+
+impl Owner {
+    fn parse(value: &[u8]) -> Owner {
+        let raw = String::from_utf8_lossy(value).into_owned();
+        let field = |name: &str| {
+            raw.split_whitespace()
+                .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+                .map(str::to_owned)
+        };
+        Owner {
+            pid: field("pid").and_then(|p| p.parse().ok()),
+            host: field("host"),
+            requested_at: field("at")
+                .and_then(|ms| ms.parse().ok())
+                .map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
+            raw,
+        }
+    }
+
+    /// `host:pid`, or the raw value if it has neither.
+    #[must_use]
+    pub fn describe(&self) -> String {
+        match (&self.host, self.pid) {
+            (Some(host), Some(pid)) => format!("{host}:{pid}"),
+            (None, Some(pid)) => format!("pid {pid}"),
+            _ => self.raw.clone(),
+        }
+    }
+
+    /// Time since the request, by this machine's clock (zero if the clocks
+    /// disagree).
+    #[must_use]
+    pub fn age(&self) -> Option<Duration> {
+        let at = self.requested_at?;
+        Some(SystemTime::now().duration_since(at).unwrap_or_default())
+    }
+}
+
+impl EtcdLocker {
+    /// The locks under this locker's prefix (or just `key`), with holders
+    /// and queues, read at one revision. Locks with neither holder nor
+    /// waiters do not exist in etcd and are not listed.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(locker: fairlock::etcd::EtcdLocker) -> fairlock::Result<()> {
+    /// for lock in locker.status(None).await? {
+    ///     let holder = lock.holder.map_or("free".into(), |h| h.owner.describe());
+    ///     println!("{}: {holder}, {} waiting", lock.key, lock.waiters.len());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidKey`] for a bad key; backend errors.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn status(&self, key: Option<&Key>) -> Result<Vec<LockStatus>> {
+        let prefix = self.config().prefix().to_owned();
+        let (from, end) = match key {
+            Some(key) => {
+                key.validate()?;
+                let lock = format!("{prefix}{key}");
+                // The lock key and its queue, but not `<key>x` or `<key>/x`.
+                let queue = format!("{lock}/{RESERVED_SEGMENT}/");
+                let first = self.read(lock.clone().into_bytes(), None).await?;
+                let mut rest = self
+                    .read(
+                        queue.clone().into_bytes(),
+                        Some(prefix_end(queue.as_bytes())),
+                    )
+                    .await?;
+                rest.splice(0..0, first);
+                return Ok(group(&prefix, rest));
+            }
+            None => (prefix.clone().into_bytes(), prefix_end(prefix.as_bytes())),
+        };
+        Ok(group(&prefix, self.read(from, Some(end)).await?))
+    }
+
+    async fn read(
+        &self,
+        from: Vec<u8>,
+        end: Option<Vec<u8>>,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>, i64, i64)>> {
+        let mut opts = GetOptions::new().with_sort(SortTarget::Create, SortOrder::Ascend);
+        if let Some(end) = end {
+            opts = opts.with_range(end);
+        }
+        let resp = self.inner().get("status", from, opts).await?;
+        Ok(resp
+            .kvs()
+            .iter()
+            .map(|kv| {
+                (
+                    kv.key().to_vec(),
+                    kv.value().to_vec(),
+                    kv.mod_revision(),
+                    kv.lease(),
+                )
+            })
+            .collect())
+    }
+}
+
+/// Sorts keys (in create-revision order) into locks: `<prefix><key>` is a
+/// lock key, `<prefix><key>/_OWNERS_/<locker>/<f|u><attempt>` a waiter.
+fn group(prefix: &str, kvs: Vec<(Vec<u8>, Vec<u8>, i64, i64)>) -> Vec<LockStatus> {
+    let marker = format!("/{RESERVED_SEGMENT}/");
+    let mut locks: BTreeMap<String, LockStatus> = BTreeMap::new();
+    for (key, value, mod_revision, lease) in kvs {
+        let key = String::from_utf8_lossy(&key);
+        let Some(name) = key.strip_prefix(prefix) else {
+            continue;
+        };
+        let (lock, waiter) = match name.split_once(&marker) {
+            Some((lock, waiter)) => (lock, Some(waiter)),
+            None => (name, None),
+        };
+        let entry = locks.entry(lock.to_owned()).or_insert_with(|| LockStatus {
+            key: lock.to_owned(),
+            holder: None,
+            waiters: Vec::new(),
+        });
+        let owner = Owner::parse(&value);
+        match waiter.and_then(|w| w.split_once('/')) {
+            Some((locker, attempt)) => {
+                // The holder's own queue key (fair) stays until it releases.
+                if entry
+                    .holder
+                    .as_ref()
+                    .is_some_and(|h| h.owner.raw == owner.raw)
+                {
+                    continue;
+                }
+                entry.waiters.push(Waiter {
+                    owner,
+                    locker: locker.to_owned(),
+                    fair: !attempt.starts_with('u'),
+                });
+            }
+            None if waiter.is_none() => {
+                entry.holder = Some(Holder {
+                    owner,
+                    fencing_token: u64::try_from(mod_revision).unwrap_or_default(),
+                    lease,
+                });
+            }
+            None => {}
+        }
+    }
+    // A holder's queue key created before its lock key was granted sorts
+    // first: drop it from the waiters now that the holder is known.
+    for lock in locks.values_mut() {
+        if let Some(holder) = &lock.holder {
+            lock.waiters.retain(|w| w.owner.raw != holder.owner.raw);
+        }
+    }
+    locks.into_values().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kv(key: &str, value: &str, rev: i64) -> (Vec<u8>, Vec<u8>, i64, i64) {
+        (key.into(), value.into(), rev, 7)
+    }
+
+    #[test]
+    fn groups_holders_and_queues() {
+        let locks = group(
+            "/p/",
+            vec![
+                kv("/p/a/_OWNERS_/L1/fx", "x pid=1 host=h at=1000", 3),
+                kv("/p/a", "x pid=1 host=h at=1000", 5),
+                kv("/p/a/_OWNERS_/L2/fy", "y pid=2 host=h at=2000", 4),
+                kv("/p/a/_OWNERS_/L3/uz", "z pid=3", 6),
+                kv("/p/b/_OWNERS_/L4/fw", "w", 8),
+            ],
+        );
+        assert_eq!(locks.len(), 2);
+        let a = &locks[0];
+        assert_eq!(a.key, "a");
+        let holder = a.holder.as_ref().expect("holder");
+        assert_eq!(holder.fencing_token, 5);
+        assert_eq!(holder.owner.describe(), "h:1");
+        assert_eq!(
+            holder.owner.requested_at,
+            Some(UNIX_EPOCH + Duration::from_secs(1))
+        );
+        let waiters: Vec<_> = a
+            .waiters
+            .iter()
+            .map(|w| (w.locker.as_str(), w.fair))
+            .collect();
+        assert_eq!(waiters, [("L2", true), ("L3", false)]);
+        assert_eq!(locks[1].key, "b");
+        assert!(locks[1].holder.is_none());
+        assert_eq!(locks[1].waiters[0].owner.describe(), "w");
+    }
+}

@@ -1,0 +1,372 @@
+//! The `fairlock` command, driven as a user would: the built binary against
+//! a real etcd that the tests start (see tests/support).
+#![cfg(feature = "cli")]
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+
+use std::process::{Child, Command, Output, Stdio};
+
+const BIN: &str = env!("CARGO_BIN_EXE_fairlock");
+
+/// A `fairlock` command on the shared test etcd, under its own prefix.
+fn fairlock(prefix: &str) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.env("FAIRLOCK_ENDPOINTS", &support::shared().endpoint)
+        .env("FAIRLOCK_PREFIX", prefix)
+        .env_remove("FAIRLOCK_TTL");
+    cmd
+}
+
+fn run(cmd: &mut Command) -> Output {
+    cmd.stdin(Stdio::null()).output().expect("run fairlock")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A holder whose command waits for a line on stdin, then exits.
+fn hold(
+    prefix: &str,
+    key: &str,
+    extra: &[&str],
+) -> (Child, std::io::Lines<BufReader<std::process::ChildStdout>>) {
+    let mut child = fairlock(prefix)
+        .arg("lock")
+        .args(extra)
+        .args([
+            key,
+            "--",
+            "sh",
+            "-c",
+            "echo HOLDING $FAIRLOCK_TOKEN; read _",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn holder");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let first = lines.next().expect("holder output").expect("line");
+    assert!(first.starts_with("HOLDING "), "{first}");
+    (child, lines)
+}
+
+fn finish(mut holder: Child) -> std::process::ExitStatus {
+    writeln!(holder.stdin.as_mut().expect("stdin")).expect("release holder");
+    holder.wait().expect("holder exit")
+}
+
+async fn wait_queued(prefix: &str, key: &str, n: i64) {
+    let mut client = support::shared().client().await;
+    let queue = format!("{prefix}{key}/_OWNERS_/");
+    support::wait_for_count(&mut client, &queue, n, false).await;
+}
+
+async fn wait_clean(prefix: &str) {
+    let mut client = support::shared().client().await;
+    support::wait_for_count(&mut client, prefix, 0, true).await;
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill {sig} {pid}");
+}
+
+/// Concurrent `fairlock lock` processes run a non-atomic read-sleep-write
+/// on a shared file: no overlap, no lost update.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_commands_never_overlap() {
+    for (processes, mode) in [(2, "--unfair"), (8, "--fair"), (2, "--fair")] {
+        let prefix = support::unique_prefix("cli-mutex");
+        let dir = tempfile::tempdir().expect("tmp");
+        std::fs::write(dir.path().join("count"), "0").expect("init");
+        let section = r#"mkdir "$D/inside" || echo overlap >> "$D/overlaps"
+            n=$(cat "$D/count"); sleep 0.05; echo $((n + 1)) > "$D/count"
+            rmdir "$D/inside""#;
+        let children: Vec<Child> = (0..processes)
+            .map(|_| {
+                fairlock(&prefix)
+                    .args(["lock", mode, "counter", "--", "sh", "-c", section])
+                    .env("D", dir.path())
+                    .spawn()
+                    .expect("spawn")
+            })
+            .collect();
+        for mut c in children {
+            assert!(c.wait().expect("wait").success());
+        }
+        let count = std::fs::read_to_string(dir.path().join("count")).expect("count");
+        assert_eq!(count.trim(), processes.to_string(), "lost updates ({mode})");
+        assert!(
+            !dir.path().join("overlaps").exists(),
+            "critical sections overlapped"
+        );
+        wait_clean(&prefix).await;
+    }
+}
+
+/// Fair mode runs queued commands in arrival order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_mode_keeps_arrival_order() {
+    let prefix = support::unique_prefix("cli-order");
+    let dir = tempfile::tempdir().expect("tmp");
+    let (holder, _) = hold(&prefix, "k", &[]);
+    let mut waiters = Vec::new();
+    for i in 1..=4 {
+        waiters.push(
+            fairlock(&prefix)
+                .args([
+                    "lock",
+                    "k",
+                    "--",
+                    "sh",
+                    "-c",
+                    &format!("echo {i} >> \"$D/order\""),
+                ])
+                .env("D", dir.path())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn"),
+        );
+        wait_queued(&prefix, "k", i).await;
+    }
+    assert!(finish(holder).success());
+    for mut w in waiters {
+        assert!(w.wait().expect("wait").success());
+    }
+    let order = std::fs::read_to_string(dir.path().join("order")).expect("order");
+    assert_eq!(order, "1\n2\n3\n4\n");
+    wait_clean(&prefix).await;
+}
+
+/// `--nonblock` on a held key exits with the conflict code and does not run
+/// the command; `--timeout` gives up the same way after waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nonblock_and_timeout_do_not_run_the_command() {
+    let prefix = support::unique_prefix("cli-conflict");
+    let dir = tempfile::tempdir().expect("tmp");
+    let marker = dir.path().join("ran");
+    let touch = ["sh", "-c", "touch \"$M\""];
+    let (holder, _) = hold(&prefix, "k", &[]);
+    let out = run(fairlock(&prefix)
+        .args(["lock", "-n", "k", "--"])
+        .args(touch)
+        .env("M", &marker));
+    assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
+    assert!(stderr(&out).contains("is held by"), "{}", stderr(&out));
+    let out = run(fairlock(&prefix)
+        .args(["lock", "--nonblock", "--conflict-exit-code", "9", "k", "--"])
+        .args(touch)
+        .env("M", &marker));
+    assert_eq!(out.status.code(), Some(9), "{}", stderr(&out));
+    let out = run(fairlock(&prefix)
+        .args(["lock", "--timeout", "300ms", "k", "--"])
+        .args(touch)
+        .env("M", &marker));
+    assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
+    assert!(stderr(&out).contains("timed out"), "{}", stderr(&out));
+    assert!(!marker.exists(), "the command ran without the lock");
+    assert!(finish(holder).success());
+    wait_clean(&prefix).await;
+}
+
+/// The command's exit status comes back; a signal death maps to 128+N.
+#[test]
+fn exit_status_passes_through() {
+    let prefix = support::unique_prefix("cli-exit");
+    let out = run(fairlock(&prefix).args(["lock", "k", "--", "sh", "-c", "exit 3"]));
+    assert_eq!(out.status.code(), Some(3));
+    let out = run(fairlock(&prefix).args(["lock", "k", "--", "sh", "-c", "kill -TERM $$"]));
+    assert_eq!(out.status.code(), Some(143));
+    let out = run(fairlock(&prefix).args(["lock", "k", "--", "/no/such/program"]));
+    assert_eq!(out.status.code(), Some(127));
+    let out = run(fairlock(&prefix).args([
+        "lock",
+        "k",
+        "--",
+        "sh",
+        "-c",
+        "echo \"$FAIRLOCK_KEY $FAIRLOCK_TOKEN\"",
+    ]));
+    let said = String::from_utf8_lossy(&out.stdout);
+    let (key, token) = said.trim().split_once(' ').expect("key and token");
+    assert_eq!(key, "k");
+    assert!(token.parse::<u64>().is_ok_and(|t| t > 0), "{said}");
+}
+
+/// A holder killed with SIGKILL frees the lock after its TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_holder_frees_the_lock_after_its_ttl() {
+    let prefix = support::unique_prefix("cli-kill");
+    let (mut holder, _) = hold(&prefix, "k", &["--ttl", "2s"]);
+    holder.kill().expect("SIGKILL fairlock");
+    holder.wait().expect("reap");
+    drop(holder.stdin.take()); // the orphaned command ends on EOF
+    let out = run(fairlock(&prefix).args(["lock", "k", "--", "true"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    wait_clean(&prefix).await;
+}
+
+/// `status` shows the holder and the queue in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_holder_and_queue() {
+    let prefix = support::unique_prefix("cli-status");
+    let out = run(fairlock(&prefix).arg("status"));
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("no locks"));
+    let (holder, _) = hold(&prefix, "jobs/export", &[]);
+    let mut waiters = Vec::new();
+    for (i, mode) in ["--fair", "--unfair"].into_iter().enumerate() {
+        waiters.push(
+            fairlock(&prefix)
+                .args(["lock", mode, "jobs/export", "--", "true"])
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn"),
+        );
+        wait_queued(&prefix, "jobs/export", i as i64 + 1).await;
+    }
+    let out = run(fairlock(&prefix).arg("status"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("jobs/export: held by"), "{text}");
+    assert!(text.contains("1. ") && text.contains("(fair)"), "{text}");
+    assert!(text.contains("2. ") && text.contains("(unfair)"), "{text}");
+    let out = run(fairlock(&prefix).args(["status", "jobs/export", "--json"]));
+    let json = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        json.starts_with("{\"key\":\"jobs/export\",\"holder\":{"),
+        "{json}"
+    );
+    assert_eq!(json.matches("\"locker\":").count(), 2, "{json}");
+    assert!(finish(holder).success());
+    for mut w in waiters {
+        assert!(w.wait().expect("wait").success());
+    }
+    wait_clean(&prefix).await;
+}
+
+/// SIGINT while waiting leaves the queue (exit 130); a signal while the
+/// command runs is passed on to it, and the lock is released after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signals_leave_the_queue_or_reach_the_command() {
+    let prefix = support::unique_prefix("cli-signal");
+    let (holder, _) = hold(&prefix, "k", &[]);
+    let waiter = fairlock(&prefix)
+        .args(["lock", "k", "--", "true"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    wait_queued(&prefix, "k", 1).await;
+    signal(waiter.id(), "-INT");
+    let out = waiter.wait_with_output().expect("waiter exit");
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    wait_queued_at_most_zero(&prefix).await;
+    assert!(finish(holder).success());
+
+    let mut runner = fairlock(&prefix)
+        .args(["lock", "k", "--", "sh", "-c"])
+        .arg("trap 'echo GOT-TERM; exit 5' TERM; echo STARTED; while :; do sleep 0.05; done")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut lines = BufReader::new(runner.stdout.take().expect("stdout")).lines();
+    assert_eq!(lines.next().expect("line").expect("read"), "STARTED");
+    signal(runner.id(), "-TERM");
+    assert_eq!(lines.next().expect("line").expect("read"), "GOT-TERM");
+    assert_eq!(runner.wait().expect("exit").code(), Some(5));
+    wait_clean(&prefix).await;
+}
+
+async fn wait_queued_at_most_zero(prefix: &str) {
+    let mut client = support::shared().client().await;
+    let queue = format!("{prefix}k/_OWNERS_/");
+    support::wait_for_count(&mut client, &queue, 0, true).await;
+}
+
+/// A SIGSTOPped `fairlock` whose lease expires finds on SIGCONT that its
+/// lock was lost: its command gets SIGTERM and it exits with code 76.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_holder_terminates_its_command() {
+    let prefix = support::unique_prefix("cli-pause");
+    let mut holder = fairlock(&prefix)
+        .args(["lock", "--ttl", "2s", "k", "--", "sh", "-c"])
+        .arg("trap 'echo TERMINATED; exit 0' TERM; echo STARTED; while :; do sleep 0.05; done")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut lines = BufReader::new(holder.stdout.take().expect("stdout")).lines();
+    assert_eq!(lines.next().expect("line").expect("read"), "STARTED");
+    signal(holder.id(), "-STOP");
+    // Another process gets the lock: the paused holder's lease expired.
+    let out = run(fairlock(&prefix).args(["lock", "k", "--", "true"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    signal(holder.id(), "-CONT");
+    assert_eq!(lines.next().expect("line").expect("read"), "TERMINATED");
+    let out = holder.wait_with_output().expect("exit");
+    assert_eq!(out.status.code(), Some(76), "{}", stderr(&out));
+    assert!(stderr(&out).contains("was lost"), "{}", stderr(&out));
+    wait_clean(&prefix).await;
+}
+
+/// Bad input: usage errors exit 2 with a message and no panic; unreachable
+/// endpoints exit 69 naming them.
+#[test]
+fn bad_input_is_a_clear_error() {
+    let prefix = support::unique_prefix("cli-bad");
+    for (args, says) in [
+        (&["lock", "k"][..], "no command"),
+        (&["lock", "", "--", "true"][..], "KEY is empty"),
+        (
+            &["lock", "--timeout", "soon", "k", "--", "true"][..],
+            "not a duration",
+        ),
+        (&["lock", "--ttl", "1s", "k", "--", "true"][..], "TTL"),
+        (&["lock", "a/_OWNERS_/b", "--", "true"][..], "_OWNERS_"),
+        (&["bogus"][..], "unknown command"),
+    ] {
+        let out = run(fairlock(&prefix).args(args));
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
+    let endpoint = format!("127.0.0.1:{port}");
+    let out = run(fairlock(&prefix).args(["--endpoints", &endpoint, "lock", "k", "--", "true"]));
+    assert_eq!(out.status.code(), Some(69));
+    let err = stderr(&out);
+    assert!(err.contains(&endpoint) && err.lines().count() == 1, "{err}");
+    let out = run(Command::new(BIN).arg("--help"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("EXAMPLES"));
+}
+
+/// The demo runs its processes and reports a fair verdict; `--svg` writes
+/// a picture.
+#[test]
+fn demo_reports_fair_order_and_draws_it() {
+    let prefix = support::unique_prefix("cli-demo");
+    let dir = tempfile::tempdir().expect("tmp");
+    let svg = dir.path().join("t.svg");
+    let out = run(fairlock(&prefix)
+        .args(["demo", "--processes", "2", "--tasks", "3", "--svg"])
+        .arg(&svg));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", stderr(&out));
+    assert!(
+        text.contains("fair mode granted all 6 requests in strict arrival order"),
+        "{text}"
+    );
+    assert!(text.contains("verdict: unfair mode"), "{text}");
+    let picture = std::fs::read_to_string(&svg).expect("svg written");
+    assert!(picture.starts_with("<svg") && picture.contains("unfair mode"));
+    assert_eq!(picture.matches("<rect x=").count(), 12, "one bar per grant");
+}
