@@ -723,3 +723,88 @@ async fn fenced_txn_needs_an_etcd_guard() {
     assert!(matches!(err, Error::Unsupported(_)), "{err}");
     assert!(err.to_string().contains("etcd backend"), "{err}");
 }
+
+/// An endpoint that answers, but is not etcd, fails within the connect
+/// timeout, naming it.
+#[tokio::test]
+async fn endpoints_that_are_not_etcd_are_refused() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let endpoint = listener.local_addr().expect("addr").to_string();
+    // A plain HTTP/1 server: answers every connection with a web page.
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { break };
+            let _ = conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nhi");
+        }
+    });
+    let config =
+        EtcdConfig::new([endpoint.clone()]).with_connect_timeout(Duration::from_millis(800));
+    let err = tokio::time::timeout(Duration::from_secs(120), EtcdLocker::connect(config, true))
+        .await
+        .expect("connect hung")
+        .err()
+        .expect("must fail");
+    assert!(matches!(err, Error::Connect { .. }), "{err}");
+    assert!(err.to_string().contains(&endpoint), "{err}");
+}
+
+/// Unicode keys with `/` separators work like any other, and `status`
+/// names them as given.
+#[tokio::test]
+async fn unicode_keys_with_separators() {
+    let b = etcd("unicode").await;
+    let locker = EtcdLocker::from_client(b.client.clone(), b.config.clone(), true);
+    let key = Key::from("報告/夜間 ✓/ü");
+    let guard = locker.lock(&patient(), &key).await.expect("lock");
+    let status = locker.status(Some(&key)).await.expect("status");
+    assert_eq!(status.len(), 1);
+    assert_eq!(status[0].key, key.as_str());
+    assert_eq!(
+        status[0].holder.as_ref().map(|h| h.fencing_token),
+        Some(guard.fencing_token())
+    );
+    // Its parent segment is a different lock.
+    let parent = locker
+        .try_lock(&Key::from("報告"))
+        .await
+        .expect("try_lock")
+        .expect("a parent path is a separate lock");
+    parent.unlock().await.expect("unlock");
+    guard.unlock().await.expect("unlock");
+    locker.close().await.expect("close");
+    b.wait_clean().await;
+}
+
+/// One locker holding thousands of keys at once, all released cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousands_of_keys_at_once() {
+    const KEYS: usize = 2000;
+    let b = etcd("many").await;
+    let locker = Arc::new(EtcdLocker::from_client(
+        b.client.clone(),
+        b.config.clone(),
+        true,
+    ));
+    let mut tasks = Vec::new();
+    for i in 0..KEYS {
+        let locker = Arc::clone(&locker);
+        tasks.push(tokio::spawn(async move {
+            locker.lock(&patient(), &Key::from(format!("k{i}"))).await
+        }));
+    }
+    let mut guards = Vec::new();
+    for t in tasks {
+        guards.push(t.await.expect("task").expect("lock"));
+    }
+    let held = support::count_keys(&mut b.client.clone(), b.config.prefix()).await;
+    assert_eq!(held, KEYS as i64);
+    assert!(guards.iter().all(fairlock::LockGuard::is_held));
+    let releases: Vec<_> = guards
+        .into_iter()
+        .map(|g| tokio::spawn(g.unlock()))
+        .collect();
+    for r in releases {
+        r.await.expect("task").expect("unlock");
+    }
+    b.wait_clean().await;
+}
