@@ -13,6 +13,8 @@
 //!   [`LockGuard::is_held`] (`expiry.rs`).
 //! - [`etcd`]: the etcd backend (feature `etcd`, on by default).
 //! - [`memory`]: an in-process backend with the same semantics, for tests.
+//! - The `fairlock` command (feature `cli`, on by default) is built from
+//!   `src/bin/fairlock/` on top of this API.
 
 mod context;
 mod error;
