@@ -393,43 +393,44 @@ fn exclusion(
 ) {
     let mut excused = 0;
     for (i, a) in intervals.iter().enumerate() {
-        for b in intervals[i + 1..].iter().take_while(|b| b.acq < a.end) {
-            if b.proc == a.proc {
-                continue;
-            }
-            let overlap = format!(
-                "critical sections overlap by {:.1} ms: worker {} (token {}) and worker {} \
-                 (token {})",
-                ms(a.end - b.acq),
-                a.proc,
-                a.token,
-                b.proc,
-                b.token
-            );
-            match pause_in(inp, a.proc, a.acq, a.end) {
-                Some((_, cont)) => {
-                    match paused_holder_behaved(&after(&inp.log, a.proc, a.token, cont)) {
-                        None => excused += 1,
-                        Some(why) => v.push(Violation {
-                            checker: 2,
-                            t: Some(b.acq),
-                            text: format!(
-                                "{overlap}; the first was paused past its TTL, but {why}"
-                            ),
-                        }),
-                    }
-                }
-                None => v.push(Violation {
+        // One finding per earlier section, naming every later one it overlaps.
+        let later: Vec<&Interval> = intervals[i + 1..]
+            .iter()
+            .take_while(|b| b.acq < a.end)
+            .filter(|b| b.proc != a.proc)
+            .collect();
+        let Some(first) = later.first() else {
+            continue;
+        };
+        let overlap = format!(
+            "the critical section of worker {} (token {}) overlaps {} later one(s), by up to \
+             {:.1} ms: tokens {:?}",
+            a.proc,
+            a.token,
+            later.len(),
+            ms(a.end - first.acq),
+            later.iter().map(|b| b.token).collect::<Vec<_>>()
+        );
+        match pause_in(inp, a.proc, a.acq, a.end) {
+            Some((_, cont)) => match paused_holder_behaved(&after(&inp.log, a.proc, a.token, cont))
+            {
+                None => excused += 1,
+                Some(why) => v.push(Violation {
                     checker: 2,
-                    t: Some(b.acq),
-                    text: format!("{overlap}, and neither was paused"),
+                    t: Some(first.acq),
+                    text: format!("{overlap}; it was paused past its TTL, but {why}"),
                 }),
-            }
+            },
+            None => v.push(Violation {
+                checker: 2,
+                t: Some(first.acq),
+                text: format!("{overlap}, and it was not paused"),
+            }),
         }
     }
     notes.push(format!(
-        "critical sections: {} in all; {excused} overlap(s), each with a holder paused past its TTL \
-         that saw the loss and had its writes refused",
+        "critical sections: {} in all; {excused} overlapped later ones, each held by a holder \
+         paused past its TTL that saw the loss and had its writes refused",
         intervals.len()
     ));
 }

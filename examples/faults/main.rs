@@ -7,8 +7,10 @@
 //! ```text
 //! cargo run --example faults -- [--long] [--mode both|fair|unfair] [--workers 4]
 //!     [--rounds N] [--ttl-ms 2000] [--hold-ms 40] [--margin-ms 2000]
-//!     [--request-timeout-ms TTL] [--dump DIR]
+//!     [--request-timeout-ms TTL] [--unfenced] [--dump DIR]
 //! ```
+//! `--unfenced` makes the workers write the counter with a plain put: the
+//! run must then fail (checkers 1 and 2), which shows they can.
 //! The workers' request timeout defaults to the TTL, not to the library's
 //! 5 s: a request lost in a leader change (a release txn, a queue check)
 //! holds the lock up for a whole request timeout, so a liveness bound
@@ -60,12 +62,15 @@ pub struct Opts {
     pub margin: Duration,
     /// The workers' etcd request timeout; 0 means the TTL.
     pub request_timeout: Duration,
+    /// Workers write the counter without the fence: proves the checkers
+    /// catch what fencing prevents.
+    pub unfenced: bool,
     /// Where to write every event and etcd's history, for a post-mortem.
     pub dump: Option<std::path::PathBuf>,
 }
 
 const USAGE: &str = "usage: faults [--long] [--mode both|fair|unfair] [--workers N] [--rounds N] \
-                     [--ttl-ms MS] [--hold-ms MS] [--margin-ms MS] [--request-timeout-ms MS] [--dump DIR]";
+                     [--ttl-ms MS] [--hold-ms MS] [--margin-ms MS] [--request-timeout-ms MS] [--unfenced] [--dump DIR]";
 
 enum Role {
     Orchestrator(Opts),
@@ -85,6 +90,7 @@ fn parse() -> Result<Role, String> {
         hold: Duration::from_millis(40),
         margin: Duration::from_secs(2),
         request_timeout: Duration::ZERO,
+        unfenced: false,
         dump: None,
     };
     let mut long = false;
@@ -112,6 +118,7 @@ fn parse() -> Result<Role, String> {
             "--request-timeout-ms" => {
                 o.request_timeout = Duration::from_millis(number(value()?)?);
             }
+            "--unfenced" => o.unfenced = true,
             "--dump" => o.dump = Some(value()?.into()),
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),

@@ -32,6 +32,7 @@ pub struct Args {
     ttl: Duration,
     hold: Duration,
     request_timeout: Duration,
+    unfenced: bool,
 }
 
 impl Args {
@@ -47,6 +48,7 @@ impl Args {
         let hold = ms(next("hold")?).map_err(|_| "--worker: bad hold")?;
         let request_timeout =
             ms(next("request timeout")?).map_err(|_| "--worker: bad request timeout")?;
+        let unfenced = next("fencing")? == "unfenced";
         Ok(Args {
             id,
             endpoints,
@@ -56,6 +58,7 @@ impl Args {
             ttl,
             hold,
             request_timeout,
+            unfenced,
         })
     }
 
@@ -78,6 +81,7 @@ impl Args {
             o.ttl.as_millis().to_string(),
             o.hold.as_millis().to_string(),
             o.request_timeout.as_millis().to_string(),
+            if o.unfenced { "unfenced" } else { "fenced" }.into(),
         ]
     }
 }
@@ -169,14 +173,32 @@ async fn cycle(a: &Args, locker: &EtcdLocker, lock_key: &str, guard: LockGuard, 
     let value = format!("{next} {} {seq}", a.id);
     Ev::new(Kind::WriteStart, token, *seq, next.to_string()).emit();
     let write = Txn::new().and_then([TxnOp::put(a.counter.as_str(), value, None)]);
-    let (outcome, lost_now) = match guard.fenced_txn(write).await {
+    let result = if a.unfenced {
+        let plain = tokio::time::timeout(a.request_timeout, kv.txn(write)).await;
+        match plain {
+            Ok(Ok(resp)) => Ok(resp),
+            Ok(Err(e)) => Err(Error::Backend {
+                backend: "etcd",
+                op: "unfenced put",
+                source: Box::new(e),
+            }),
+            Err(_) => Err(Error::Backend {
+                backend: "etcd",
+                op: "unfenced put",
+                source: "no answer".into(),
+            }),
+        }
+    } else {
+        guard.fenced_txn(write).await
+    };
+    let (outcome, lost_now) = match result {
         Ok(_) => ("ok".to_string(), false),
         Err(Error::LockLost { .. }) => ("lost".to_string(), true),
         Err(e) => (format!("err {}", chain(&e)), false),
     };
     Ev::new(Kind::Write, token, *seq, outcome).emit();
 
-    if lost_now || !held {
+    if (lost_now || !held) && !a.unfenced {
         // The library may refuse locally (past the lease's deadline) without
         // asking etcd. Send the same write guarded by nothing but etcd's
         // compare of the lock key's revision with our token.
