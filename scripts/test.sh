@@ -25,4 +25,7 @@ RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features
 step "cargo test"
 cargo test --all-features "$@"
 
+step "fault injection on a 3-member etcd cluster (short run, about 2 minutes)"
+scripts/faults.sh
+
 step "all checks passed"

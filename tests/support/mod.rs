@@ -14,6 +14,8 @@ use std::time::Duration;
 
 use etcd_client::{Client, GetOptions, WatchOptions};
 
+pub mod cluster;
+
 /// A running etcd.
 pub struct Etcd {
     pub endpoint: String,

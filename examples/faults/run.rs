@@ -1,0 +1,543 @@
+//! The orchestrator: starts the cluster, runs one phase per mode (workers,
+//! faults one after another), then hands what it saw to the checkers.
+
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::Duration;
+
+use etcd_client::{Client, GetOptions};
+use tokio::time::Instant;
+
+use crate::check::{self, Report};
+use crate::events::{Kind, Shared};
+use crate::support::cluster::{Cluster, ELECTION_TIMEOUT, send_signal};
+use crate::{BoxError, Opts, history, mono_ns, worker};
+
+/// etcd members.
+const MEMBERS: usize = 3;
+/// How long a killed member stays down before its restart.
+const MEMBER_DOWN: Duration = Duration::from_secs(2);
+/// Normal running between faults, so each fault starts from a steady state.
+const SETTLE: Duration = Duration::from_millis(1500);
+/// Fault-free running at the start of each phase.
+const BASELINE: Duration = Duration::from_secs(3);
+/// A holder is paused this much longer than its TTL.
+const PAST_TTL: Duration = Duration::from_millis(1500);
+/// How often a holder fault is retried when its target had already
+/// released the lock when the signal landed.
+const HOLDER_TRIES: usize = 3;
+
+/// One kind of fault.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Fault {
+    Baseline,
+    LeaderPause(Duration),
+    MemberKill,
+    LeaderKill,
+    HolderPause,
+    HolderKill,
+}
+
+impl Fault {
+    pub fn label(self, ttl: Duration) -> String {
+        match self {
+            Fault::Baseline => "none (baseline)".into(),
+            Fault::LeaderPause(d) => format!("SIGSTOP leader {:.1}s", d.as_secs_f64()),
+            Fault::MemberKill => "kill -9 + restart follower".into(),
+            Fault::LeaderKill => "kill -9 + restart leader".into(),
+            Fault::HolderPause => {
+                format!("SIGSTOP holder {:.1}s", (ttl + PAST_TTL).as_secs_f64())
+            }
+            Fault::HolderKill => "kill -9 holder".into(),
+        }
+    }
+
+    /// Holder faults are measured from the injection: the lock is stuck
+    /// until the holder's lease expires. Cluster faults from their healing.
+    fn on_holder(self) -> bool {
+        matches!(self, Fault::HolderPause | Fault::HolderKill)
+    }
+}
+
+/// One injection, as done.
+#[derive(Clone, Debug)]
+pub struct Injection {
+    pub fault: Fault,
+    /// Window of the injection: from its start to the next one's.
+    pub start: u64,
+    pub end: u64,
+    /// Recovery is measured from here (heal, or injection on a holder).
+    pub measure_from: u64,
+    /// First grant after `measure_from` (to another process, on a holder).
+    pub recovery: Option<u64>,
+    /// The paused or killed worker process, and the pause.
+    pub target: Option<usize>,
+    pub pause: Option<(u64, u64)>,
+    /// The holder had released before the signal landed: not counted.
+    pub missed: bool,
+}
+
+/// A worker slot's current process.
+struct Slot {
+    proc: usize,
+    child: Child,
+    stdin: Option<ChildStdin>,
+}
+
+pub async fn run(o: &Opts) -> Result<usize, BoxError> {
+    let started = Instant::now();
+    let mut cluster = Cluster::start(MEMBERS)?;
+    let leader = cluster.wait_leader(Duration::from_secs(20)).await?;
+    println!(
+        "etcd cluster {} (leader m{leader}; heartbeat 100 ms, election timeout {} ms); \
+         {} workers, TTL {} ms, request timeout {} ms, hold {} ms, {} round(s)",
+        cluster.endpoints().join(","),
+        ELECTION_TIMEOUT.as_millis(),
+        o.workers,
+        o.ttl.as_millis(),
+        o.request_timeout.as_millis(),
+        o.hold.as_millis(),
+        o.rounds
+    );
+    let bound = o.ttl + ELECTION_TIMEOUT + o.margin;
+    println!(
+        "liveness bound: TTL {} ms + election timeout {} ms + margin {} ms = {} ms",
+        o.ttl.as_millis(),
+        ELECTION_TIMEOUT.as_millis(),
+        o.margin.as_millis(),
+        bound.as_millis()
+    );
+    let run_id = uuid::Uuid::new_v4().simple().to_string();
+    let mut reports = Vec::new();
+    for &fair in &o.modes {
+        let mode = if fair { "fair" } else { "unfair" };
+        println!("\n== {mode} phase ==");
+        let prefix = format!("/fairlock-faults/{run_id}/{mode}/");
+        let mut phase = Phase::new(o, fair, prefix, &mut cluster).await?;
+        let result = phase.run().await;
+        // Whatever happened, no worker outlives the phase.
+        phase.stop_workers().await;
+        result?;
+        let report = phase.check().await?;
+        reports.push(report);
+    }
+    drop(cluster);
+    let violations = check::print(&reports, o);
+    println!("total time {:.0} s", started.elapsed().as_secs_f64());
+    Ok(violations)
+}
+
+struct Phase<'a> {
+    o: &'a Opts,
+    fair: bool,
+    prefix: String,
+    cluster: &'a mut Cluster,
+    client: Client,
+    shared: Shared,
+    slots: Vec<Slot>,
+    next_proc: usize,
+    injections: Vec<Injection>,
+    first_revision: i64,
+}
+
+impl<'a> Phase<'a> {
+    async fn new(
+        o: &'a Opts,
+        fair: bool,
+        prefix: String,
+        cluster: &'a mut Cluster,
+    ) -> Result<Phase<'a>, BoxError> {
+        let mut client = Client::connect(cluster.endpoints(), None).await?;
+        let first_revision = client
+            .get(prefix.as_str(), Some(GetOptions::new().with_count_only()))
+            .await?
+            .header()
+            .map_or(0, |h| h.revision());
+        Ok(Phase {
+            o,
+            fair,
+            prefix,
+            cluster,
+            client,
+            shared: Shared::default(),
+            slots: Vec::new(),
+            next_proc: 0,
+            injections: Vec::new(),
+            first_revision,
+        })
+    }
+
+    fn locks(&self) -> String {
+        format!("{}locks/", self.prefix)
+    }
+
+    fn counter(&self) -> String {
+        format!("{}data/counter", self.prefix)
+    }
+
+    /// Starts a worker process in `slot` (replacing a dead one).
+    fn spawn(&mut self, slot: usize) -> Result<(), BoxError> {
+        let proc = self.next_proc;
+        self.next_proc += 1;
+        let argv = worker::Args::to_argv(
+            proc,
+            &self.cluster.endpoints(),
+            &self.locks(),
+            &self.counter(),
+            self.fair,
+            self.o,
+        );
+        let mut child = Command::new(std::env::current_exe()?)
+            .args(argv)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let stdout = child.stdout.take().ok_or("no worker stdout")?;
+        self.shared.read(proc, child.id(), stdout);
+        let entry = Slot {
+            proc,
+            stdin: child.stdin.take(),
+            child,
+        };
+        if slot < self.slots.len() {
+            self.slots[slot] = entry;
+        } else {
+            self.slots.push(entry);
+        }
+        Ok(())
+    }
+
+    async fn run(&mut self) -> Result<(), BoxError> {
+        for slot in 0..self.o.workers {
+            self.spawn(slot)?;
+        }
+        // Start once every worker has taken the lock at least once.
+        let workers = self.o.workers;
+        let all_in = self
+            .shared
+            .wait_for(Instant::now() + Duration::from_secs(60), |log| {
+                let served = log
+                    .procs
+                    .values()
+                    .filter(|p| p.events.iter().any(|e| e.kind == Kind::Acq))
+                    .count();
+                (served == workers).then_some(())
+            })
+            .await;
+        if all_in.is_none() {
+            return Err("the workers did not all get the lock within 60 s".into());
+        }
+
+        let mut schedule = vec![Fault::Baseline];
+        for _ in 0..self.o.rounds {
+            schedule.extend([
+                Fault::LeaderPause(Duration::from_millis(500)),
+                Fault::LeaderPause(Duration::from_millis(1500)),
+                Fault::LeaderPause(Duration::from_secs(3)),
+                Fault::MemberKill,
+                Fault::LeaderKill,
+                // Twice: the holder faults are what fencing is for.
+                Fault::HolderPause,
+                Fault::HolderKill,
+                Fault::HolderPause,
+                Fault::HolderKill,
+            ]);
+        }
+        for fault in schedule {
+            let label = fault.label(self.o.ttl);
+            let inj = self.inject(fault).await?;
+            let recovery = inj.recovery.map_or("none".into(), |r| {
+                format!("{:.0} ms", crate::ms(r - inj.measure_from))
+            });
+            println!(
+                "  {label:<28} recovered after {recovery}{}",
+                if inj.missed {
+                    " (missed the holder)"
+                } else {
+                    ""
+                }
+            );
+            self.settle().await?;
+        }
+        // The last injection's window ends here.
+        if let Some(last) = self.injections.last_mut() {
+            last.end = mono_ns();
+        }
+        Ok(())
+    }
+
+    /// Injects `fault` (retrying a holder fault that missed its holder),
+    /// waits for the recovery and records the injection.
+    async fn inject(&mut self, fault: Fault) -> Result<Injection, BoxError> {
+        let tries = if fault.on_holder() { HOLDER_TRIES } else { 1 };
+        let mut inj = None;
+        for _ in 0..tries {
+            let done = self.inject_once(fault).await?;
+            let missed = done.missed;
+            self.push(done.clone());
+            inj = Some(done);
+            if !missed {
+                break;
+            }
+        }
+        inj.ok_or_else(|| "no injection".into())
+    }
+
+    fn push(&mut self, inj: Injection) {
+        if let Some(prev) = self.injections.last_mut() {
+            prev.end = inj.start;
+        }
+        self.injections.push(inj);
+    }
+
+    async fn inject_once(&mut self, fault: Fault) -> Result<Injection, BoxError> {
+        let start = mono_ns();
+        let mut inj = Injection {
+            fault,
+            start,
+            end: start,
+            measure_from: start,
+            recovery: None,
+            target: None,
+            pause: None,
+            missed: false,
+        };
+        match fault {
+            Fault::Baseline => {
+                tokio::time::sleep(BASELINE).await;
+                inj.measure_from = mono_ns();
+            }
+            Fault::LeaderPause(d) => {
+                let leader = self.cluster.wait_leader(Duration::from_secs(20)).await?;
+                self.cluster.signal(leader, libc::SIGSTOP)?;
+                tokio::time::sleep(d).await;
+                self.cluster.signal(leader, libc::SIGCONT)?;
+                inj.measure_from = mono_ns();
+            }
+            Fault::MemberKill | Fault::LeaderKill => {
+                let leader = self.cluster.wait_leader(Duration::from_secs(20)).await?;
+                let member = if fault == Fault::LeaderKill {
+                    leader
+                } else {
+                    (leader + 1) % self.cluster.len()
+                };
+                self.cluster.kill(member)?;
+                tokio::time::sleep(MEMBER_DOWN).await;
+                let cluster = &mut *self.cluster;
+                tokio::task::block_in_place(|| cluster.restart(member))?;
+                inj.measure_from = mono_ns();
+            }
+            Fault::HolderPause | Fault::HolderKill => {
+                // A holder that got the lock from now on is in (or near)
+                // its `hold` sleep, before its fenced write.
+                let since = mono_ns();
+                let holder = self
+                    .shared
+                    .wait_for(Instant::now() + Duration::from_secs(20), |log| {
+                        log.holder().filter(|&(_, t, _)| t > since)
+                    })
+                    .await
+                    .ok_or("no worker took the lock within 20 s")?;
+                let (proc, _, token) = holder;
+                let pid = self.shared.lock().procs.get(&proc).map_or(0, |p| p.pid);
+                inj.target = Some(proc);
+                if fault == Fault::HolderPause {
+                    let stop = mono_ns();
+                    send_signal(pid, libc::SIGSTOP)?;
+                    tokio::time::sleep(self.o.ttl + PAST_TTL).await;
+                    send_signal(pid, libc::SIGCONT)?;
+                    inj.pause = Some((stop, mono_ns()));
+                    inj.measure_from = stop;
+                } else {
+                    let kill = mono_ns();
+                    send_signal(pid, libc::SIGKILL)?;
+                    if let Some(p) = self.shared.lock().procs.get_mut(&proc) {
+                        p.killed_at = Some(kill);
+                    }
+                    inj.measure_from = kill;
+                    self.respawn(proc)?;
+                }
+                inj.missed = self.released_before(proc, token, inj.measure_from);
+            }
+        }
+        inj.recovery = self.await_recovery(&inj).await;
+        Ok(inj)
+    }
+
+    /// `true` if `proc` had already ended its critical section for `token`
+    /// before `t` (its lines up to `t` are in: it wrote them before the
+    /// signal, and the reader has had the whole pause or recovery to read).
+    fn released_before(&self, proc: usize, token: u64, t: u64) -> bool {
+        self.shared.lock().procs.get(&proc).is_some_and(|p| {
+            p.events
+                .iter()
+                .any(|e| e.kind == Kind::Rel && e.token == token && e.t < t)
+        })
+    }
+
+    /// Replaces killed process `proc` with a new one in its slot.
+    fn respawn(&mut self, proc: usize) -> Result<(), BoxError> {
+        let Some(slot) = self.slots.iter().position(|s| s.proc == proc) else {
+            return Err(format!("worker process {proc} has no slot").into());
+        };
+        let _ = self.slots[slot].child.wait();
+        self.spawn(slot)
+    }
+
+    /// Waits for the first grant after the injection healed (to a process
+    /// other than the target, for holder faults); gives up at twice the
+    /// liveness bound, which the checker reports.
+    async fn await_recovery(&self, inj: &Injection) -> Option<u64> {
+        let bound = self.o.ttl + ELECTION_TIMEOUT + self.o.margin;
+        let waited = Duration::from_nanos(mono_ns().saturating_sub(inj.measure_from));
+        let deadline = Instant::now() + (bound * 2).saturating_sub(waited);
+        let (from, target) = (inj.measure_from, inj.target);
+        self.shared
+            .wait_for(deadline, |log| {
+                log.grants_after(from)
+                    .into_iter()
+                    .find(|&(_, p, _)| Some(p) != target)
+                    .map(|(t, _, _)| t)
+            })
+            .await
+    }
+
+    /// Normal running before the next fault, and a leader in place.
+    async fn settle(&mut self) -> Result<(), BoxError> {
+        tokio::time::sleep(SETTLE).await;
+        self.cluster.wait_leader(Duration::from_secs(20)).await?;
+        Ok(())
+    }
+
+    /// Closes every worker's stdin (they finish their cycle, close their
+    /// locker and exit), waits for them, and kills any that hang.
+    async fn stop_workers(&mut self) {
+        for s in &mut self.slots {
+            drop(s.stdin.take());
+        }
+        let procs: Vec<usize> = self.slots.iter().map(|s| s.proc).collect();
+        let done = self
+            .shared
+            .wait_for(Instant::now() + Duration::from_secs(30), |log| {
+                procs
+                    .iter()
+                    .all(|p| {
+                        log.procs
+                            .get(p)
+                            .is_some_and(|p| p.events.iter().any(|e| e.kind == Kind::Bye))
+                    })
+                    .then_some(())
+            })
+            .await;
+        for s in &mut self.slots {
+            if done.is_none() {
+                let _ = s.child.kill();
+            }
+            let _ = s.child.wait();
+        }
+    }
+
+    /// Waits for leftovers to go, replays etcd's history, runs the checkers.
+    async fn check(&mut self) -> Result<Report, BoxError> {
+        // A killed or paused worker's lease expires on its own, within
+        // the TTL (plus an election, should one happen).
+        let bound = self.o.ttl + ELECTION_TIMEOUT + self.o.margin;
+        let leftovers = self.leftovers(bound).await?;
+        let sentinel = format!("{}zz-history-end", self.prefix);
+        let changes = history::replay(
+            &mut self.client,
+            &self.prefix,
+            self.first_revision,
+            &sentinel,
+        )
+        .await?;
+        let log = std::mem::take(&mut *self.shared.lock());
+        if let Some(dir) = &self.o.dump {
+            dump(dir, self.fair, &log, &changes, &self.injections)?;
+        }
+        Ok(check::check(check::Input {
+            fair: self.fair,
+            opts: self.o,
+            log,
+            changes,
+            injections: std::mem::take(&mut self.injections),
+            lock_key: format!("{}{}", self.locks(), worker::LOCK_KEY),
+            counter: self.counter(),
+            leftovers,
+        }))
+    }
+
+    /// Keys under the lock prefix and leases still in etcd, once both are
+    /// gone or `within` passed. Polled: etcd has no event for a lease's
+    /// expiry that names the lease.
+    async fn leftovers(&mut self, within: Duration) -> Result<(Vec<String>, Vec<i64>), BoxError> {
+        let deadline = Instant::now() + within;
+        loop {
+            let keys: Vec<String> = self
+                .client
+                .get(
+                    self.locks(),
+                    Some(GetOptions::new().with_prefix().with_keys_only()),
+                )
+                .await?
+                .kvs()
+                .iter()
+                .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+                .collect();
+            let leases: Vec<i64> = self
+                .client
+                .leases()
+                .await?
+                .leases()
+                .iter()
+                .map(|l| l.id())
+                .collect();
+            if (keys.is_empty() && leases.is_empty()) || Instant::now() >= deadline {
+                return Ok((keys, leases));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+impl Drop for Phase<'_> {
+    fn drop(&mut self) {
+        for s in &mut self.slots {
+            drop(s.stdin.take());
+            let _ = s.child.kill();
+            let _ = s.child.wait();
+        }
+    }
+}
+
+/// Writes the phase's events, injections and etcd history as text.
+fn dump(
+    dir: &std::path::Path,
+    fair: bool,
+    log: &crate::events::Log,
+    changes: &[history::Change],
+    injections: &[Injection],
+) -> Result<(), BoxError> {
+    use std::fmt::Write as _;
+    let mode = if fair { "fair" } else { "unfair" };
+    std::fs::create_dir_all(dir)?;
+    let mut events = String::new();
+    for inj in injections {
+        writeln!(events, "{inj:?}")?;
+    }
+    let mut all: Vec<_> = log
+        .procs
+        .iter()
+        .flat_map(|(n, p)| p.events.iter().map(move |e| (e.t, *n, p.pid, e)))
+        .collect();
+    all.sort_by_key(|&(t, n, _, _)| (t, n));
+    for (_, n, pid, e) in all {
+        writeln!(events, "proc {n} pid {pid}: {e:?}")?;
+    }
+    std::fs::write(dir.join(format!("{mode}-events.txt")), events)?;
+    let mut hist = String::new();
+    for c in changes {
+        writeln!(hist, "{c:?}")?;
+    }
+    std::fs::write(dir.join(format!("{mode}-history.txt")), hist)?;
+    Ok(())
+}

@@ -1,0 +1,251 @@
+//! A worker process: lock -> critical section -> unlock, until its stdin
+//! closes. The critical section sleeps `hold` (where a SIGSTOP from the
+//! orchestrator usually lands), checks `is_held()`, reads the counter and
+//! writes counter+1 through `fenced_txn`. Every step is an event line.
+
+use std::io::Read;
+use std::time::Duration;
+
+use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+use fairlock::etcd::{EtcdConfig, EtcdLocker, FencedTxn};
+use fairlock::{CancellationToken, Context, Error, Key, LockGuard, Locker};
+
+use crate::BoxError;
+use crate::events::{Ev, Kind};
+
+/// The lock every worker of a phase contends for.
+pub const LOCK_KEY: &str = "k";
+
+/// How long one `lock` call may wait before the worker tries again; long
+/// enough to outlast any fault here, short enough to notice a stuck call.
+const LOCK_TIMEOUT: Duration = Duration::from_secs(20);
+
+pub struct Args {
+    /// Process number, unique in the run: names its writes in the counter.
+    id: u64,
+    endpoints: Vec<String>,
+    /// Lock prefix (the lock key is `<prefix>k`).
+    prefix: String,
+    /// The counter's key.
+    counter: String,
+    fair: bool,
+    ttl: Duration,
+    hold: Duration,
+    request_timeout: Duration,
+    unfenced: bool,
+}
+
+impl Args {
+    pub fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
+        let mut next = |what: &str| args.next().ok_or(format!("--worker: missing {what}"));
+        let id = next("id")?.parse().map_err(|_| "--worker: bad id")?;
+        let endpoints = next("endpoints")?.split(',').map(String::from).collect();
+        let prefix = next("prefix")?;
+        let counter = next("counter")?;
+        let fair = next("mode")? == "fair";
+        let ms = |v: String| v.parse::<u64>().map(Duration::from_millis);
+        let ttl = ms(next("ttl")?).map_err(|_| "--worker: bad ttl")?;
+        let hold = ms(next("hold")?).map_err(|_| "--worker: bad hold")?;
+        let request_timeout =
+            ms(next("request timeout")?).map_err(|_| "--worker: bad request timeout")?;
+        let unfenced = next("fencing")? == "unfenced";
+        Ok(Args {
+            id,
+            endpoints,
+            prefix,
+            counter,
+            fair,
+            ttl,
+            hold,
+            request_timeout,
+            unfenced,
+        })
+    }
+
+    /// The arguments that make the orchestrator's child a worker.
+    pub fn to_argv(
+        id: usize,
+        endpoints: &[String],
+        prefix: &str,
+        counter: &str,
+        fair: bool,
+        o: &crate::Opts,
+    ) -> Vec<String> {
+        vec![
+            "--worker".into(),
+            id.to_string(),
+            endpoints.join(","),
+            prefix.into(),
+            counter.into(),
+            if fair { "fair" } else { "unfair" }.into(),
+            o.ttl.as_millis().to_string(),
+            o.hold.as_millis().to_string(),
+            o.request_timeout.as_millis().to_string(),
+            if o.unfenced { "unfenced" } else { "fenced" }.into(),
+        ]
+    }
+}
+
+pub async fn run(a: Args) -> Result<(), BoxError> {
+    let config = EtcdConfig::new(a.endpoints.clone())
+        .with_prefix(a.prefix.clone())
+        .with_ttl(a.ttl)
+        .with_request_timeout(a.request_timeout);
+    // A worker restarted during a fault may find etcd slow to answer.
+    let mut tries = 0;
+    let locker = loop {
+        match EtcdLocker::connect(config.clone(), a.fair).await {
+            Ok(l) => break l,
+            Err(e) if tries < 10 => {
+                tries += 1;
+                Ev::new(Kind::Err, 0, 0, format!("connect: {e}")).emit();
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
+    let lock_key = format!("{}{LOCK_KEY}", a.prefix);
+    Ev::new(Kind::Start, 0, 0, std::process::id().to_string()).emit();
+
+    // The orchestrator stops us by closing our stdin (or by exiting).
+    let stop = CancellationToken::new();
+    let on_eof = stop.clone();
+    std::thread::spawn(move || {
+        let _ = std::io::stdin().read_to_end(&mut Vec::new());
+        on_eof.cancel();
+    });
+
+    let mut seq = 0;
+    let key = Key::from(LOCK_KEY);
+    while !stop.is_cancelled() {
+        let ctx = Context::background().with_timeout(LOCK_TIMEOUT);
+        let guard = tokio::select! {
+            res = locker.lock(&ctx, &key) => res,
+            () = stop.cancelled() => break,
+        };
+        let guard = match guard {
+            Ok(g) => g,
+            Err(e) => {
+                Ev::new(Kind::LockErr, 0, 0, chain(&e)).emit();
+                // Pace retries while etcd is unavailable.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        cycle(&a, &locker, &lock_key, guard, &mut seq).await;
+    }
+    let closed = locker.close().await;
+    Ev::new(Kind::Bye, 0, 0, format!("{closed:?}")).emit();
+    Ok(())
+}
+
+/// One critical section and unlock.
+async fn cycle(a: &Args, locker: &EtcdLocker, lock_key: &str, guard: LockGuard, seq: &mut u64) {
+    let token = guard.fencing_token();
+    Ev::new(Kind::Acq, token, 0, "").emit();
+    let lost = guard.lost_token();
+    let watcher = tokio::spawn(async move {
+        lost.cancelled().await;
+        Ev::new(Kind::Lost, token, 0, "").emit();
+    });
+
+    tokio::time::sleep(a.hold).await;
+    let held = guard.is_held();
+    Ev::new(Kind::Held, token, 0, if held { "1" } else { "0" }).emit();
+
+    // Deliberately written even when `is_held()` said no: the checker wants
+    // to see that such a write is refused.
+    let mut kv = locker.client().kv_client();
+    let read = tokio::time::timeout(a.request_timeout, kv.get(a.counter.as_str(), None)).await;
+    let current = match read {
+        Ok(Ok(resp)) => resp
+            .kvs()
+            .first()
+            .and_then(|kv| kv.value_str().ok())
+            .and_then(|v| v.split(' ').next())
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0),
+        Ok(Err(e)) => return finish(guard, watcher, token, &format!("counter read: {e}")).await,
+        Err(_) => return finish(guard, watcher, token, "counter read: no answer").await,
+    };
+    let next = current + 1;
+
+    *seq += 1;
+    let value = format!("{next} {} {seq}", a.id);
+    Ev::new(Kind::WriteStart, token, *seq, next.to_string()).emit();
+    let write = Txn::new().and_then([TxnOp::put(a.counter.as_str(), value, None)]);
+    let result = if a.unfenced {
+        let plain = tokio::time::timeout(a.request_timeout, kv.txn(write)).await;
+        match plain {
+            Ok(Ok(resp)) => Ok(resp),
+            Ok(Err(e)) => Err(Error::Backend {
+                backend: "etcd",
+                op: "unfenced put",
+                source: Box::new(e),
+            }),
+            Err(_) => Err(Error::Backend {
+                backend: "etcd",
+                op: "unfenced put",
+                source: "no answer".into(),
+            }),
+        }
+    } else {
+        guard.fenced_txn(write).await
+    };
+    let (outcome, lost_now) = match result {
+        Ok(_) => ("ok".to_string(), false),
+        Err(Error::LockLost { .. }) => ("lost".to_string(), true),
+        Err(e) => (format!("err {}", chain(&e)), false),
+    };
+    Ev::new(Kind::Write, token, *seq, outcome).emit();
+
+    if (lost_now || !held) && !a.unfenced {
+        // The library may refuse locally (past the lease's deadline) without
+        // asking etcd. Send the same write guarded by nothing but etcd's
+        // compare of the lock key's revision with our token.
+        *seq += 1;
+        let value = format!("{next} {} {seq}", a.id);
+        Ev::new(Kind::ProbeStart, token, *seq, next.to_string()).emit();
+        let probe = Txn::new()
+            .when([Compare::mod_revision(
+                lock_key,
+                CompareOp::Equal,
+                i64::try_from(token).unwrap_or(i64::MAX),
+            )])
+            .and_then([TxnOp::put(a.counter.as_str(), value, None)]);
+        let outcome = match tokio::time::timeout(a.request_timeout, kv.txn(probe)).await {
+            Ok(Ok(resp)) if resp.succeeded() => "ok".to_string(),
+            Ok(Ok(_)) => "rejected".to_string(),
+            Ok(Err(e)) => format!("err {e}"),
+            Err(_) => "err no answer".to_string(),
+        };
+        Ev::new(Kind::Probe, token, *seq, outcome).emit();
+    }
+    finish(guard, watcher, token, "").await;
+}
+
+/// Ends the critical section: `Rel` (with why, if it ended early), unlock.
+async fn finish(guard: LockGuard, watcher: tokio::task::JoinHandle<()>, token: u64, why: &str) {
+    if !why.is_empty() {
+        Ev::new(Kind::Err, token, 0, why).emit();
+    }
+    Ev::new(Kind::Rel, token, 0, "").emit();
+    watcher.abort();
+    let outcome = match guard.unlock().await {
+        Ok(()) => "ok".to_string(),
+        Err(Error::LockLost { .. }) => "lost".to_string(),
+        Err(e) => format!("err {}", chain(&e)),
+    };
+    Ev::new(Kind::Unl, token, 0, outcome).emit();
+}
+
+/// An error with its sources, on one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
