@@ -551,7 +551,11 @@ fn order(inp: &Input<'_>, v: &mut Vec<Violation>, notes: &mut Vec<String>) {
         let ok = i64::try_from(token)
             .ok()
             .and_then(|r| grants.get(&r))
-            .is_some_and(|value| value.ends_with(&format!(" pid={pid}")));
+            // Owner values read "<attempt> pid=<pid> host=... at=...".
+            .is_some_and(|value| {
+                let want = format!("pid={pid}");
+                value.split_whitespace().any(|field| field == want)
+            });
         if !ok {
             v.push(Violation {
                 checker: 3,

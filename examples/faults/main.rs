@@ -12,11 +12,11 @@
 //! `--unfenced` makes the workers write the counter with a plain put: the
 //! run must then fail (checkers 1 and 2), which shows they can.
 //! The workers' request timeout defaults to the TTL, not to the library's
-//! 5 s: a request lost in a leader change (a release txn, a queue check)
-//! holds the lock up for a whole request timeout, so a liveness bound
+//! 5 s: a request lost in a leader change (a queue check, a lease grant)
+//! holds its caller up for a whole request timeout, so a liveness bound
 //! stated in terms of the TTL needs a request timeout no longer than it.
-//! ```text
-//! ```
+//! (Release txns retry after TTL/3 regardless; with
+//! `--request-timeout-ms 5000` the short run also passes.)
 //! `scripts/faults.sh [--long]` runs it.
 //!
 //! Checkers (see `check.rs`), each failing the run on a violation:

@@ -185,8 +185,19 @@ impl Inner {
     // The request futures are boxed: kept inline they would make every
     // enclosing future, and so every waiting lock, several KiB larger.
     pub async fn txn(&self, op: &'static str, txn: Txn) -> Result<TxnResponse> {
+        self.txn_within(op, txn, self.config.request_timeout())
+            .await
+    }
+
+    /// A txn that gives up after `timeout` (for requests that are safe to
+    /// repeat and that others wait for, such as a release).
+    pub async fn txn_within(
+        &self,
+        op: &'static str,
+        txn: Txn,
+        timeout: std::time::Duration,
+    ) -> Result<TxnResponse> {
         let mut kv = self.client.kv_client();
-        let timeout = self.config.request_timeout();
         tokio::time::timeout(timeout, Box::pin(kv.txn(txn)))
             .await
             .map_err(|_| timeout_err(op, timeout))?

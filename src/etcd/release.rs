@@ -328,7 +328,11 @@ async fn release_once(held: &Held, next: &mut Option<Successor>) -> Result<()> {
             )])
             .and_then([TxnOp::txn(step)])
             .or_else(delete_mine.clone());
-        let resp = inner.txn("unlock", txn).await?;
+        // Others wait for this txn: one stuck on a leader that stopped
+        // answering is retried after a third of the TTL rather than after
+        // the full request timeout (the token compare makes retries safe).
+        let attempt_timeout = inner.config.request_timeout().min(inner.config.ttl() / 3);
+        let resp = inner.txn_within("unlock", txn, attempt_timeout).await?;
         if !resp.succeeded() {
             return Err(Error::LockLost {
                 key: key.to_string(),
