@@ -67,7 +67,7 @@ pub async fn run(config: EtcdConfig, a: LockArgs) -> u8 {
             return code;
         }
     };
-    let code = run_holding(&locker, guard, &a, &mut signals).await;
+    let code = run_holding(guard, &a, &mut signals).await;
     let _ = locker.close().await;
     code
 }
@@ -150,12 +150,7 @@ async fn acquire(
 }
 
 /// Runs the command while holding the lock; returns the exit code.
-async fn run_holding(
-    locker: &EtcdLocker,
-    guard: LockGuard,
-    a: &LockArgs,
-    signals: &mut Signals,
-) -> u8 {
+async fn run_holding(guard: LockGuard, a: &LockArgs, signals: &mut Signals) -> u8 {
     let key = guard.key().clone();
     let mut child = match tokio::process::Command::new(&a.cmd[0])
         .args(&a.cmd[1..])
@@ -223,7 +218,6 @@ async fn run_holding(
             if let Some(status) = status {
                 eprintln!("fairlock: {} ended: {status}", a.cmd[0]);
             }
-            let _ = locker;
             exit::LOST
         }
         Err(e) => {
