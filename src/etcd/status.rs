@@ -117,25 +117,23 @@ impl EtcdLocker {
     /// Cancel safe: it only reads.
     pub async fn status(&self, key: Option<&Key>) -> Result<Vec<LockStatus>> {
         let prefix = self.config().prefix().to_owned();
-        let (from, end) = match key {
-            Some(key) => {
-                key.validate()?;
-                let lock = format!("{prefix}{key}");
-                // The lock key and its queue, but not `<key>x` or `<key>/x`.
-                let queue = format!("{lock}/{RESERVED_SEGMENT}/");
-                let first = self.read(lock.clone().into_bytes(), None).await?;
-                let mut rest = self
-                    .read(
-                        queue.clone().into_bytes(),
-                        Some(prefix_end(queue.as_bytes())),
-                    )
-                    .await?;
-                rest.splice(0..0, first);
-                return Ok(group(&prefix, rest));
-            }
-            None => (prefix.clone().into_bytes(), prefix_end(prefix.as_bytes())),
+        let Some(key) = key else {
+            let all = self
+                .read(
+                    prefix.clone().into_bytes(),
+                    Some(prefix_end(prefix.as_bytes())),
+                )
+                .await?;
+            return Ok(group(&prefix, all));
         };
-        Ok(group(&prefix, self.read(from, Some(end)).await?))
+        key.validate()?;
+        // The lock key and its queue, but not `<key>x` or `<key>/x`.
+        let lock = format!("{prefix}{key}").into_bytes();
+        let queue = format!("{prefix}{key}/{RESERVED_SEGMENT}/").into_bytes();
+        let end = prefix_end(&queue);
+        let mut kvs = self.read(lock, None).await?;
+        kvs.extend(self.read(queue, Some(end)).await?);
+        Ok(group(&prefix, kvs))
     }
 
     async fn read(
@@ -185,14 +183,6 @@ fn group(prefix: &str, kvs: Vec<(Vec<u8>, Vec<u8>, i64, i64)>) -> Vec<LockStatus
         let owner = Owner::parse(&value);
         match waiter.and_then(|w| w.split_once('/')) {
             Some((locker, attempt)) => {
-                // The holder's own queue key (fair) stays until it releases.
-                if entry
-                    .holder
-                    .as_ref()
-                    .is_some_and(|h| h.owner.raw == owner.raw)
-                {
-                    continue;
-                }
                 entry.waiters.push(Waiter {
                     owner,
                     locker: locker.to_owned(),
@@ -209,8 +199,8 @@ fn group(prefix: &str, kvs: Vec<(Vec<u8>, Vec<u8>, i64, i64)>) -> Vec<LockStatus
             None => {}
         }
     }
-    // A holder's queue key created before its lock key was granted sorts
-    // first: drop it from the waiters now that the holder is known.
+    // A fair holder's own queue key stays until it releases, and may sort
+    // before or after its lock key: drop it from the waiters.
     for lock in locks.values_mut() {
         if let Some(holder) = &lock.holder {
             lock.waiters.retain(|w| w.owner.raw != holder.owner.raw);
