@@ -12,10 +12,10 @@ use etcd_client::{
 use super::config::EtcdConfig;
 use super::keys::{Layout, owner_value};
 use super::release::{self, Held};
-use super::session::{FIRST_BACKOFF, Lease, Session};
+use super::session::{FIRST_BACKOFF, Lease, MAX_BACKOFF, Session};
 use super::shared_watch::SharedWatches;
 use super::watch::WatchHub;
-use super::{etcd_err, queue, timeout_err};
+use super::{etcd_err, is_lease_not_found, is_transient, queue, timeout_err};
 use crate::{Context, Error, Key, LockGuard, Locker, Result};
 use tokio::task::JoinHandle;
 
@@ -221,11 +221,7 @@ impl Inner {
     /// Maps "lease not found" to [`Error::SessionLost`] (and forgets the
     /// lease so the next attempt grants a new one).
     pub async fn lease_error(&self, key: &Key, lease: &Lease, err: Error) -> Error {
-        let lease_gone = match &err {
-            Error::Backend { source, .. } => source.to_string().contains("lease not found"),
-            _ => false,
-        };
-        if !lease_gone {
+        if !is_lease_not_found(&err) {
             return err;
         }
         self.session.forget(lease.id).await;
@@ -261,6 +257,9 @@ pub(crate) struct Attempt {
     lease: Option<Arc<Lease>>,
     /// A write whose outcome is not known yet.
     inflight: Option<JoinHandle<Result<TxnResponse>>>,
+    /// A write failed in a way that does not tell whether etcd applied it
+    /// (no answer, connection lost): it may still land later.
+    unanswered: bool,
     armed: bool,
 }
 
@@ -277,6 +276,7 @@ impl Attempt {
             layout,
             lease: None,
             inflight: None,
+            unanswered: false,
             armed: true,
         }
     }
@@ -304,7 +304,10 @@ impl Attempt {
         });
         self.inflight = None;
         match result {
-            Err(e) => Err(self.inner.lease_error(&self.key, lease, e).await),
+            Err(e) => {
+                self.unanswered |= is_transient(&e);
+                Err(self.inner.lease_error(&self.key, lease, e).await)
+            }
             ok => ok,
         }
     }
@@ -365,16 +368,30 @@ impl Attempt {
             return None;
         }
         let rt = tokio::runtime::Handle::try_current().ok()?;
+        let written = Written {
+            key: self.key.clone(),
+            layout: self.layout.clone(),
+            value: std::mem::take(&mut self.value),
+            queue_key: self.queue_key.take(),
+            lease: self.lease.take(),
+        };
         Some(rt.spawn(abandon(
             Arc::clone(&self.inner),
-            self.key.clone(),
-            self.layout.clone(),
-            std::mem::take(&mut self.value),
-            self.queue_key.take(),
-            self.lease.take(),
+            written,
             self.inflight.take(),
+            self.unanswered,
         )))
     }
+}
+
+/// What an abandoned attempt may have written.
+struct Written {
+    key: Key,
+    layout: Layout,
+    value: Vec<u8>,
+    queue_key: Option<Vec<u8>>,
+    /// The lease its writes used; none means nothing was written.
+    lease: Option<Arc<Lease>>,
 }
 
 impl Drop for Attempt {
@@ -388,18 +405,23 @@ impl Drop for Attempt {
 /// until done or the lease is lost (its keys then expire with it).
 async fn abandon(
     inner: Arc<Inner>,
-    key: Key,
-    layout: Layout,
-    value: Vec<u8>,
-    queue_key: Option<Vec<u8>>,
-    lease: Option<Arc<Lease>>,
+    written: Written,
     inflight: Option<JoinHandle<Result<TxnResponse>>>,
+    unanswered: bool,
 ) -> Result<()> {
     // Wait for a write still in flight: its outcome is what we clean up.
-    let unanswered = match inflight {
-        Some(write) => !matches!(write.await, Ok(Ok(_))),
-        None => false,
-    };
+    let unanswered = unanswered
+        || match inflight {
+            Some(write) => !matches!(write.await, Ok(Ok(_))),
+            None => false,
+        };
+    let Written {
+        key,
+        layout,
+        value,
+        queue_key,
+        lease,
+    } = written;
     let Some(lease) = lease else {
         return Ok(()); // nothing was written
     };
@@ -466,6 +488,37 @@ async fn abandon_once(
     })
 }
 
+/// How many request timeouts `lock` keeps retrying requests that failed
+/// without an answer before it reports the failure.
+const RETRY_FOR: u32 = 2;
+
+impl EtcdLocker {
+    /// One attempt of `lock`: queue, wait, and on failure remove what it
+    /// wrote before returning the error.
+    async fn lock_once(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
+        let mut attempt = Some(Attempt::new(&self.inner, key, true));
+        let outcome = {
+            tokio::select! {
+                res = queue::acquire(&mut attempt) => res,
+                err = ctx.done(key.as_str()) => Err(err),
+            }
+        };
+        match outcome {
+            Ok(guard) => Ok(guard),
+            Err(e) => {
+                if let Some(attempt) = attempt.take() {
+                    // Remove our keys before reporting, so that a caller who
+                    // gave up leaves nothing behind. If etcd does not answer
+                    // in time, report anyway: the cleanup task carries on.
+                    let timeout = self.inner.config.request_timeout();
+                    let _ = tokio::time::timeout(timeout, attempt.abandon()).await;
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
 /// `put key value` bound to `lease`.
 pub(crate) fn put_leased(key: &[u8], value: &[u8], lease: i64) -> TxnOp {
     TxnOp::put(
@@ -510,25 +563,28 @@ impl Locker for EtcdLocker {
     async fn lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
         key.validate()?;
         ctx.check(key.as_str())?;
-        let mut attempt = Some(Attempt::new(&self.inner, key, true));
-        let outcome = {
+        // A member that is down, a leader election or a lost connection
+        // fails a request without saying whether it was applied. The failed
+        // attempt is cleaned up (its lease retired if a write may still
+        // land) and a new one starts, while failures last no longer than
+        // RETRY_FOR request timeouts.
+        let give_up = self.inner.config.request_timeout() * RETRY_FOR;
+        let mut failing_since = None;
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            let err = match Box::pin(self.lock_once(ctx, key)).await {
+                Err(e) if is_transient(&e) => e,
+                outcome => return outcome,
+            };
+            let since = *failing_since.get_or_insert_with(std::time::Instant::now);
+            if since.elapsed() >= give_up {
+                return Err(err);
+            }
             tokio::select! {
-                res = queue::acquire(&mut attempt) => res,
-                err = ctx.done(key.as_str()) => Err(err),
+                () = tokio::time::sleep(backoff) => {}
+                err = ctx.done(key.as_str()) => return Err(err),
             }
-        };
-        match outcome {
-            Ok(guard) => Ok(guard),
-            Err(e) => {
-                if let Some(attempt) = attempt.take() {
-                    // Remove our keys before reporting, so that a caller who
-                    // gave up leaves nothing behind. If etcd does not answer
-                    // in time, report anyway: the cleanup task carries on.
-                    let timeout = self.inner.config.request_timeout();
-                    let _ = tokio::time::timeout(timeout, attempt.abandon()).await;
-                }
-                Err(e)
-            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
         }
     }
 

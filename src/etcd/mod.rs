@@ -90,6 +90,41 @@ pub(crate) fn timeout_err(op: &'static str, after: Duration) -> Error {
     Error::Backend {
         backend: "etcd",
         op,
-        source: format!("no answer within the request timeout of {after:?}").into(),
+        source: Box::new(NoAnswer(after)),
+    }
+}
+
+/// A request got no answer within the request timeout.
+#[derive(Debug, thiserror::Error)]
+#[error("no answer within the request timeout of {0:?}")]
+struct NoAnswer(Duration);
+
+/// `true` if etcd answered that the lease does not exist (it expired or
+/// was revoked).
+pub(crate) fn is_lease_not_found(err: &Error) -> bool {
+    match err {
+        Error::Backend { source, .. } => source.to_string().contains("lease not found"),
+        _ => false,
+    }
+}
+
+/// `true` if `err` may pass when the request is sent again: no answer in
+/// time, a connection that failed, or a member that is down, has no leader
+/// or lost it (etcd's "unavailable"). Such a request may also have been
+/// applied anyway.
+pub(crate) fn is_transient(err: &Error) -> bool {
+    use etcd_client::Error as E;
+    let Error::Backend { source, .. } = err else {
+        return false;
+    };
+    if source.is::<NoAnswer>() {
+        return true;
+    }
+    match source.downcast_ref::<E>() {
+        Some(E::TransportError(_) | E::IoError(_)) => true,
+        // gRPC codes: 1 cancelled, 2 unknown, 4 deadline exceeded,
+        // 8 resource exhausted, 10 aborted, 14 unavailable.
+        Some(E::GRpcStatus(status)) => matches!(status.code() as i32, 1 | 2 | 4 | 8 | 10 | 14),
+        _ => false,
     }
 }

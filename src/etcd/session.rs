@@ -122,20 +122,37 @@ impl Session {
     }
 
     /// Revokes the current lease, deleting every key attached to it.
+    /// Failures that may pass (a member down, an election) are retried
+    /// for up to two request timeouts; a lease that etcd no longer knows
+    /// on a retry was revoked by the earlier try, or expired.
     pub async fn revoke(&self) -> Result<()> {
-        let lease = self.current.lock().await.take();
-        if let Some(lease) = lease {
-            lease.lost.cancel();
+        let Some(lease) = self.current.lock().await.take() else {
+            return Ok(());
+        };
+        lease.lost.cancel();
+        let give_up = std::time::Instant::now() + self.request_timeout * 2;
+        let mut backoff = FIRST_BACKOFF;
+        let mut retried = false;
+        loop {
             let mut client = self.client.clone();
-            tokio::time::timeout(
+            let result = tokio::time::timeout(
                 self.request_timeout,
                 Box::pin(client.lease_revoke(lease.id)),
             )
             .await
-            .map_err(|_| super::timeout_err("lease revoke", self.request_timeout))?
-            .map_err(etcd_err("lease revoke"))?;
+            .map_err(|_| super::timeout_err("lease revoke", self.request_timeout))
+            .and_then(|r| r.map_err(etcd_err("lease revoke")));
+            match result {
+                Ok(_) => return Ok(()),
+                Err(e) if retried && super::is_lease_not_found(&e) => return Ok(()),
+                Err(e) if super::is_transient(&e) && std::time::Instant::now() < give_up => {
+                    retried = true;
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+                Err(e) => return Err(e),
+            }
         }
-        Ok(())
     }
 }
 

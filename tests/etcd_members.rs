@@ -1,0 +1,140 @@
+//! etcd members failing under the lockers: a 3-member cluster losing its
+//! leader or a follower, and a single etcd that stalls while a write is in
+//! flight. Tests start their own servers (see tests/support).
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fairlock::etcd::{EtcdConfig, EtcdLocker};
+use fairlock::{Context, Key, Locker};
+use support::cluster::Cluster;
+
+/// A deadline that only guards against a hang; never reached when correct.
+fn patient() -> Context {
+    Context::background().with_timeout(Duration::from_secs(120))
+}
+
+/// Two lockers of one mode take turns on one key, `rounds` times each;
+/// every `lock` must succeed and tokens must grow.
+async fn take_turns(lockers: &[Arc<EtcdLocker>], key: &Key, rounds: usize) {
+    let mut tasks = Vec::new();
+    for locker in lockers {
+        let (locker, key) = (Arc::clone(locker), key.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut last = 0;
+            for _ in 0..rounds {
+                let guard = locker.lock(&patient(), &key).await.expect("lock");
+                assert!(guard.fencing_token() > last, "tokens must grow");
+                last = guard.fencing_token();
+                // Released by drop if etcd fails it; a lost lock is no error
+                // of `lock`, which is what this test is about.
+                let _ = guard.unlock().await;
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+}
+
+/// `lock` rides out a member that is killed (a follower, then the leader
+/// during its election): requests that fail on the dead member or during
+/// the election are retried instead of surfacing as errors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_rides_out_the_loss_of_a_member() {
+    let mut cluster = Cluster::start(3).expect("start a 3-member cluster");
+    for fair in [true, false] {
+        let config = EtcdConfig::new(cluster.endpoints())
+            .with_prefix(support::unique_prefix("members"))
+            .with_ttl(Duration::from_secs(2));
+        let mut lockers = Vec::new();
+        for _ in 0..2 {
+            let locker = EtcdLocker::connect(config.clone(), fair)
+                .await
+                .expect("connect");
+            lockers.push(Arc::new(locker));
+        }
+        let key = Key::from("k");
+        take_turns(&lockers, &key, 3).await;
+
+        let leader = cluster
+            .wait_leader(Duration::from_secs(30))
+            .await
+            .expect("leader");
+        for victim in [(leader + 1) % 3, leader] {
+            cluster.kill(victim).expect("kill");
+            take_turns(&lockers, &key, 5).await;
+            cluster.restart(victim).expect("restart");
+            cluster
+                .wait_leader(Duration::from_secs(30))
+                .await
+                .expect("leader after restart");
+        }
+
+        for locker in lockers {
+            let locker = Arc::try_unwrap(locker).ok().expect("no other owner");
+            locker.close().await.expect("close");
+        }
+        let mut client = etcd_client::Client::connect(cluster.endpoints(), None)
+            .await
+            .expect("connect");
+        support::wait_for_count(&mut client, config.prefix(), 0, true).await;
+    }
+}
+
+/// A write that gets no answer in time may still be applied later: with
+/// both followers stopped, the leader takes the txn into its log but cannot
+/// commit it; the client gives up after its request timeout (shorter than
+/// the election timeout, so the leader stays leader), and the txn is
+/// applied when the followers wake. Whatever it wrote must not keep the
+/// lock from others (the attempt's cleanup and its retired lease see to
+/// that), and nothing may be left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_stalled_without_quorum_leaves_the_lock_free() {
+    let cluster = Cluster::start(3).expect("start a 3-member cluster");
+    let leader = cluster
+        .wait_leader(Duration::from_secs(30))
+        .await
+        .expect("leader");
+    let followers = [(leader + 1) % 3, (leader + 2) % 3];
+    let prefix = support::unique_prefix("late");
+    let config = EtcdConfig::new([cluster.endpoint(leader)])
+        .with_prefix(prefix.clone())
+        .with_ttl(Duration::from_secs(2));
+    let stalled = EtcdLocker::connect(
+        config
+            .clone()
+            .with_request_timeout(Duration::from_millis(200)),
+        false,
+    )
+    .await
+    .expect("connect");
+    let other = EtcdLocker::connect(config.clone(), false)
+        .await
+        .expect("connect");
+    let key = Key::from("k");
+    // `stalled` has its session lease before the followers stop.
+    stalled.lease_id().await.expect("lease");
+
+    for &f in &followers {
+        cluster.signal(f, libc::SIGSTOP).expect("SIGSTOP follower");
+    }
+    let err = stalled.try_lock(&key).await;
+    for &f in &followers {
+        cluster.signal(f, libc::SIGCONT).expect("SIGCONT follower");
+    }
+    let err = err.expect_err("no quorum, so the txn cannot be answered");
+    assert!(err.to_string().contains("try_lock"), "{err}");
+
+    let mut client = etcd_client::Client::connect([cluster.endpoint(leader)], None)
+        .await
+        .expect("connect");
+    // `stalled` lives on while others take the lock.
+    let guard = other.lock(&patient(), &key).await.expect("lock");
+    guard.unlock().await.expect("unlock");
+    stalled.close().await.expect("close");
+    other.close().await.expect("close");
+    support::wait_for_count(&mut client, &prefix, 0, true).await;
+}
