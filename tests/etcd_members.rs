@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fairlock::etcd::{EtcdConfig, EtcdLocker};
-use fairlock::{Context, Key, Locker};
+use fairlock::{Context, Error, Key, Locker};
 use support::cluster::Cluster;
 
 /// A deadline that only guards against a hang; never reached when correct.
@@ -125,8 +125,14 @@ async fn a_write_stalled_without_quorum_leaves_the_lock_free() {
     for &f in &followers {
         cluster.signal(f, libc::SIGCONT).expect("SIGCONT follower");
     }
+    // The first txn gets no answer; the retries (on a fresh lease, as the
+    // old one was retired) get none either.
     let err = err.expect_err("no quorum, so the txn cannot be answered");
-    assert!(err.to_string().contains("try_lock"), "{err}");
+    assert!(
+        chain(&err).contains("no answer within the request timeout"),
+        "{}",
+        chain(&err)
+    );
 
     let mut client = etcd_client::Client::connect([cluster.endpoint(leader)], None)
         .await
@@ -137,4 +143,67 @@ async fn a_write_stalled_without_quorum_leaves_the_lock_free() {
     stalled.close().await.expect("close");
     other.close().await.expect("close");
     support::wait_for_count(&mut client, &prefix, 0, true).await;
+}
+
+/// A cluster without a leader (two of three members down): connecting,
+/// `lock` and `try_lock` fail with an error that says so (`lock` after
+/// retrying for two request timeouts) instead of hanging; once the members
+/// are back the same locker works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_without_a_leader_is_an_error_until_it_has_one() {
+    let mut cluster = Cluster::start(3).expect("start a 3-member cluster");
+    let prefix = support::unique_prefix("leaderless");
+    let config = EtcdConfig::new(cluster.endpoints())
+        .with_prefix(prefix.clone())
+        .with_ttl(Duration::from_secs(2))
+        .with_connect_timeout(Duration::from_secs(2))
+        .with_request_timeout(Duration::from_millis(500));
+    let locker = EtcdLocker::connect(config.clone(), true)
+        .await
+        .expect("connect");
+    cluster.kill(1).expect("kill");
+    cluster.kill(2).expect("kill");
+    cluster
+        .wait_no_leader(0, Duration::from_secs(30))
+        .await
+        .expect("member 0 alone has no leader");
+
+    let err = EtcdLocker::connect(config.clone(), true)
+        .await
+        .err()
+        .expect("no leader");
+    assert!(matches!(err, Error::Connect { .. }), "{err:?}");
+    assert!(chain(&err).contains("no leader"), "{}", chain(&err));
+    let key = Key::from("k");
+    let err = locker.try_lock(&key).await.expect_err("no leader");
+    assert!(chain(&err).contains("no leader"), "{}", chain(&err));
+    let err = locker.lock(&patient(), &key).await.expect_err("no leader");
+    assert!(!err.is_gave_up(), "{err}");
+    assert!(chain(&err).contains("no leader"), "{}", chain(&err));
+
+    cluster.restart(1).expect("restart");
+    cluster.restart(2).expect("restart");
+    cluster
+        .wait_leader(Duration::from_secs(30))
+        .await
+        .expect("leader");
+    let guard = locker.lock(&patient(), &key).await.expect("lock");
+    guard.unlock().await.expect("unlock");
+    locker.close().await.expect("close");
+    let mut client = etcd_client::Client::connect(cluster.endpoints(), None)
+        .await
+        .expect("connect");
+    support::wait_for_count(&mut client, &prefix, 0, true).await;
+}
+
+/// An error with its sources, on one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
 }

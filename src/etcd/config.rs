@@ -146,9 +146,9 @@ impl EtcdConfig {
         self.connect_timeout
     }
 
-    /// The per-request timeout. `lock` retries requests that failed
-    /// without an answer for up to twice this long before it reports the
-    /// failure.
+    /// The per-request timeout. `lock` and `try_lock` retry requests that
+    /// failed without an answer for up to twice this long before they
+    /// report the failure.
     #[must_use]
     pub fn request_timeout(&self) -> Duration {
         self.request_timeout

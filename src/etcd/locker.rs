@@ -15,7 +15,10 @@ use super::release::{self, Held};
 use super::session::{FIRST_BACKOFF, Lease, MAX_BACKOFF, Session};
 use super::shared_watch::SharedWatches;
 use super::watch::WatchHub;
-use super::{etcd_err, is_lease_not_found, is_transient, queue, timeout_err};
+use super::{
+    etcd_err, is_lease_not_found, is_server_answer, is_server_answer_etcd, is_transient,
+    is_transient_etcd, queue, timeout_err,
+};
 use crate::{Context, Error, Key, LockGuard, Locker, Result};
 use tokio::task::JoinHandle;
 
@@ -76,15 +79,40 @@ pub(crate) async fn connect(config: &EtcdConfig) -> Result<Client> {
     if let Some((name, password)) = config.user() {
         options = options.with_user(name.clone(), password.clone());
     }
+    // Some endpoints may be down: the client's balancer can route the
+    // first request to one of them, so retry until the connect timeout.
+    let last = std::sync::Mutex::new(None);
     let attempt = async {
         let mut client = Client::connect(config.endpoints(), Some(options)).await?;
-        client.status().await?;
-        Ok::<_, etcd_client::Error>(client)
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            match client.status().await {
+                Ok(_) => return Ok::<_, etcd_client::Error>(client),
+                Err(e) if is_transient_etcd(&e) => {
+                    {
+                        let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
+                        // An answer from a server ("no leader") tells more
+                        // than a member that refuses connections.
+                        if last.as_ref().is_none_or(|old| {
+                            is_server_answer_etcd(&e) || !is_server_answer_etcd(old)
+                        }) {
+                            *last = Some(e);
+                        }
+                    }
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+                Err(e) => return Err(e),
+            }
+        }
     };
     match tokio::time::timeout(timeout, attempt).await {
         Ok(Ok(client)) => Ok(client),
         Ok(Err(e)) => Err(fail(Box::new(e))),
-        Err(_) => Err(fail("no answer".into())),
+        Err(_) => match last.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            Some(e) => Err(fail(Box::new(e))),
+            None => Err(fail("no answer".into())),
+        },
     }
 }
 
@@ -488,11 +516,91 @@ async fn abandon_once(
     })
 }
 
-/// How many request timeouts `lock` keeps retrying requests that failed
-/// without an answer before it reports the failure.
-const RETRY_FOR: u32 = 2;
+/// When to try again after a failed attempt of `lock` or `try_lock`.
+///
+/// A member that is down, a leader election or a lost connection fails a
+/// request without saying whether it was applied. The failed attempt is
+/// cleaned up (its lease retired if a write may still land) and a new one
+/// starts, with backoff, while such failures last no longer than two
+/// request timeouts.
+struct Retry {
+    give_up: std::time::Duration,
+    failing_since: Option<std::time::Instant>,
+    backoff: std::time::Duration,
+    /// The failure to report when giving up: the last one, except that an
+    /// answer from a server (such as "no leader") is kept over a later
+    /// connection refused by a member that is down.
+    report: Option<Error>,
+}
+
+impl Retry {
+    fn new(config: &EtcdConfig) -> Self {
+        Retry {
+            give_up: config.request_timeout() * 2,
+            failing_since: None,
+            backoff: FIRST_BACKOFF,
+            report: None,
+        }
+    }
+
+    /// The pause before the next attempt after `err`, or the error to
+    /// report.
+    fn after(&mut self, err: Error) -> Result<std::time::Duration> {
+        if !is_transient(&err) {
+            return Err(err);
+        }
+        let since = *self
+            .failing_since
+            .get_or_insert_with(std::time::Instant::now);
+        let keep = self
+            .report
+            .as_ref()
+            .is_none_or(|old| is_server_answer(&err) || !is_server_answer(old));
+        if keep {
+            self.report = Some(err);
+        }
+        if since.elapsed() >= self.give_up
+            && let Some(report) = self.report.take()
+        {
+            return Err(report);
+        }
+        let pause = self.backoff;
+        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+        Ok(pause)
+    }
+}
 
 impl EtcdLocker {
+    /// One attempt of `try_lock`.
+    async fn try_lock_once(&self, key: &Key) -> Result<Option<LockGuard>> {
+        let mut attempt = Attempt::new(&self.inner, key, false);
+        let layout = attempt.layout.clone();
+        let mut when = vec![Compare::create_revision(
+            layout.lock.clone(),
+            CompareOp::Equal,
+            0,
+        )];
+        if self.inner.fair {
+            // Fair: nobody may be queued either.
+            when.push(
+                Compare::create_revision(layout.queue.clone(), CompareOp::Equal, 0).with_prefix(),
+            );
+        }
+        let value = attempt.value.clone();
+        let (resp, lease) = attempt
+            .write_with_lease("try_lock", |lease| {
+                Txn::new()
+                    .when(when.clone())
+                    .and_then([put_leased(&layout.lock, &value, lease)])
+            })
+            .await?;
+        if !resp.succeeded() {
+            attempt.disarm();
+            return Ok(None);
+        }
+        Ok(Some(attempt.granted(revision(&resp), None, lease, false)))
+    }
+
     /// One attempt of `lock`: queue, wait, and on failure remove what it
     /// wrote before returning the error.
     async fn lock_once(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
@@ -532,59 +640,27 @@ pub(crate) fn put_leased(key: &[u8], value: &[u8], lease: i64) -> TxnOp {
 impl Locker for EtcdLocker {
     async fn try_lock(&self, key: &Key) -> Result<Option<LockGuard>> {
         key.validate()?;
-        let mut attempt = Attempt::new(&self.inner, key, false);
-        let layout = attempt.layout.clone();
-        let mut when = vec![Compare::create_revision(
-            layout.lock.clone(),
-            CompareOp::Equal,
-            0,
-        )];
-        if self.inner.fair {
-            // Fair: nobody may be queued either.
-            when.push(
-                Compare::create_revision(layout.queue.clone(), CompareOp::Equal, 0).with_prefix(),
-            );
+        let mut retry = Retry::new(&self.inner.config);
+        loop {
+            match Box::pin(self.try_lock_once(key)).await {
+                Err(e) => tokio::time::sleep(retry.after(e)?).await,
+                outcome => return outcome,
+            }
         }
-        let value = attempt.value.clone();
-        let (resp, lease) = attempt
-            .write_with_lease("try_lock", |lease| {
-                Txn::new()
-                    .when(when.clone())
-                    .and_then([put_leased(&layout.lock, &value, lease)])
-            })
-            .await?;
-        if !resp.succeeded() {
-            attempt.disarm();
-            return Ok(None);
-        }
-        Ok(Some(attempt.granted(revision(&resp), None, lease, false)))
     }
 
     async fn lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
         key.validate()?;
         ctx.check(key.as_str())?;
-        // A member that is down, a leader election or a lost connection
-        // fails a request without saying whether it was applied. The failed
-        // attempt is cleaned up (its lease retired if a write may still
-        // land) and a new one starts, while failures last no longer than
-        // RETRY_FOR request timeouts.
-        let give_up = self.inner.config.request_timeout() * RETRY_FOR;
-        let mut failing_since = None;
-        let mut backoff = FIRST_BACKOFF;
+        let mut retry = Retry::new(&self.inner.config);
         loop {
-            let err = match Box::pin(self.lock_once(ctx, key)).await {
-                Err(e) if is_transient(&e) => e,
+            match Box::pin(self.lock_once(ctx, key)).await {
+                Err(e) => tokio::select! {
+                    () = tokio::time::sleep(retry.after(e)?) => {}
+                    err = ctx.done(key.as_str()) => return Err(err),
+                },
                 outcome => return outcome,
-            };
-            let since = *failing_since.get_or_insert_with(std::time::Instant::now);
-            if since.elapsed() >= give_up {
-                return Err(err);
             }
-            tokio::select! {
-                () = tokio::time::sleep(backoff) => {}
-                err = ctx.done(key.as_str()) => return Err(err),
-            }
-            backoff = (backoff * 2).min(MAX_BACKOFF);
         }
     }
 

@@ -113,18 +113,40 @@ pub(crate) fn is_lease_not_found(err: &Error) -> bool {
 /// or lost it (etcd's "unavailable"). Such a request may also have been
 /// applied anyway.
 pub(crate) fn is_transient(err: &Error) -> bool {
-    use etcd_client::Error as E;
     let Error::Backend { source, .. } = err else {
         return false;
     };
-    if source.is::<NoAnswer>() {
-        return true;
-    }
-    match source.downcast_ref::<E>() {
-        Some(E::TransportError(_) | E::IoError(_)) => true,
+    source.is::<NoAnswer>()
+        || source
+            .downcast_ref::<etcd_client::Error>()
+            .is_some_and(is_transient_etcd)
+}
+
+/// `true` if `err` is an answer from an etcd server (such as "no leader"),
+/// not a failure to reach one.
+pub(crate) fn is_server_answer(err: &Error) -> bool {
+    let Error::Backend { source, .. } = err else {
+        return false;
+    };
+    source
+        .downcast_ref::<etcd_client::Error>()
+        .is_some_and(is_server_answer_etcd)
+}
+
+/// [`is_server_answer`] for an etcd-client error.
+pub(crate) fn is_server_answer_etcd(err: &etcd_client::Error) -> bool {
+    matches!(err, etcd_client::Error::GRpcStatus(status)
+        if std::error::Error::source(status).is_none())
+}
+
+/// [`is_transient`] for an etcd-client error.
+pub(crate) fn is_transient_etcd(err: &etcd_client::Error) -> bool {
+    use etcd_client::Error as E;
+    match err {
+        E::TransportError(_) | E::IoError(_) => true,
         // gRPC codes: 1 cancelled, 2 unknown, 4 deadline exceeded,
         // 8 resource exhausted, 10 aborted, 14 unavailable.
-        Some(E::GRpcStatus(status)) => matches!(status.code() as i32, 1 | 2 | 4 | 8 | 10 | 14),
+        E::GRpcStatus(status) => matches!(status.code() as i32, 1 | 2 | 4 | 8 | 10 | 14),
         _ => false,
     }
 }

@@ -124,15 +124,17 @@ impl Session {
     /// Revokes the current lease, deleting every key attached to it.
     /// Failures that may pass (a member down, an election) are retried
     /// for up to two request timeouts; a lease that etcd no longer knows
-    /// on a retry was revoked by the earlier try, or expired.
+    /// on a retry (or after it was lost) was revoked by the earlier try,
+    /// or expired.
     pub async fn revoke(&self) -> Result<()> {
         let Some(lease) = self.current.lock().await.take() else {
             return Ok(());
         };
+        // A lease already given up on may have expired in etcd too.
+        let mut retried = lease.lost.is_cancelled();
         lease.lost.cancel();
         let give_up = std::time::Instant::now() + self.request_timeout * 2;
         let mut backoff = FIRST_BACKOFF;
-        let mut retried = false;
         loop {
             let mut client = self.client.clone();
             let result = tokio::time::timeout(

@@ -189,6 +189,26 @@ impl Cluster {
         }
     }
 
+    /// Waits until member `i` reports that it has no leader (after the
+    /// election timeout with no quorum), polling its status like
+    /// [`Cluster::wait_leader`].
+    ///
+    /// # Errors
+    /// When it still names a leader after `within`.
+    pub async fn wait_no_leader(&self, i: usize, within: Duration) -> Result<(), ClusterError> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let status = member_status(&self.endpoint(i), Duration::from_millis(500)).await;
+            if matches!(status, Some((_, 0))) {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(format!("member {i} still names a leader after {within:?}").into());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Sends `signal` (e.g. `libc::SIGSTOP`) to member `i`.
     ///
     /// # Errors
