@@ -418,13 +418,19 @@ fn exclusion(
                 Some(why) => v.push(Violation {
                     checker: 2,
                     t: Some(first.acq),
-                    text: format!("{overlap}; it was paused past its TTL, but {why}"),
+                    text: format!(
+                        "{overlap}; it was paused past its TTL, but {why}\n{}",
+                        explain(inp, a, first)
+                    ),
                 }),
             },
             None => v.push(Violation {
                 checker: 2,
                 t: Some(first.acq),
-                text: format!("{overlap}, and it was not paused"),
+                text: format!(
+                    "{overlap}, and it was not paused\n{}",
+                    explain(inp, a, first)
+                ),
             }),
         }
     }
@@ -433,6 +439,66 @@ fn exclusion(
          paused past its TTL that saw the loss and had its writes refused",
         intervals.len()
     ));
+}
+
+/// What a post-mortem of an overlap needs, without `--dump`: for the
+/// earlier section and the first later one, the worker's events from the
+/// end of its previous cycle to the section's end, its pauses (times
+/// relative to the earlier section's start), then the lock key's history
+/// around the two tokens.
+fn explain(inp: &Input<'_>, a: &Interval, b: &Interval) -> String {
+    const LEAD: u64 = 2_000_000_000;
+    let rel = |t: u64| (t as f64 - a.acq as f64) / 1e6;
+    let mut out = String::new();
+    for s in [a, b] {
+        out.push_str(&format!("    worker {} (token {}):\n", s.proc, s.token));
+        if let Some(p) = inp.log.procs.get(&s.proc) {
+            // From the end of the worker's previous cycle (what led to
+            // this grant), at most LEAD earlier.
+            let from = p
+                .events
+                .iter()
+                .rev()
+                .find(|e| e.t < s.acq && matches!(e.kind, Kind::Unl | Kind::Start))
+                .map_or(0, |e| e.t)
+                .max(s.acq.saturating_sub(LEAD));
+            for e in p.events.iter().filter(|e| e.t >= from && e.t <= s.end) {
+                let kind = e.kind.name();
+                out.push_str(&format!(
+                    "      {:+9.1} ms {kind} token={} {}\n",
+                    rel(e.t),
+                    e.token,
+                    e.detail
+                ));
+            }
+        }
+        for (stop, cont) in inp
+            .injections
+            .iter()
+            .filter(|i| i.target == Some(s.proc))
+            .filter_map(|i| i.pause)
+        {
+            let (stop, cont) = (rel(stop), rel(cont));
+            out.push_str(&format!(
+                "      paused from {stop:+.1} ms to {cont:+.1} ms\n"
+            ));
+        }
+    }
+    let (low, high) = (a.token.min(b.token), a.token.max(b.token));
+    let window = i64::try_from(low).unwrap_or(0) - 3..=i64::try_from(high).unwrap_or(0) + 1;
+    out.push_str("    lock key history:");
+    for c in inp
+        .changes
+        .iter()
+        .filter(|c| c.key == inp.lock_key && window.contains(&c.revision))
+    {
+        let what = c
+            .put
+            .as_ref()
+            .map_or("delete".to_string(), |p| format!("put {}", p.value));
+        out.push_str(&format!("\n      rev {} {what}", c.revision));
+    }
+    out
 }
 
 /// Checker 2, from the paused holder's side: after every pause past the

@@ -46,7 +46,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    fn name(&self) -> &'static str {
+    pub fn name(&self) -> &'static str {
         match self {
             Kind::Start => "START",
             Kind::Acq => "ACQ",

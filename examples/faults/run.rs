@@ -443,12 +443,12 @@ impl<'a> Phase<'a> {
         let bound = self.o.ttl + ELECTION_TIMEOUT + self.o.margin;
         let leftovers = self.leftovers(bound).await?;
         let sentinel = format!("{}zz-history-end", self.prefix);
-        let changes = history::replay(
-            &mut self.client,
-            &self.prefix,
-            self.first_revision,
-            &sentinel,
-        )
+        let (prefix, first) = (self.prefix.clone(), self.first_revision);
+        let changes = retrying("history replay", || {
+            let (mut client, prefix, sentinel) =
+                (self.client.clone(), prefix.clone(), sentinel.clone());
+            async move { history::replay(&mut client, &prefix, first, &sentinel).await }
+        })
         .await?;
         let log = std::mem::take(&mut *self.shared.lock());
         if let Some(dir) = &self.o.dump {
@@ -472,25 +472,31 @@ impl<'a> Phase<'a> {
     async fn leftovers(&mut self, within: Duration) -> Result<(Vec<String>, Vec<i64>), BoxError> {
         let deadline = Instant::now() + within;
         loop {
-            let keys: Vec<String> = self
-                .client
-                .get(
-                    self.locks(),
-                    Some(GetOptions::new().with_prefix().with_keys_only()),
-                )
-                .await?
-                .kvs()
-                .iter()
-                .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
-                .collect();
-            let leases: Vec<i64> = self
-                .client
-                .leases()
-                .await?
-                .leases()
-                .iter()
-                .map(|l| l.id())
-                .collect();
+            let locks = self.locks();
+            let (keys, leases) = retrying("leftover check", || {
+                let (mut client, locks) = (self.client.clone(), locks.clone());
+                async move {
+                    let keys: Vec<String> = client
+                        .get(
+                            locks,
+                            Some(GetOptions::new().with_prefix().with_keys_only()),
+                        )
+                        .await?
+                        .kvs()
+                        .iter()
+                        .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+                        .collect();
+                    let leases: Vec<i64> = client
+                        .leases()
+                        .await?
+                        .leases()
+                        .iter()
+                        .map(|l| l.id())
+                        .collect();
+                    Ok::<_, BoxError>((keys, leases))
+                }
+            })
+            .await?;
             if (keys.is_empty() && leases.is_empty()) || Instant::now() >= deadline {
                 return Ok((keys, leases));
             }
@@ -540,4 +546,25 @@ fn dump(
     }
     std::fs::write(dir.join(format!("{mode}-history.txt")), hist)?;
     Ok(())
+}
+
+/// Runs the orchestrator's own etcd request `op`, retrying failures for a
+/// few seconds: after a member restart the client's first requests may
+/// meet a closed connection.
+async fn retrying<T, F, Fut>(what: &str, mut op: F) -> Result<T, BoxError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, BoxError>>,
+{
+    let mut tries = 0;
+    loop {
+        match op().await {
+            Ok(v) => return Ok(v),
+            Err(e) if tries >= 20 => return Err(format!("{what}: {e}").into()),
+            Err(_) => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    }
 }
