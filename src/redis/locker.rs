@@ -226,10 +226,10 @@ impl Attempt {
         if granted.len() >= nodes.quorum && valid(started) {
             let token = granted.iter().map(|(_, t)| *t).max().unwrap_or_default();
             let agreed = granted.iter().filter(|(_, t)| *t == token).count();
-            if agreed >= nodes.quorum || self.raise(&granted, token).await >= nodes.quorum {
-                if valid(started) {
-                    return Ok(Round::Granted(self.granted(token, started)));
-                }
+            let raised =
+                agreed >= nodes.quorum || self.raise(&granted, token).await >= nodes.quorum;
+            if raised && valid(started) {
+                return Ok(Round::Granted(self.granted(token, started)));
             }
         }
         // Too few grants (or too late): give back what we got.
