@@ -1,6 +1,6 @@
 //! The `fairlock` command on Redis: `--endpoints redis://...` against real
 //! redis-servers that the tests start (see tests/support).
-#![cfg(feature = "cli")]
+#![cfg(all(feature = "cli", feature = "redis"))]
 
 mod support;
 

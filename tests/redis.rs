@@ -1,5 +1,6 @@
 //! The conformance suite and Redis-only behaviour against one real
 //! redis-server that the tests start themselves (see tests/support).
+#![cfg(feature = "redis")]
 
 mod conformance;
 mod support;

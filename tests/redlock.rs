@@ -1,5 +1,6 @@
 //! The conformance suite on Redlock over five real redis-servers, and what
 //! happens when masters die (see tests/support).
+#![cfg(feature = "redis")]
 
 mod conformance;
 mod support;
