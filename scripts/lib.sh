@@ -2,7 +2,8 @@
 # Shared helpers for scripts/test.sh, scripts/demo.sh and .ci/run.
 # Source this file; do not run it.
 #
-#   ensure_prereqs  make sure etcd, etcdctl, protoc, python3 and cargo exist
+#   ensure_prereqs  make sure etcd, etcdctl, redis-server, protoc, python3 and
+#                   cargo exist
 #                   (installs the Debian packages when running as root)
 #   start_etcd      start a throwaway single-node etcd on free loopback ports,
 #                   export FAIRLOCK_ENDPOINTS, and stop/clean it up on EXIT
@@ -18,11 +19,11 @@ die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 ensure_prereqs() {
   # command -> Debian package providing it
   local -A pkg_of=(
-    [etcd]=etcd-server [etcdctl]=etcd-client
+    [etcd]=etcd-server [etcdctl]=etcd-client [redis-server]=redis-server
     [protoc]=protobuf-compiler [python3]=python3
   )
   local cmd pkgs=()
-  for cmd in etcd etcdctl protoc python3; do
+  for cmd in etcd etcdctl redis-server protoc python3; do
     command -v "$cmd" >/dev/null 2>&1 || pkgs+=("${pkg_of[$cmd]}")
   done
 

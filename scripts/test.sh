@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Full local check: formatting, lints, docs, tests (extra args go to cargo test).
-# The integration tests start their own etcd from PATH, so none is started here.
+# The integration tests start their own etcd and redis-server processes from
+# PATH, so none is started here.
 #
 #   scripts/test.sh                 # everything
 #   scripts/test.sh -- --nocapture  # pass args through to cargo test

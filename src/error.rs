@@ -19,7 +19,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Error {
     /// `get_locker` was called before any provider was registered.
     #[error(
-        "no locker provider is registered: call fairlock::etcd::register(config).await \
+        "no locker provider is registered: call fairlock::register_from_env().await, \
+         fairlock::etcd::register(config).await or fairlock::redis::register(config).await \
          (or fairlock::register_locker_provider) before fairlock::get_locker"
     )]
     NoProvider,
@@ -89,6 +90,29 @@ pub enum Error {
     /// a guard from another backend).
     #[error("unsupported: {0}")]
     Unsupported(String),
+
+    /// Too few of a backend's independent nodes answered to reach a
+    /// quorum (Redlock): the lock state is unknown, which is not the same
+    /// as "held by another".
+    #[error(
+        "only {answered} of {total} {backend} nodes answered during {op}; {needed} are needed \
+         (start the missing nodes or check the network)"
+    )]
+    Unavailable {
+        /// Which backend ("redis", ...).
+        backend: &'static str,
+        /// The operation that failed.
+        op: &'static str,
+        /// Nodes that answered.
+        answered: usize,
+        /// Nodes needed (a majority).
+        needed: usize,
+        /// Nodes configured.
+        total: usize,
+        /// What the other nodes said.
+        #[source]
+        source: BoxError,
+    },
 
     /// A request to the backend failed.
     #[error("{backend} request failed during {op}")]

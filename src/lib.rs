@@ -12,10 +12,16 @@
 //! - [`Expiry`]: a lease's local monotonic deadline, behind
 //!   [`LockGuard::is_held`] (`expiry.rs`).
 //! - [`etcd`]: the etcd backend (feature `etcd`, on by default).
+//! - [`redis`]: the Redis backend, one instance or Redlock over several
+//!   masters (feature `redis`, on by default).
+//! - [`BackendConfig`], [`register_from_env`], [`connect_from_env`]: the
+//!   backend named by `FAIRLOCK_ENDPOINTS`, by scheme (`backend.rs`).
 //! - [`memory`]: an in-process backend with the same semantics, for tests.
 //! - The `fairlock` command (feature `cli`, on by default) is built from
 //!   `src/bin/fairlock/` on top of this API.
 
+#[cfg(any(feature = "etcd", feature = "redis"))]
+mod backend;
 mod context;
 mod error;
 mod expiry;
@@ -26,6 +32,11 @@ mod registry;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod memory;
+#[cfg(feature = "redis")]
+pub mod redis;
+
+#[cfg(any(feature = "etcd", feature = "redis"))]
+pub use backend::{BackendConfig, connect_from_env, register_from_env};
 
 pub use context::Context;
 pub use error::{BoxError, Error, Result};

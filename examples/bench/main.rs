@@ -3,12 +3,17 @@
 //!
 //! ```text
 //! cargo run --release --example bench -- [--endpoints E] [--quick] [--json] [--no-go]
+//!     [--no-redis] [--redis-only]
 //! ```
 //! Without `--endpoints` it starts its own single-member etcd (from PATH or
 //! `ETCD_BIN`), with its data on disk. The Go peer (etcd's own
 //! `concurrency.Mutex`) is built with `../shared/peers/go-mutex/build.sh`
 //! when that exists (or taken from `FAIRLOCK_GO_PEER`); `--no-go` skips it.
+//! The Redis rows (`redis_rows.rs`) start their own redis-servers (one, and
+//! five for Redlock) and include the `rslock` crate as the peer;
+//! `--no-redis` skips them, `--redis-only` runs only them.
 
+mod redis_rows;
 mod server;
 #[path = "../../tests/support/mod.rs"]
 mod support;
@@ -26,6 +31,8 @@ struct Opts {
     quick: bool,
     json: bool,
     go: bool,
+    redis: bool,
+    redis_only: bool,
     rss_child: Option<(String, usize)>,
 }
 
@@ -35,6 +42,8 @@ fn parse() -> Result<Opts, String> {
         quick: false,
         json: false,
         go: true,
+        redis: true,
+        redis_only: false,
         rss_child: None,
     };
     let mut args = std::env::args().skip(1);
@@ -44,6 +53,8 @@ fn parse() -> Result<Opts, String> {
             "--quick" => o.quick = true,
             "--json" => o.json = true,
             "--no-go" => o.go = false,
+            "--no-redis" => o.redis = false,
+            "--redis-only" => o.redis_only = true,
             "--rss-child" => {
                 let what = args.next().ok_or("--rss-child needs held|waiting")?;
                 let n = args
@@ -53,7 +64,9 @@ fn parse() -> Result<Opts, String> {
                 o.rss_child = Some((what, n));
             }
             "-h" | "--help" => {
-                return Err("usage: bench [--endpoints E] [--quick] [--json] [--no-go]".into());
+                return Err("usage: bench [--endpoints E] [--quick] [--json] [--no-go] \
+                            [--no-redis] [--redis-only]"
+                    .into());
             }
             other => return Err(format!("unknown argument {other:?}; see --help")),
         }
@@ -140,6 +153,11 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 async fn run(o: &Opts) -> Res<()> {
+    if o.redis_only {
+        let dur = Duration::from_millis(if o.quick { 1500 } else { 4000 });
+        print(&redis_rows::rows(o.quick, dur).await?, o.json);
+        return Ok(());
+    }
     let (_own, ep) = match &o.endpoints {
         Some(e) => (None, e.split(',').next().unwrap_or_default().to_string()),
         None => {
@@ -367,6 +385,11 @@ async fn run(o: &Opts) -> Res<()> {
         row.ops = n;
         row.ops_per_s = 0.0;
         rows.push(row.ratio(bytes / 1024.0, "KiB per lock"));
+    }
+
+    // 8. Redis, on its own servers
+    if o.redis {
+        rows.extend(redis_rows::rows(o.quick, dur).await?);
     }
 
     print(&rows, o.json);

@@ -53,7 +53,7 @@ fn prefix(name: &str) -> String {
 }
 
 /// Runs `op` `n` times in sequence.
-async fn sequential<F, Fut>(n: usize, mut op: F) -> Res<Run>
+pub async fn sequential<F, Fut>(n: usize, mut op: F) -> Res<Run>
 where
     F: FnMut(usize) -> Fut,
     Fut: std::future::Future<Output = Res<()>>,
@@ -190,12 +190,12 @@ pub async fn locker(ep: &str, prefix: &str, fair: bool) -> Res<EtcdLocker> {
     Ok(EtcdLocker::connect(config, fair).await?)
 }
 
-type Fut2<T> = std::pin::Pin<Box<dyn std::future::Future<Output = Res<T>> + Send>>;
+pub type Fut2<T> = std::pin::Pin<Box<dyn std::future::Future<Output = Res<T>> + Send>>;
 
 /// Runs the workers (one per client, each with its own connection) for
 /// `dur` after one untimed warm-up operation each; each call of a worker is
 /// one operation.
-async fn spread<W>(dur: Duration, workers: Vec<W>) -> Res<Run>
+pub async fn spread<W>(dur: Duration, workers: Vec<W>) -> Res<Run>
 where
     W: FnMut() -> Fut2<()> + Send + 'static,
 {

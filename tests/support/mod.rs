@@ -15,6 +15,8 @@ use std::time::Duration;
 use etcd_client::{Client, GetOptions, WatchOptions};
 
 pub mod cluster;
+#[cfg(feature = "redis")]
+pub mod redis_server;
 
 /// A running etcd.
 pub struct Etcd {

@@ -9,7 +9,7 @@ use fairlock::etcd::parse_duration;
 use crate::exit;
 
 pub const HELP: &str = "\
-fairlock: run commands under a distributed lock held in etcd
+fairlock: run commands under a distributed lock held in etcd or Redis
 
 USAGE:
     fairlock [GLOBAL OPTIONS] lock [OPTIONS] KEY [--] CMD [ARGS...]
@@ -27,8 +27,11 @@ COMMANDS:
               mode then unfair mode; prints every grant and a verdict.
 
 GLOBAL OPTIONS (before or after the subcommand):
-    --endpoints E1,E2   etcd endpoints [env FAIRLOCK_ENDPOINTS, default 127.0.0.1:2379]
-    --prefix P          key prefix of all locks [env FAIRLOCK_PREFIX, default /fairlock/]
+    --endpoints E1,E2   etcd endpoints (host:port), or redis:// URLs: one is a single
+                        Redis, several are Redlock over independent masters (unfair
+                        mode only) [env FAIRLOCK_ENDPOINTS, default 127.0.0.1:2379]
+    --prefix P          key prefix of all locks [env FAIRLOCK_PREFIX, default
+                        /fairlock/ on etcd, fairlock: on Redis]
     -h, --help          this help
     -V, --version       the version
 
@@ -39,7 +42,8 @@ LOCK OPTIONS:
     --timeout DUR, -w DUR    give up after waiting DUR: exit with the conflict code
     --conflict-exit-code N   the conflict code, 0-255 [default 75]
     --ttl DUR                session lease TTL: how long a crashed holder keeps the
-                             lock [env FAIRLOCK_TTL, default 10s, at least 2s]
+                             lock [env FAIRLOCK_TTL, default 10s, at least 2s on
+                             etcd, 1s on Redis]
     --kill-after DUR         when the lock is lost while CMD runs, send SIGKILL this
                              long after SIGTERM [default 10s]
 
@@ -59,10 +63,10 @@ DURATIONS: 500ms, 10s, 2m, or plain seconds.
 EXIT STATUS (lock):
     CMD's own exit status (128+N when CMD was killed by signal N), or
       2   usage error
-     69   etcd unreachable or failing
+     69   etcd or Redis unreachable or failing
      75   the lock was held (--nonblock) or the wait timed out (--timeout);
           settable with --conflict-exit-code
-     76   the lock was lost while CMD ran (lease expired, etcd unreachable
+     76   the lock was lost while CMD ran (lease expired, servers unreachable
           past the TTL): CMD got SIGTERM (SIGKILL after --kill-after)
     127   CMD not found; 126 CMD not executable
     130, 143  fairlock got SIGINT or SIGTERM while waiting (queue entry removed)
@@ -73,6 +77,7 @@ EXAMPLES:
     fairlock lock --timeout 2m --conflict-exit-code 0 nightly -- ./report.sh
     fairlock status
     fairlock status backups --json
+    fairlock --endpoints redis://127.0.0.1:6379 lock backups -- ./backup.sh
     fairlock demo --processes 3 --tasks 8 --svg ordering.svg
 ";
 

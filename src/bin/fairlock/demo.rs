@@ -10,10 +10,10 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fairlock::etcd::{EtcdConfig, EtcdLocker};
-use fairlock::{Context, Key, Locker};
+use fairlock::{BackendConfig, Context, Key};
 
 use crate::args::DemoArgs;
+use crate::backend::Conn;
 use crate::{exit, report, svg};
 
 fn now_ms() -> u64 {
@@ -22,7 +22,7 @@ fn now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-pub async fn run(config: EtcdConfig, a: DemoArgs) -> u8 {
+pub async fn run(config: BackendConfig, a: DemoArgs) -> u8 {
     let result = match a.worker {
         Some(process) => worker(config, &a, process).await,
         None => coordinator(config, &a).await,
@@ -37,9 +37,10 @@ type AnyError = Box<dyn std::error::Error + Send + Sync>;
 
 /// One process: `tasks` tasks sharing one locker (as in the seed, one
 /// `GetLocker` per process), task j of process i arriving in slot j*P+i.
-async fn worker(config: EtcdConfig, o: &DemoArgs, process: u64) -> Result<u8, AnyError> {
+async fn worker(config: BackendConfig, o: &DemoArgs, process: u64) -> Result<u8, AnyError> {
     let fair = o.mode == "fair";
-    let locker = EtcdLocker::connect(config, fair).await?;
+    let conn = std::sync::Arc::new(Conn::connect(&config, fair).await?);
+    let locker = std::sync::Arc::clone(&conn);
     let mut tasks = Vec::new();
     for task in 0..o.tasks {
         let (locker, o) = (locker.clone(), o.clone());
@@ -48,7 +49,7 @@ async fn worker(config: EtcdConfig, o: &DemoArgs, process: u64) -> Result<u8, An
             let arrival = o.start_ms + slot * o.interval_ms;
             tokio::time::sleep(Duration::from_millis(arrival.saturating_sub(now_ms()))).await;
             let ctx = Context::background().with_timeout(Duration::from_secs(120));
-            let guard = locker.lock(&ctx, &Key::from("demo")).await?;
+            let guard = locker.locker().lock(&ctx, &Key::from("demo")).await?;
             let granted = now_ms();
             let token = guard.fencing_token();
             tokio::time::sleep(Duration::from_millis(o.hold_ms)).await;
@@ -69,7 +70,10 @@ async fn worker(config: EtcdConfig, o: &DemoArgs, process: u64) -> Result<u8, An
     for t in tasks {
         t.await??;
     }
-    locker.close().await?;
+    drop(locker);
+    if let Ok(conn) = std::sync::Arc::try_unwrap(conn) {
+        conn.close().await?;
+    }
     Ok(0)
 }
 
@@ -85,9 +89,9 @@ pub struct Grant {
 }
 
 /// Runs the workers for each mode, prints the grant table and the verdict.
-async fn coordinator(config: EtcdConfig, o: &DemoArgs) -> Result<u8, AnyError> {
-    // Fail early, with a clear message, if etcd is not there.
-    if let Err(e) = EtcdLocker::connect(config.clone(), true).await {
+async fn coordinator(config: BackendConfig, o: &DemoArgs) -> Result<u8, AnyError> {
+    // Fail early, with a clear message, if the servers are not there.
+    if let Err(e) = Conn::connect(&config, false).await {
         report(&e);
         return Ok(exit::UNAVAILABLE);
     }
@@ -97,7 +101,8 @@ async fn coordinator(config: EtcdConfig, o: &DemoArgs) -> Result<u8, AnyError> {
         _ => &["unfair"],
     };
     println!(
-        "etcd {}: {} processes x {} tasks, one arrival every {} ms, each holds the lock {} ms",
+        "{} {}: {} processes x {} tasks, one arrival every {} ms, each holds the lock {} ms",
+        config.backend(),
         config.endpoints().join(","),
         o.processes,
         o.tasks,
@@ -125,7 +130,7 @@ async fn coordinator(config: EtcdConfig, o: &DemoArgs) -> Result<u8, AnyError> {
     Ok(if fair_ok { 0 } else { 1 })
 }
 
-fn run_mode(o: &DemoArgs, mode: &str, config: &EtcdConfig) -> Result<Vec<Grant>, AnyError> {
+fn run_mode(o: &DemoArgs, mode: &str, config: &BackendConfig) -> Result<Vec<Grant>, AnyError> {
     let prefix = format!("{}demo-{}/", config.prefix(), uuid::Uuid::new_v4().simple());
     let start_ms = now_ms() + 1500; // time for every process to connect first
     let exe = std::env::current_exe()?;

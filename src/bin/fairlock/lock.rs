@@ -6,11 +6,11 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
-use fairlock::etcd::{EtcdConfig, EtcdLocker, LockStatus};
-use fairlock::{Context, Error, Key, LockGuard, Locker};
+use fairlock::{BackendConfig, Context, Error, Key, LockGuard};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::args::LockArgs;
+use crate::backend::{Conn, LockView as LockStatus};
 use crate::{exit, report};
 
 /// The signals `fairlock` handles: while waiting they cancel the wait,
@@ -40,7 +40,7 @@ impl Signals {
     }
 }
 
-pub async fn run(config: EtcdConfig, a: LockArgs) -> u8 {
+pub async fn run(config: BackendConfig, a: LockArgs) -> u8 {
     let mut signals = match Signals::new() {
         Ok(s) => s,
         Err(e) => {
@@ -53,8 +53,12 @@ pub async fn run(config: EtcdConfig, a: LockArgs) -> u8 {
         report(&e);
         return exit::USAGE;
     }
-    let locker = match EtcdLocker::connect(config, a.fair).await {
+    let locker = match Conn::connect(&config, a.fair).await {
         Ok(l) => l,
+        Err(e @ (Error::Unsupported(_) | Error::InvalidConfig(_))) => {
+            report(&e);
+            return exit::USAGE;
+        }
         Err(e) => {
             report(&e);
             return exit::UNAVAILABLE;
@@ -74,13 +78,13 @@ pub async fn run(config: EtcdConfig, a: LockArgs) -> u8 {
 
 /// Takes the lock, or says why not and returns the exit code.
 async fn acquire(
-    locker: &EtcdLocker,
+    locker: &Conn,
     key: &Key,
     a: &LockArgs,
     signals: &mut Signals,
 ) -> Result<LockGuard, u8> {
     if a.nonblock {
-        return match locker.try_lock(key).await {
+        return match locker.locker().try_lock(key).await {
             Ok(Some(guard)) => Ok(guard),
             Ok(None) => {
                 let holder = describe_holder(locker, key).await;
@@ -101,7 +105,7 @@ async fn acquire(
         ctx = ctx.with_timeout(timeout);
     }
     let (ctx, cancel) = ctx.with_cancel();
-    let lock = locker.lock(&ctx, key);
+    let lock = locker.locker().lock(&ctx, key);
     tokio::pin!(lock);
     let started = Instant::now();
     let mut progress = Progress::new();
@@ -201,8 +205,8 @@ async fn run_holding(guard: LockGuard, a: &LockArgs, signals: &mut Signals) -> u
         },
         Ok(Err(())) => {
             eprintln!(
-                "fairlock: lock {key} was lost while {} ran (its lease expired or etcd was \
-                 unreachable for the TTL); sending SIGTERM",
+                "fairlock: lock {key} was lost while {} ran (its lease expired or the \
+                 servers were unreachable for the TTL); sending SIGTERM",
                 a.cmd[0]
             );
             send(pid, libc::SIGTERM);
@@ -249,7 +253,7 @@ fn send(pid: Option<u32>, sig: i32) {
     }
 }
 
-async fn describe_holder(locker: &EtcdLocker, key: &Key) -> String {
+async fn describe_holder(locker: &Conn, key: &Key) -> String {
     match locker.status(Some(key)).await {
         Ok(locks) => match locks.first().and_then(|l| l.holder.as_ref()) {
             Some(h) => format!(

@@ -2,11 +2,13 @@
 //! holds what, watch the ordering demo.
 //!
 //! - `args.rs`: parsing and the help text (which documents exit codes).
+//! - `backend.rs`: etcd or Redis, by the endpoints' scheme, behind one face.
 //! - `lock.rs`: `fairlock lock`, the command runner.
 //! - `status.rs`: `fairlock status`.
 //! - `demo.rs`: `fairlock demo`, with `svg.rs` drawing its timeline.
 
 mod args;
+mod backend;
 mod demo;
 mod lock;
 mod status;
@@ -14,7 +16,7 @@ mod svg;
 
 use std::process::ExitCode;
 
-use fairlock::etcd::EtcdConfig;
+use fairlock::BackendConfig;
 
 use args::{Command, Global, HELP};
 
@@ -22,7 +24,7 @@ use args::{Command, Global, HELP};
 pub mod exit {
     /// Bad arguments.
     pub const USAGE: u8 = 2;
-    /// etcd unreachable or failing.
+    /// The backend (etcd or Redis) unreachable or failing.
     pub const UNAVAILABLE: u8 = 69;
     /// The lock was held (`--nonblock`) or the wait timed out.
     pub const CONFLICT: u8 = 75;
@@ -61,11 +63,12 @@ fn main() -> ExitCode {
     ExitCode::from(code)
 }
 
-/// Builds the etcd configuration (environment, then flags), checks it, and
-/// runs `f` on a fresh runtime.
+/// Builds the backend configuration (environment, then flags; the
+/// endpoints' scheme picks etcd or Redis), checks it, and runs `f` on a
+/// fresh runtime.
 fn with_config<F, Fut>(global: &Global, ttl: Option<std::time::Duration>, f: F) -> u8
 where
-    F: FnOnce(EtcdConfig) -> Fut,
+    F: FnOnce(BackendConfig) -> Fut,
     Fut: std::future::Future<Output = u8>,
 {
     let config = match config(global, ttl) {
@@ -92,14 +95,25 @@ where
     code
 }
 
-fn config(global: &Global, ttl: Option<std::time::Duration>) -> fairlock::Result<EtcdConfig> {
-    let mut config = EtcdConfig::from_env()?;
-    if let Some(endpoints) = &global.endpoints {
-        let list: Vec<String> = endpoints.split(',').map(|s| s.trim().to_owned()).collect();
-        config = EtcdConfig::new(list)
-            .with_prefix(config.prefix())
-            .with_ttl(config.ttl());
-    }
+fn config(global: &Global, ttl: Option<std::time::Duration>) -> fairlock::Result<BackendConfig> {
+    let mut config = match &global.endpoints {
+        None => BackendConfig::from_env()?,
+        Some(endpoints) => {
+            // The flag replaces FAIRLOCK_ENDPOINTS; the rest of the
+            // environment still applies.
+            let mut config = BackendConfig::from_endpoints(endpoints.split(','))?;
+            if let Ok(prefix) = std::env::var("FAIRLOCK_PREFIX") {
+                config = config.with_prefix(prefix);
+            }
+            if let Ok(ttl) = std::env::var("FAIRLOCK_TTL") {
+                let ttl = fairlock::etcd::parse_duration(&ttl).map_err(|e| {
+                    fairlock::Error::InvalidConfig(format!("FAIRLOCK_TTL={ttl:?}: {e}"))
+                })?;
+                config = config.with_ttl(ttl);
+            }
+            config
+        }
+    };
     if let Some(prefix) = &global.prefix {
         config = config.with_prefix(prefix.clone());
     }

@@ -2,20 +2,21 @@
 
 use std::fmt::Write as _;
 
-use fairlock::Key;
-use fairlock::etcd::{EtcdConfig, EtcdLocker, LockStatus, Owner};
+use fairlock::{BackendConfig, Key};
 
 use crate::args::StatusArgs;
+use crate::backend::{Conn, LockView as LockStatus, OwnerView as Owner};
 use crate::{exit, report};
 
-pub async fn run(config: EtcdConfig, a: StatusArgs) -> u8 {
+pub async fn run(config: BackendConfig, a: StatusArgs) -> u8 {
     let key = a.key.as_deref().map(Key::from);
     if let Some(Err(e)) = key.as_ref().map(Key::validate) {
         report(&e);
         return exit::USAGE;
     }
     let prefix = config.prefix().to_owned();
-    let locker = match EtcdLocker::connect(config, true).await {
+    // Unfair: a Redlock configuration refuses fair lockers.
+    let locker = match Conn::connect(&config, false).await {
         Ok(l) => l,
         Err(e) => {
             report(&e);
@@ -29,6 +30,7 @@ pub async fn run(config: EtcdConfig, a: StatusArgs) -> u8 {
             return exit::UNAVAILABLE;
         }
     };
+    let _ = locker.close().await;
     if a.json {
         for lock in &locks {
             println!("{}", json(lock));
@@ -46,7 +48,7 @@ pub async fn run(config: EtcdConfig, a: StatusArgs) -> u8 {
 
 fn age(owner: &Owner) -> String {
     owner
-        .age()
+        .age
         .map_or("?".into(), |d| format!("{:.1}s", d.as_secs_f64()))
 }
 
@@ -55,13 +57,22 @@ fn table(locks: &[LockStatus]) -> String {
     for lock in locks {
         match &lock.holder {
             Some(h) => {
+                let mut lease = String::new();
+                if let Some(id) = h.lease {
+                    let _ = write!(lease, ", lease {id:x}");
+                }
+                if let Some(left) = h.ttl_left {
+                    let _ = write!(lease, ", expires in {:.1}s", left.as_secs_f64());
+                }
+                if let Some((held, total)) = h.nodes {
+                    let _ = write!(lease, ", on {held} of {total} nodes");
+                }
                 let _ = writeln!(
                     out,
-                    "{}: held by {}, fencing token {}, lease {:x}, asked {} ago",
+                    "{}: held by {}, fencing token {}{lease}, asked {} ago",
                     lock.key,
                     h.owner.describe(),
                     h.fencing_token,
-                    h.lease,
                     age(&h.owner),
                 );
             }
@@ -89,16 +100,18 @@ fn json(lock: &LockStatus) -> String {
             "{{\"pid\":{},\"host\":{},\"age_ms\":{},\"value\":{}}}",
             o.pid.map_or("null".into(), |p| p.to_string()),
             o.host.as_deref().map_or("null".into(), quote),
-            o.age().map_or("null".into(), |d| d.as_millis().to_string()),
+            o.age.map_or("null".into(), |d| d.as_millis().to_string()),
             quote(&o.raw),
         )
     };
     let holder = lock.holder.as_ref().map_or("null".into(), |h| {
         format!(
-            "{{\"owner\":{},\"fencing_token\":{},\"lease\":{}}}",
+            "{{\"owner\":{},\"fencing_token\":{},\"lease\":{},\"ttl_left_ms\":{}}}",
             owner(&h.owner),
             h.fencing_token,
-            h.lease
+            h.lease.map_or("null".into(), |l| l.to_string()),
+            h.ttl_left
+                .map_or("null".into(), |d| d.as_millis().to_string()),
         )
     });
     let waiters: Vec<String> = lock

@@ -1,0 +1,371 @@
+//! Choosing the backend from the endpoints' scheme: `redis://` URLs are
+//! Redis (one URL: a single instance, several: Redlock), `host:port` and
+//! `http(s)://` endpoints are etcd.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::{Error, Locker, Result};
+
+/// A backend and its configuration, chosen by the endpoints' scheme.
+///
+/// # Examples
+/// ```
+/// use fairlock::BackendConfig;
+///
+/// let redis = BackendConfig::from_endpoints(["redis://127.0.0.1:6379"]).unwrap();
+/// assert_eq!(redis.backend(), "redis");
+/// let etcd = BackendConfig::from_endpoints(["127.0.0.1:2379"]).unwrap();
+/// assert_eq!(etcd.backend(), "etcd");
+/// assert!(BackendConfig::from_endpoints(["redis://a:1", "b:2379"]).is_err());
+/// ```
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum BackendConfig {
+    /// etcd (`host:port` or `http(s)://host:port` endpoints).
+    #[cfg(feature = "etcd")]
+    Etcd(crate::etcd::EtcdConfig),
+    /// Redis (`redis://` URLs: one instance, or Redlock over several).
+    #[cfg(feature = "redis")]
+    Redis(crate::redis::RedisConfig),
+}
+
+/// The endpoint used when none is configured.
+const DEFAULT_ENDPOINT: &str = "127.0.0.1:2379";
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    Etcd,
+    Redis,
+}
+
+/// The backend an endpoint names, by its scheme.
+fn kind(endpoint: &str) -> Result<Kind> {
+    let Some((scheme, _)) = endpoint.split_once("://") else {
+        return Ok(Kind::Etcd);
+    };
+    match scheme.to_ascii_lowercase().as_str() {
+        "redis" | "rediss" => Ok(Kind::Redis),
+        "http" | "https" => Ok(Kind::Etcd),
+        other => Err(Error::InvalidConfig(format!(
+            "endpoint {endpoint:?} has the unknown scheme {other:?}; use redis://host:port \
+             for Redis, or host:port / http://host:port for etcd"
+        ))),
+    }
+}
+
+impl BackendConfig {
+    /// The backend the endpoints name, with its default configuration: all
+    /// `redis://` URLs (one: a single instance; several: Redlock), or all
+    /// etcd endpoints (`host:port`, `http://host:port`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for no endpoints, an empty one, an unknown
+    /// scheme, Redis and etcd endpoints mixed, or a backend this build
+    /// leaves out.
+    pub fn from_endpoints<I, S>(endpoints: I) -> Result<Self>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let endpoints: Vec<String> = endpoints
+            .into_iter()
+            .map(|e| e.into().trim().to_owned())
+            .collect();
+        if endpoints.is_empty() {
+            return Err(Error::InvalidConfig(
+                "no endpoints given; pass e.g. redis://127.0.0.1:6379 (Redis) or \
+                 127.0.0.1:2379 (etcd)"
+                    .into(),
+            ));
+        }
+        if endpoints.iter().any(String::is_empty) {
+            return Err(Error::InvalidConfig(format!(
+                "an endpoint in {:?} is empty; separate endpoints with single commas",
+                endpoints.join(",")
+            )));
+        }
+        let kinds = endpoints
+            .iter()
+            .map(|e| kind(e))
+            .collect::<Result<Vec<_>>>()?;
+        if kinds.iter().any(|k| *k != kinds[0]) {
+            return Err(Error::InvalidConfig(format!(
+                "endpoints {:?} mix Redis (redis://) and etcd endpoints; one backend at a \
+                 time: all redis:// URLs, or all etcd host:port endpoints",
+                endpoints.join(",")
+            )));
+        }
+        match kinds[0] {
+            #[cfg(feature = "redis")]
+            Kind::Redis => Ok(BackendConfig::Redis(crate::redis::RedisConfig::new(
+                endpoints,
+            ))),
+            #[cfg(feature = "etcd")]
+            Kind::Etcd => Ok(BackendConfig::Etcd(crate::etcd::EtcdConfig::new(endpoints))),
+            #[allow(unreachable_patterns)]
+            other => Err(Error::InvalidConfig(format!(
+                "endpoints {:?} are {other:?} endpoints, but fairlock was built without its \
+                 {} feature",
+                endpoints.join(","),
+                format!("{other:?}").to_lowercase()
+            ))),
+        }
+    }
+
+    /// Reads the environment: `FAIRLOCK_ENDPOINTS` (comma separated;
+    /// default `127.0.0.1:2379`, etcd), `FAIRLOCK_PREFIX`, `FAIRLOCK_TTL`
+    /// (e.g. `10s`, `1500ms`, `2m`, or plain seconds).
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] as for [`BackendConfig::from_endpoints`],
+    /// or when `FAIRLOCK_TTL` does not parse.
+    pub fn from_env() -> Result<Self> {
+        let endpoints = std::env::var("FAIRLOCK_ENDPOINTS")
+            .ok()
+            .filter(|s| !s.trim().is_empty())
+            .unwrap_or_else(|| DEFAULT_ENDPOINT.to_string());
+        let mut config = Self::from_endpoints(endpoints.split(','))?;
+        if let Ok(prefix) = std::env::var("FAIRLOCK_PREFIX") {
+            config = config.with_prefix(prefix);
+        }
+        if let Ok(ttl) = std::env::var("FAIRLOCK_TTL") {
+            let ttl = parse_duration(&ttl)
+                .map_err(|e| Error::InvalidConfig(format!("FAIRLOCK_TTL={ttl:?}: {e}")))?;
+            config = config.with_ttl(ttl);
+        }
+        Ok(config)
+    }
+
+    /// Sets the key prefix.
+    #[must_use]
+    pub fn with_prefix(self, prefix: impl Into<String>) -> Self {
+        match self {
+            #[cfg(feature = "etcd")]
+            BackendConfig::Etcd(c) => BackendConfig::Etcd(c.with_prefix(prefix)),
+            #[cfg(feature = "redis")]
+            BackendConfig::Redis(c) => BackendConfig::Redis(c.with_prefix(prefix)),
+        }
+    }
+
+    /// Sets the TTL: how long a crashed holder keeps its locks.
+    #[must_use]
+    pub fn with_ttl(self, ttl: Duration) -> Self {
+        match self {
+            #[cfg(feature = "etcd")]
+            BackendConfig::Etcd(c) => BackendConfig::Etcd(c.with_ttl(ttl)),
+            #[cfg(feature = "redis")]
+            BackendConfig::Redis(c) => BackendConfig::Redis(c.with_ttl(ttl)),
+        }
+    }
+
+    /// `"etcd"` or `"redis"`.
+    #[must_use]
+    pub fn backend(&self) -> &'static str {
+        match self {
+            #[cfg(feature = "etcd")]
+            BackendConfig::Etcd(_) => "etcd",
+            #[cfg(feature = "redis")]
+            BackendConfig::Redis(_) => "redis",
+        }
+    }
+
+    /// The endpoints or URLs, as configured (URLs may hold passwords).
+    #[must_use]
+    pub fn endpoints(&self) -> Vec<String> {
+        match self {
+            #[cfg(feature = "etcd")]
+            BackendConfig::Etcd(c) => c.endpoints().to_vec(),
+            #[cfg(feature = "redis")]
+            BackendConfig::Redis(c) => c.urls().to_vec(),
+        }
+    }
+
+    /// The key prefix.
+    #[must_use]
+    pub fn prefix(&self) -> &str {
+        match self {
+            #[cfg(feature = "etcd")]
+            BackendConfig::Etcd(c) => c.prefix(),
+            #[cfg(feature = "redis")]
+            BackendConfig::Redis(c) => c.prefix(),
+        }
+    }
+
+    /// The TTL.
+    #[must_use]
+    pub fn ttl(&self) -> Duration {
+        match self {
+            #[cfg(feature = "etcd")]
+            BackendConfig::Etcd(c) => c.ttl(),
+            #[cfg(feature = "redis")]
+            BackendConfig::Redis(c) => c.ttl(),
+        }
+    }
+
+    /// Checks every value; the messages say what to change.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] naming the bad value.
+    pub fn validate(&self) -> Result<()> {
+        match self {
+            #[cfg(feature = "etcd")]
+            BackendConfig::Etcd(c) => c.validate(),
+            #[cfg(feature = "redis")]
+            BackendConfig::Redis(c) => c.validate(),
+        }
+    }
+
+    /// Connects and registers the backend as the process-wide provider
+    /// (see [`crate::etcd::register`], [`crate::redis::register`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a bad configuration; [`Error::Connect`]
+    /// when the servers do not answer within the connect timeout.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: nothing is registered until the connection is up.
+    pub async fn register(self) -> Result<()> {
+        match self {
+            #[cfg(feature = "etcd")]
+            BackendConfig::Etcd(c) => crate::etcd::register(c).await,
+            #[cfg(feature = "redis")]
+            BackendConfig::Redis(c) => crate::redis::register(c).await,
+        }
+    }
+
+    /// Connects and makes one locker, fair (arrival order) or unfair.
+    ///
+    /// # Errors
+    /// As for [`BackendConfig::register`]; [`Error::Unsupported`] for fair
+    /// mode on Redlock.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: nothing is written until the first lock.
+    pub async fn connect(&self, fair: bool) -> Result<Arc<dyn Locker>> {
+        Ok(match self {
+            #[cfg(feature = "etcd")]
+            BackendConfig::Etcd(c) => {
+                Arc::new(crate::etcd::EtcdLocker::connect(c.clone(), fair).await?)
+            }
+            #[cfg(feature = "redis")]
+            BackendConfig::Redis(c) => {
+                Arc::new(crate::redis::RedisLocker::connect(c.clone(), fair).await?)
+            }
+        })
+    }
+}
+
+/// Registers the backend named by `FAIRLOCK_ENDPOINTS` (see
+/// [`BackendConfig::from_env`]) as the process-wide locker provider.
+///
+/// # Examples
+/// ```no_run
+/// # async fn demo() -> fairlock::Result<()> {
+/// // FAIRLOCK_ENDPOINTS=redis://127.0.0.1:6379 picks Redis,
+/// // FAIRLOCK_ENDPOINTS=127.0.0.1:2379 (or nothing) picks etcd.
+/// fairlock::register_from_env().await?;
+/// let locker = fairlock::get_locker(true)?;
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+/// [`Error::InvalidConfig`] for a bad environment; [`Error::Connect`] when
+/// the servers do not answer.
+///
+/// # Cancel safety
+/// Cancel safe: nothing is registered until the connection is up.
+pub async fn register_from_env() -> Result<()> {
+    BackendConfig::from_env()?.register().await
+}
+
+/// One locker on the backend named by `FAIRLOCK_ENDPOINTS`.
+///
+/// # Examples
+/// ```no_run
+/// # async fn demo() -> fairlock::Result<()> {
+/// let locker = fairlock::connect_from_env(false).await?;
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+/// As for [`register_from_env`]; [`Error::Unsupported`] for fair mode on
+/// Redlock.
+///
+/// # Cancel safety
+/// Cancel safe: nothing is written until the first lock.
+pub async fn connect_from_env(fair: bool) -> Result<Arc<dyn Locker>> {
+    BackendConfig::from_env()?.connect(fair).await
+}
+
+/// Parses durations like `500ms`, `10s`, `2m`, `1h` or plain seconds.
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration; use e.g. 500ms, 10s, 2m"))?;
+    let scale = match unit.trim() {
+        "ms" => 0.001,
+        "" | "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {s:?}; use ms, s, m or h"
+            ));
+        }
+    };
+    Duration::try_from_secs_f64(value * scale).map_err(|_| format!("{s:?} is out of range"))
+}
+
+#[cfg(all(test, feature = "etcd", feature = "redis"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scheme_picks_the_backend() {
+        let pick = |e: &[&str]| BackendConfig::from_endpoints(e.iter().copied());
+        assert_eq!(
+            pick(&["redis://127.0.0.1:6379"]).unwrap().backend(),
+            "redis"
+        );
+        let redlock = pick(&["redis://a:1", "redis://b:2", "redis://c:3"]).unwrap();
+        match &redlock {
+            BackendConfig::Redis(c) => assert!(c.is_redlock() && c.quorum() == 2),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(pick(&["127.0.0.1:2379"]).unwrap().backend(), "etcd");
+        assert_eq!(
+            pick(&["http://a:2379", "b:2379"]).unwrap().backend(),
+            "etcd"
+        );
+        let mixed = pick(&["redis://a:1", "b:2379"]).unwrap_err().to_string();
+        assert!(mixed.contains("mix"), "{mixed}");
+        let unknown = pick(&["postgres://a"]).unwrap_err().to_string();
+        assert!(unknown.contains("unknown scheme"), "{unknown}");
+        assert!(
+            pick(&["redis://a:1", ""])
+                .unwrap_err()
+                .to_string()
+                .contains("empty")
+        );
+        assert!(pick(&[]).is_err());
+    }
+
+    #[test]
+    fn prefix_and_ttl_apply_to_either() {
+        let c = BackendConfig::from_endpoints(["redis://a:1"])
+            .unwrap()
+            .with_prefix("p:")
+            .with_ttl(Duration::from_secs(3));
+        assert_eq!((c.prefix(), c.ttl()), ("p:", Duration::from_secs(3)));
+        assert_eq!(
+            parse_duration("1500ms").unwrap(),
+            Duration::from_millis(1500)
+        );
+    }
+}

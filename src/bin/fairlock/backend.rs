@@ -1,0 +1,170 @@
+//! The backend the endpoints name (etcd, or Redis for `redis://` URLs),
+//! behind one face for the commands: a locker, its id, the lock status.
+
+use std::time::Duration;
+
+use fairlock::etcd::EtcdLocker;
+use fairlock::redis::RedisLocker;
+use fairlock::{BackendConfig, Locker, Result};
+
+/// A connected locker on either backend.
+pub enum Conn {
+    Etcd(EtcdLocker),
+    Redis(RedisLocker),
+}
+
+/// One lock, as either backend reports it.
+pub struct LockView {
+    pub key: String,
+    pub holder: Option<HolderView>,
+    pub waiters: Vec<WaiterView>,
+}
+
+pub struct HolderView {
+    pub owner: OwnerView,
+    pub fencing_token: u64,
+    /// etcd: the session lease.
+    pub lease: Option<i64>,
+    /// Redis: time until the key expires unless extended.
+    pub ttl_left: Option<Duration>,
+    /// Redis: on how many of how many nodes the key is held.
+    pub nodes: Option<(usize, usize)>,
+}
+
+pub struct WaiterView {
+    pub owner: OwnerView,
+    pub locker: String,
+    pub fair: bool,
+}
+
+pub struct OwnerView {
+    pub raw: String,
+    pub pid: Option<u32>,
+    pub host: Option<String>,
+    pub age: Option<Duration>,
+    describe: String,
+}
+
+impl OwnerView {
+    pub fn describe(&self) -> String {
+        self.describe.clone()
+    }
+}
+
+impl From<&fairlock::etcd::Owner> for OwnerView {
+    fn from(o: &fairlock::etcd::Owner) -> Self {
+        OwnerView {
+            raw: o.raw.clone(),
+            pid: o.pid,
+            host: o.host.clone(),
+            age: o.age(),
+            describe: o.describe(),
+        }
+    }
+}
+
+impl From<&fairlock::redis::Owner> for OwnerView {
+    fn from(o: &fairlock::redis::Owner) -> Self {
+        OwnerView {
+            raw: o.raw.clone(),
+            pid: o.pid,
+            host: o.host.clone(),
+            age: o.age(),
+            describe: o.describe(),
+        }
+    }
+}
+
+impl Conn {
+    pub async fn connect(config: &BackendConfig, fair: bool) -> Result<Conn> {
+        match config {
+            BackendConfig::Etcd(c) => Ok(Conn::Etcd(EtcdLocker::connect(c.clone(), fair).await?)),
+            BackendConfig::Redis(c) => {
+                Ok(Conn::Redis(RedisLocker::connect(c.clone(), fair).await?))
+            }
+            _ => Err(fairlock::Error::Unsupported(format!(
+                "the {} backend in the fairlock command",
+                config.backend()
+            ))),
+        }
+    }
+
+    pub fn locker(&self) -> &dyn Locker {
+        match self {
+            Conn::Etcd(l) => l,
+            Conn::Redis(l) => l,
+        }
+    }
+
+    /// The id that marks this locker's waiters in the status.
+    pub fn id(&self) -> &str {
+        match self {
+            Conn::Etcd(l) => l.id(),
+            Conn::Redis(l) => l.id(),
+        }
+    }
+
+    pub async fn status(&self, key: Option<&fairlock::Key>) -> Result<Vec<LockView>> {
+        match self {
+            Conn::Etcd(l) => Ok(l
+                .status(key)
+                .await?
+                .into_iter()
+                .map(|s| LockView {
+                    key: s.key,
+                    holder: s.holder.map(|h| HolderView {
+                        owner: (&h.owner).into(),
+                        fencing_token: h.fencing_token,
+                        lease: Some(h.lease),
+                        ttl_left: None,
+                        nodes: None,
+                    }),
+                    waiters: s
+                        .waiters
+                        .iter()
+                        .map(|w| WaiterView {
+                            owner: (&w.owner).into(),
+                            locker: w.locker.clone(),
+                            fair: w.fair,
+                        })
+                        .collect(),
+                })
+                .collect()),
+            Conn::Redis(l) => {
+                let total = l.config().urls().len();
+                Ok(l.status(key)
+                    .await?
+                    .into_iter()
+                    .map(|s| LockView {
+                        key: s.key,
+                        holder: s.holder.map(|h| HolderView {
+                            owner: (&h.owner).into(),
+                            fencing_token: h.fencing_token,
+                            lease: None,
+                            ttl_left: h.ttl_left,
+                            nodes: (total > 1).then_some((h.nodes, total)),
+                        }),
+                        waiters: s
+                            .waiters
+                            .iter()
+                            .map(|w| WaiterView {
+                                owner: (&w.owner).into(),
+                                locker: w.locker.clone(),
+                                fair: w.fair,
+                            })
+                            .collect(),
+                    })
+                    .collect())
+            }
+        }
+    }
+
+    /// Ends the session: etcd revokes its lease; Redis has none (held keys
+    /// were released by their guards).
+    pub async fn close(self) -> Result<()> {
+        match self {
+            Conn::Etcd(l) => l.close().await,
+            Conn::Redis(_) => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,375 @@
+//! `RedisConfig`: which Redis masters, and how locks behave on them.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::{Error, Result};
+
+/// The smallest TTL accepted: the watchdog extends every TTL/3 and each
+/// extend may take a per-node timeout, so shorter TTLs expire under load.
+pub const MIN_TTL: Duration = Duration::from_secs(1);
+/// The largest TTL accepted: a crashed holder blocks its lock this long.
+pub const MAX_TTL: Duration = Duration::from_secs(3600);
+/// The key prefix used when none is configured.
+pub const DEFAULT_PREFIX: &str = "fairlock:";
+/// Redlock's clock drift factor: the share of the TTL by which clocks of
+/// the client and the servers may run at different rates.
+pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
+
+/// Configuration of the Redis backend.
+///
+/// One URL is a single Redis instance; several are independent masters
+/// locked together with Redlock (a lock is held when a majority of them
+/// grant it). URLs are `redis://[user:password@]host[:port][/db]`.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use fairlock::redis::RedisConfig;
+///
+/// let config = RedisConfig::new(["redis://127.0.0.1:6379"])
+///     .with_prefix("myapp:locks:")
+///     .with_ttl(Duration::from_secs(10))
+///     .with_node_timeout(Duration::from_millis(200));
+/// assert!(config.validate().is_ok());
+/// assert_eq!(config.quorum(), 1);
+/// ```
+#[derive(Clone)]
+pub struct RedisConfig {
+    urls: Vec<String>,
+    prefix: String,
+    ttl: Duration,
+    node_timeout: Duration,
+    connect_timeout: Duration,
+    retry_delay: Duration,
+    max_retry_delay: Duration,
+    drift_factor: f64,
+}
+
+impl RedisConfig {
+    /// A configuration for the given URLs, with the defaults: prefix
+    /// `fairlock:`, TTL 10 s, per-node timeout 250 ms, connect timeout 5 s,
+    /// retry delay 50 ms (up to 1 s, with jitter), drift factor 0.01.
+    #[must_use]
+    pub fn new<I, S>(urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        RedisConfig {
+            urls: urls.into_iter().map(Into::into).collect(),
+            prefix: DEFAULT_PREFIX.to_string(),
+            ttl: Duration::from_secs(10),
+            node_timeout: Duration::from_millis(250),
+            connect_timeout: Duration::from_secs(5),
+            retry_delay: Duration::from_millis(50),
+            max_retry_delay: Duration::from_secs(1),
+            drift_factor: DEFAULT_DRIFT_FACTOR,
+        }
+    }
+
+    /// Reads the environment: `FAIRLOCK_ENDPOINTS` (comma separated
+    /// `redis://` URLs), `FAIRLOCK_PREFIX`, `FAIRLOCK_TTL` (e.g. `10s`,
+    /// `1500ms`, `2m`, or plain seconds).
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] when `FAIRLOCK_ENDPOINTS` is unset or holds
+    /// something other than `redis://` URLs, or `FAIRLOCK_TTL` does not
+    /// parse.
+    pub fn from_env() -> Result<Self> {
+        match crate::BackendConfig::from_env()? {
+            crate::BackendConfig::Redis(config) => Ok(config),
+            #[allow(unreachable_patterns)]
+            other => Err(Error::InvalidConfig(format!(
+                "FAIRLOCK_ENDPOINTS={:?} are not redis:// URLs; set e.g. \
+                 FAIRLOCK_ENDPOINTS=redis://127.0.0.1:6379",
+                other.endpoints().join(",")
+            ))),
+        }
+    }
+
+    /// Sets the prefix of every Redis key fairlock writes.
+    #[must_use]
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Sets the lock TTL: how long a crashed holder keeps its lock. The
+    /// watchdog extends held locks every TTL/3. At least 1 s, at most an
+    /// hour.
+    #[must_use]
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// Sets how long one request to one Redis node may take before that
+    /// node counts as not answering. Must be below TTL/3.
+    #[must_use]
+    pub fn with_node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = timeout;
+        self
+    }
+
+    /// Sets how long connecting may take before [`Error::Connect`].
+    #[must_use]
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Sets the pause before retrying: a Redlock attempt that got the lock
+    /// on too few nodes waits a random time below `delay`; a failing
+    /// request is retried after `delay`, doubling up to `max` (with jitter).
+    #[must_use]
+    pub fn with_retry_delay(mut self, delay: Duration, max: Duration) -> Self {
+        self.retry_delay = delay;
+        self.max_retry_delay = max;
+        self
+    }
+
+    /// Sets Redlock's clock drift factor (default 0.01): a grant is trusted
+    /// for `ttl - elapsed - (ttl * factor + 2 ms)`.
+    #[must_use]
+    pub fn with_drift_factor(mut self, factor: f64) -> Self {
+        self.drift_factor = factor;
+        self
+    }
+
+    /// The URLs, one per Redis master.
+    #[must_use]
+    pub fn urls(&self) -> &[String] {
+        &self.urls
+    }
+
+    /// The key prefix.
+    #[must_use]
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The lock TTL.
+    #[must_use]
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The per-node request timeout.
+    #[must_use]
+    pub fn node_timeout(&self) -> Duration {
+        self.node_timeout
+    }
+
+    /// The connect timeout.
+    #[must_use]
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// The first retry pause and its cap.
+    #[must_use]
+    pub fn retry_delay(&self) -> (Duration, Duration) {
+        (self.retry_delay, self.max_retry_delay)
+    }
+
+    /// The clock drift factor.
+    #[must_use]
+    pub fn drift_factor(&self) -> f64 {
+        self.drift_factor
+    }
+
+    /// How many nodes must grant a lock: 1 for a single instance, a
+    /// majority (N/2 + 1) for Redlock over N masters.
+    #[must_use]
+    pub fn quorum(&self) -> usize {
+        self.urls.len() / 2 + 1
+    }
+
+    /// `true` for Redlock (more than one URL).
+    #[must_use]
+    pub fn is_redlock(&self) -> bool {
+        self.urls.len() > 1
+    }
+
+    /// The time a grant is not trusted for, by Redlock's rule: TTL x drift
+    /// factor + 2 ms.
+    #[must_use]
+    pub fn drift(&self) -> Duration {
+        self.ttl.mul_f64(self.drift_factor) + Duration::from_millis(2)
+    }
+
+    /// The TTL in whole milliseconds, as `PX` takes it.
+    pub(crate) fn ttl_ms(&self) -> u64 {
+        u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Checks every value; the messages say what to change.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] naming the bad value.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |msg: String| Err(Error::InvalidConfig(msg));
+        if self.urls.is_empty() {
+            return bad(
+                "no Redis URLs given; pass e.g. [\"redis://127.0.0.1:6379\"] \
+                        or set FAIRLOCK_ENDPOINTS=redis://127.0.0.1:6379"
+                    .into(),
+            );
+        }
+        for url in &self.urls {
+            check_url(url)?;
+        }
+        let mut seen = self.urls.clone();
+        seen.sort();
+        seen.dedup();
+        if seen.len() != self.urls.len() {
+            return bad(format!(
+                "a Redis URL is listed twice in {:?}; Redlock needs distinct, \
+                 independent masters",
+                self.urls
+            ));
+        }
+        if self.prefix.is_empty() {
+            return bad(
+                "key prefix is empty; use e.g. \"fairlock:\" so locks do not mix \
+                        with other data"
+                    .into(),
+            );
+        }
+        if self.ttl < MIN_TTL {
+            return bad(format!(
+                "TTL {:?} is below the minimum of {MIN_TTL:?}; use 1s or more \
+                 (the watchdog keeps a held lock alive, so a longer TTL costs nothing \
+                 while the holder lives)",
+                self.ttl
+            ));
+        }
+        if self.ttl > MAX_TTL {
+            return bad(format!(
+                "TTL {:?} is over {MAX_TTL:?}: a crashed holder would block its locks \
+                 that long; use a shorter TTL (the watchdog extends it while you hold)",
+                self.ttl
+            ));
+        }
+        if self.node_timeout.is_zero() || self.node_timeout >= self.ttl / 3 {
+            return bad(format!(
+                "per-node timeout {:?} must be above zero and below a third of the TTL \
+                 ({:?}): an extend must finish well before the lock expires",
+                self.node_timeout,
+                self.ttl / 3
+            ));
+        }
+        if self.connect_timeout.is_zero() {
+            return bad("connect timeout must be greater than zero".into());
+        }
+        if self.retry_delay.is_zero() || self.max_retry_delay < self.retry_delay {
+            return bad(format!(
+                "retry delay {:?} must be above zero and at most its cap {:?}",
+                self.retry_delay, self.max_retry_delay
+            ));
+        }
+        if !(0.0..0.5).contains(&self.drift_factor) {
+            return bad(format!(
+                "drift factor {} must be at least 0 and below 0.5 (Redlock uses 0.01)",
+                self.drift_factor
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Checks that `url` is a `redis://` URL the client can use.
+fn check_url(url: &str) -> Result<()> {
+    let bad = |why: &str| {
+        Err(Error::InvalidConfig(format!(
+            "Redis URL {url:?} {why}; use redis://host:port, e.g. redis://127.0.0.1:6379"
+        )))
+    };
+    if url.starts_with("rediss://") {
+        return bad("asks for TLS, which this build does not include");
+    }
+    let Some(rest) = url.strip_prefix("redis://") else {
+        return bad("does not start with redis://");
+    };
+    let host = rest.rsplit('@').next().unwrap_or_default();
+    if host.is_empty() || host.starts_with(['/', ':']) || url.contains(char::is_whitespace) {
+        return bad("has no host or contains spaces");
+    }
+    if let Err(e) = ::redis::Client::open(url) {
+        return bad(&format!("does not parse ({e})"));
+    }
+    Ok(())
+}
+
+impl fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field(
+                "urls",
+                &self.urls.iter().map(|u| redact(u)).collect::<Vec<_>>(),
+            )
+            .field("prefix", &self.prefix)
+            .field("ttl", &self.ttl)
+            .field("node_timeout", &self.node_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("retry_delay", &self.retry_delay)
+            .field("max_retry_delay", &self.max_retry_delay)
+            .field("drift_factor", &self.drift_factor)
+            .finish()
+    }
+}
+
+/// The URL with any password replaced, for logs and error messages.
+pub(crate) fn redact(url: &str) -> String {
+    let Some(rest) = url.strip_prefix("redis://") else {
+        return url.to_string();
+    };
+    match rest.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or("", |(u, _)| u);
+            format!("redis://{user}:<redacted>@{host}")
+        }
+        None => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation_names_the_problem() {
+        let err = |c: RedisConfig| c.validate().unwrap_err().to_string();
+        let one = || RedisConfig::new(["redis://127.0.0.1:6379"]);
+        assert!(err(RedisConfig::new(Vec::<String>::new())).contains("no Redis URLs"));
+        assert!(err(RedisConfig::new(["127.0.0.1:6379"])).contains("redis://"));
+        assert!(err(RedisConfig::new(["redis://"])).contains("no host"));
+        assert!(err(RedisConfig::new(["rediss://h:1"])).contains("TLS"));
+        assert!(err(RedisConfig::new(["redis://a:1", "redis://a:1"])).contains("twice"));
+        assert!(err(one().with_ttl(Duration::from_millis(200))).contains("minimum"));
+        assert!(err(one().with_ttl(Duration::from_secs(7200))).contains("over"));
+        assert!(err(one().with_node_timeout(Duration::from_secs(5))).contains("third"));
+        assert!(err(one().with_drift_factor(0.7)).contains("drift"));
+        assert!(err(one().with_prefix("")).contains("prefix"));
+        one().validate().unwrap();
+    }
+
+    #[test]
+    fn quorum_and_drift() {
+        let five: Vec<_> = (0..5)
+            .map(|i| format!("redis://127.0.0.1:{}", 7000 + i))
+            .collect();
+        let config = RedisConfig::new(five);
+        assert_eq!(config.quorum(), 3);
+        assert!(config.is_redlock());
+        assert_eq!(config.drift(), Duration::from_millis(102));
+    }
+
+    #[test]
+    fn debug_hides_passwords() {
+        let c = RedisConfig::new(["redis://app:hunter2@10.0.0.1:6379"]);
+        let dbg = format!("{c:?}");
+        assert!(dbg.contains("app") && !dbg.contains("hunter2"), "{dbg}");
+    }
+}

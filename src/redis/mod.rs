@@ -1,0 +1,134 @@
+//! The Redis backend: one instance, or Redlock over several independent
+//! masters (feature `redis`, on by default).
+//!
+//! - `config.rs`: [`RedisConfig`], URLs, TTL, timeouts, retry, drift.
+//! - `locker.rs`: [`RedisLocker`], connect, `try_lock`, `lock`; one round
+//!   runs on every node at once and needs a quorum (1 of 1, N/2+1 of N).
+//! - `scripts.rs`: the Lua scripts (acquire, release, leave, extend, raise,
+//!   status) every change goes through.
+//! - `node.rs`: the masters, each with a reconnecting connection and a
+//!   per-node timeout.
+//! - `wake.rs`: wake-ups by pub/sub, one subscriber per node.
+//! - `watchdog.rs`: extending held locks, loss signals, release.
+//! - `status.rs`: [`RedisLocker::status`], who holds and who waits.
+//! - `keys.rs`: the key layout.
+//!
+//! # How a lock works here
+//! The lock key `<prefix><key>` holds `"<token> <owner>"`, written with
+//! `SET ... PX ttl` by a script that takes it only if it is free; the owner
+//! value is unique per attempt, and release, extend and every other change
+//! compare it first, so no client ever deletes or extends another holder's
+//! key. The token comes from `INCR` on a counter per prefix in the same
+//! script: it grows with every grant, like etcd's revision. A watchdog
+//! extends held locks every TTL/3 and marks the guard lost when it cannot
+//! (see [`crate::LockGuard::is_held`]).
+//!
+//! Waiters queue in a sorted set `<prefix><key>/_OWNERS_/queue` in arrival
+//! order, each with a record that expires unless the waiter refreshes it,
+//! so a dead waiter is skipped. A release hands the lock to the first fair
+//! waiter in the same script (or frees it and wakes the first unfair one),
+//! and publishes that waiter's id on the channel of the connection it waits
+//! on: one release wakes one waiter, by pub/sub, not by polling. Waiters
+//! also re-check every `min(TTL/3, 1 s)` (and when the holder's key is due
+//! to expire), in case a message was lost.
+//!
+//! # Redlock
+//! With several URLs, a lock is taken on all masters at once (each request
+//! bounded by the per-node timeout) and held if a majority granted it
+//! within its validity time, `ttl - elapsed - (ttl * drift_factor + 2 ms)`;
+//! otherwise it is released on every node and retried after a random pause.
+//! The fencing token is the highest counter among the granting nodes; when
+//! fewer than a majority gave that very number, their counters are raised
+//! to it (while the lock is still held there) before the lock counts as
+//! taken, so the next holder's majority sees a higher counter. Extends and
+//! releases also need a majority. "Held by another" (`try_lock` answers
+//! `Ok(None)`, `lock` waits) is told apart from "too few nodes answered"
+//! ([`crate::Error::Unavailable`], naming how many answered of how many
+//! needed).
+//!
+//! **Fair mode is refused on Redlock** ([`crate::Error::Unsupported`]): a
+//! FIFO queue on N independent masters has no single arrival order (two
+//! waiters enqueue in different orders on different nodes, and no waiter
+//! need head the queue on a majority) without a consensus protocol. Use one
+//! Redis instance or etcd for fair locks.
+//!
+//! # What Redis cannot promise that etcd can
+//! - **Durability.** Redis acknowledges writes before they reach disk (by
+//!   default it does not fsync each write, or persist at all); a restarted
+//!   node forgets its locks and its fencing counter.
+//! - **Failover.** Replication is asynchronous: a replica promoted after
+//!   its master died may not have the lock, so two clients can hold it at
+//!   once. Redlock avoids replicas but assumes that a restarted master stays
+//!   down for a TTL, or persists with `appendfsync always`.
+//! - **Clocks.** Redis expires keys by its own clock and Redlock's validity
+//!   assumes that clocks of all parties run at about the same rate (the
+//!   drift factor) and that pauses are shorter than the TTL; etcd's leases
+//!   depend less on either.
+//! - **Fencing tokens** are the remedy against paused holders, on every
+//!   backend: pass [`crate::LockGuard::fencing_token`] to the resource. But
+//!   the counter behind them lives in Redis: after a restart without
+//!   persistence, or a failover that lost the last writes, it can go back
+//!   and repeat tokens. Run Redis with `appendonly yes` and
+//!   `appendfsync always` where tokens must never repeat.
+//!
+//! Redis Cluster is not supported (the scripts touch several keys of one
+//! lock, which a cluster would place in different slots); give the URLs of
+//! standalone masters.
+//!
+//! # Keys left behind
+//! A free lock with nobody waiting has no keys; the one key that outlives
+//! the locks is the prefix's fencing counter `<prefix>_OWNERS_/fence` (a
+//! token must never repeat, so it is never deleted).
+
+mod config;
+mod keys;
+mod locker;
+mod node;
+mod scripts;
+mod status;
+mod wake;
+mod watchdog;
+
+use std::sync::Arc;
+
+pub use config::{DEFAULT_DRIFT_FACTOR, DEFAULT_PREFIX, MAX_TTL, MIN_TTL, RedisConfig};
+pub use locker::RedisLocker;
+pub use status::{Holder, LockStatus, Owner, Waiter};
+
+use crate::{Locker, Result};
+
+/// Connects to Redis and registers it as the process-wide locker provider:
+/// every [`crate::get_locker`] call then returns a new [`RedisLocker`]
+/// sharing these connections.
+///
+/// On Redlock (several URLs) `get_locker(true)` returns a locker whose
+/// every call fails with [`crate::Error::Unsupported`]: fair mode needs a
+/// single instance.
+///
+/// # Examples
+/// ```no_run
+/// # async fn demo() -> fairlock::Result<()> {
+/// use fairlock::redis::RedisConfig;
+/// fairlock::redis::register(RedisConfig::new(["redis://127.0.0.1:6379"])).await?;
+/// let locker = fairlock::get_locker(true)?;
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+/// [`crate::Error::InvalidConfig`] for a bad configuration;
+/// [`crate::Error::Connect`] when fewer than a quorum of nodes answer within
+/// the connect timeout.
+///
+/// # Cancel safety
+/// Cancel safe: nothing is registered until the connections are up.
+pub async fn register(config: RedisConfig) -> Result<()> {
+    let nodes = node::Nodes::connect(&config).await?;
+    crate::register_locker_provider(move |fair| {
+        Arc::new(RedisLocker::from_nodes(
+            Arc::clone(&nodes),
+            config.clone(),
+            fair,
+        )) as Arc<dyn Locker>
+    });
+    Ok(())
+}

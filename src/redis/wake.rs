@@ -1,0 +1,114 @@
+//! Wake-ups by pub/sub: one subscriber connection per node (shared by every
+//! locker and waiter on it) listening on its own channel. A release
+//! publishes the id of the one waiter it serves on that waiter's hub
+//! channel; the hub wakes that waiter. Waiters also poll, slowly, in case a
+//! message was lost (the subscriber reconnecting).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::sync::{Notify, watch};
+use tokio::task::AbortHandle;
+
+/// The wake-up side of one node.
+pub(crate) struct Hub {
+    /// Names this hub's channel; waiters write it in their queue records.
+    pub id: String,
+    shared: Arc<Shared>,
+    task: AbortHandle,
+}
+
+struct Shared {
+    waiters: Mutex<HashMap<String, Arc<Notify>>>,
+    /// `true` while subscribed.
+    ready: watch::Sender<bool>,
+}
+
+impl Shared {
+    fn waiters(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Notify>>> {
+        self.waiters.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Hub {
+    /// Starts the subscriber task (it connects in the background).
+    pub fn start(client: redis::Client, wake_prefix: &str, node: &str) -> Hub {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let shared = Arc::new(Shared {
+            waiters: Mutex::new(HashMap::new()),
+            ready: watch::channel(false).0,
+        });
+        let channel = format!("{wake_prefix}{id}");
+        let task = tokio::spawn(listen(
+            client,
+            channel,
+            Arc::clone(&shared),
+            node.to_owned(),
+        ));
+        Hub {
+            id,
+            shared,
+            task: task.abort_handle(),
+        }
+    }
+
+    /// Wakes `notify` whenever a release serves waiter `id`.
+    pub fn register(&self, id: &str, notify: &Arc<Notify>) {
+        self.shared
+            .waiters()
+            .insert(id.to_owned(), Arc::clone(notify));
+    }
+
+    /// Stops waking waiter `id`.
+    pub fn deregister(&self, id: &str) {
+        self.shared.waiters().remove(id);
+    }
+
+    /// Waits until subscribed, at most `limit` (waiters then rely on
+    /// polling until the subscription is up).
+    pub async fn ready(&self, limit: Duration) {
+        let mut rx = self.shared.ready.subscribe();
+        let _ = tokio::time::timeout(limit, rx.wait_for(|up| *up)).await;
+    }
+}
+
+impl Drop for Hub {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Subscribes and dispatches messages; reconnects after a loss, waking
+/// every waiter then so none misses a release published meanwhile.
+async fn listen(client: redis::Client, channel: String, shared: Arc<Shared>, _node: String) {
+    let mut pause = Duration::from_millis(50);
+    loop {
+        if let Ok(Ok(pubsub)) =
+            tokio::time::timeout(Duration::from_secs(5), client.get_async_pubsub()).await
+        {
+            let (mut sink, mut stream) = pubsub.split();
+            if let Ok(Ok(())) =
+                tokio::time::timeout(Duration::from_secs(5), sink.subscribe(&channel)).await
+            {
+                pause = Duration::from_millis(50);
+                shared.ready.send_replace(true);
+                for notify in shared.waiters().values() {
+                    notify.notify_one();
+                }
+                while let Some(msg) = stream.next().await {
+                    let Ok(id) = msg.get_payload::<String>() else {
+                        continue;
+                    };
+                    if let Some(notify) = shared.waiters().get(&id) {
+                        notify.notify_one();
+                    }
+                }
+                shared.ready.send_replace(false);
+            }
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(1));
+    }
+}

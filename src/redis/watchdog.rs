@@ -1,0 +1,208 @@
+//! A held lock: the watchdog that extends it every TTL/3 and declares it
+//! lost when it cannot, and the release behind `LockGuard::unlock`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use tokio::task::AbortHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::keys::Layout;
+use super::locker::{Inner, jitter};
+use super::node::Call;
+use super::scripts::{EXTEND_SCRIPT, RELEASE_SCRIPT};
+use crate::{Error, Expiry, GuardRelease, Key, LockGuard, Result};
+
+/// How much earlier than Redis the local deadline ends: a tenth of the TTL,
+/// at most one second (on top of Redlock's drift). Deadlines count from
+/// when a request was sent, not when it was answered.
+pub(crate) fn margin(ttl: Duration) -> Duration {
+    (ttl / 10).min(Duration::from_secs(1))
+}
+
+/// Builds the guard of a grant and starts its watchdog.
+pub(crate) fn guard(
+    inner: Arc<Inner>,
+    key: Key,
+    layout: Layout,
+    owner: String,
+    token: u64,
+    deadline: Instant,
+) -> LockGuard {
+    let lost = CancellationToken::new();
+    let expiry = Expiry::new(deadline);
+    let task = tokio::spawn(watch(
+        Arc::clone(&inner),
+        layout.clone(),
+        owner.clone(),
+        lost.clone(),
+        expiry.clone(),
+    ));
+    let held = Held {
+        inner,
+        key: key.clone(),
+        layout,
+        owner,
+        expiry: expiry.clone(),
+        lost: lost.clone(),
+        watchdog: task.abort_handle(),
+    };
+    LockGuard::new(key, token, Box::new(held)).with_loss_signal(lost, Some(expiry))
+}
+
+/// Extends the lock every TTL/3 on every node; a quorum of extends moves
+/// the deadline to send time + TTL - drift - margin. Ends, cancelling
+/// `lost`, when the nodes say the lock is someone else's (or gone), or the
+/// deadline passes without a quorum of extends (nodes unreachable, or this
+/// process paused).
+async fn watch(
+    inner: Arc<Inner>,
+    layout: Layout,
+    owner: String,
+    lost: CancellationToken,
+    expiry: Expiry,
+) {
+    tokio::select! {
+        () = extend_loop(&inner, &layout, &owner, &expiry) => {}
+        () = expiry.passed() => {}
+    }
+    lost.cancel();
+    expiry.expire();
+}
+
+async fn extend_loop(inner: &Inner, layout: &Layout, owner: &str, expiry: &Expiry) {
+    let config = &inner.config;
+    let nodes = &inner.nodes;
+    let ttl = config.ttl();
+    let period = ttl / 3;
+    let keys = [
+        layout.lock.as_str(),
+        layout.queue.as_str(),
+        layout.fence.as_str(),
+    ];
+    let ttl_ms = config.ttl_ms().to_string();
+    let mut next = period;
+    loop {
+        tokio::time::sleep(next).await;
+        let sent = Instant::now();
+        let results = nodes
+            .all::<i64, _>(|_, _| Call {
+                script: &EXTEND_SCRIPT,
+                keys: &keys,
+                args: vec![owner.to_owned(), ttl_ms.clone()],
+            })
+            .await;
+        let extended = results.iter().filter(|r| matches!(r, Ok(1))).count();
+        let refused = results.iter().filter(|r| matches!(r, Ok(0))).count();
+        if extended >= nodes.quorum && sent.elapsed() + config.drift() < ttl {
+            expiry.extend_to(sent + ttl - config.drift() - margin(ttl));
+            next = period;
+        } else if refused > nodes.list.len() - nodes.quorum {
+            return; // held by nobody or someone else on a majority: lost
+        } else {
+            // Nodes did not answer: try again soon, until the deadline.
+            let (first, _) = config.retry_delay();
+            next = (first * 2 + jitter(first)).min(period);
+        }
+    }
+}
+
+/// A held Redis lock: what a guard releases.
+struct Held {
+    inner: Arc<Inner>,
+    key: Key,
+    layout: Layout,
+    owner: String,
+    expiry: Expiry,
+    lost: CancellationToken,
+    watchdog: AbortHandle,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.watchdog.abort();
+    }
+}
+
+impl Held {
+    fn lost_error(&self, reason: &str) -> Error {
+        Error::LockLost {
+            key: self.key.to_string(),
+            reason: reason.to_string(),
+        }
+    }
+}
+
+#[async_trait]
+impl GuardRelease for Held {
+    /// Deletes the lock key where this guard still holds it and passes the
+    /// lock on; retries nodes that do not answer until the lock would have
+    /// expired anyway.
+    async fn release(self: Box<Self>) -> Result<()> {
+        // Stop extending first: our own release is not a loss.
+        self.watchdog.abort();
+        let was_lost = self.lost.is_cancelled() || self.expiry.has_passed();
+        let nodes = &self.inner.nodes;
+        let keys = [
+            self.layout.lock.as_str(),
+            self.layout.queue.as_str(),
+            self.layout.fence.as_str(),
+        ];
+        let (first, max) = self.inner.config.retry_delay();
+        let mut pause = first;
+        // Past this the key has expired on every node that did not answer.
+        let give_up = Instant::now() + self.inner.config.ttl();
+        let mut released = 0;
+        let mut pending: Vec<usize> = (0..nodes.list.len()).collect();
+        loop {
+            let results = futures_util::future::join_all(pending.iter().map(|i| {
+                nodes.list[*i].run::<i64>(Call {
+                    script: &RELEASE_SCRIPT,
+                    keys: &keys,
+                    args: vec![
+                        self.owner.clone(),
+                        self.layout.waiters.clone(),
+                        self.layout.wake.clone(),
+                    ],
+                })
+            }))
+            .await;
+            let mut still = Vec::new();
+            let mut errors = Vec::new();
+            for (i, r) in pending.iter().zip(results) {
+                match r {
+                    Ok(n) => released += usize::from(n == 1),
+                    Err(e) => {
+                        still.push(*i);
+                        errors.push(e);
+                    }
+                }
+            }
+            pending = still;
+            let answered = nodes.list.len() - pending.len();
+            if pending.is_empty() || (answered >= nodes.quorum && released >= nodes.quorum) {
+                break;
+            }
+            if Instant::now() >= give_up {
+                return Err(nodes.unavailable("unlock", errors));
+            }
+            tokio::time::sleep(pause + jitter(pause)).await;
+            pause = (pause * 2).min(max);
+        }
+        // Nodes that did not answer (a quorum did) keep the key until it
+        // expires: it no longer counts, as a quorum is free.
+        if was_lost {
+            return Err(self.lost_error(
+                "its TTL passed without an acknowledged extend (Redis unreachable, or \
+                 this process paused) before unlock",
+            ));
+        }
+        if released < nodes.quorum {
+            return Err(
+                self.lost_error("the lock key had expired or belonged to another holder at unlock")
+            );
+        }
+        Ok(())
+    }
+}

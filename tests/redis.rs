@@ -1,0 +1,432 @@
+//! The conformance suite and Redis-only behaviour against one real
+//! redis-server that the tests start themselves (see tests/support).
+#![cfg(feature = "redis")]
+
+mod conformance;
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use conformance::Backend;
+use fairlock::redis::{RedisConfig, RedisLocker};
+use fairlock::{Context, Error, Key, Locker};
+use support::redis_server::{self as rs, RedisServer};
+
+struct Redis {
+    urls: Vec<String>,
+    base: RedisLocker,
+}
+
+async fn connect(urls: Vec<String>, test: &str, ttl: Duration) -> Redis {
+    let config = RedisConfig::new(urls.clone())
+        .with_prefix(rs::unique_prefix(test))
+        .with_ttl(ttl);
+    Redis {
+        base: RedisLocker::connect(config, false).await.expect("connect"),
+        urls,
+    }
+}
+
+async fn redis(test: &str) -> Redis {
+    connect(
+        vec![rs::shared().url.clone()],
+        test,
+        Duration::from_secs(10),
+    )
+    .await
+}
+
+impl Redis {
+    fn prefix(&self) -> &str {
+        self.base.config().prefix()
+    }
+    fn queue(&self, key: &Key) -> String {
+        format!("{}{key}/_OWNERS_/queue", self.prefix())
+    }
+    fn lock_key(&self, key: &Key) -> String {
+        format!("{}{key}", self.prefix())
+    }
+}
+
+#[async_trait]
+impl Backend for Redis {
+    fn locker(&self, fair: bool) -> Arc<dyn Locker> {
+        Arc::new(self.base.locker(fair))
+    }
+    async fn wait_queued(&self, key: &Key, n: usize) {
+        let queue = self.queue(key);
+        let url = &self.urls[0];
+        rs::wait_until(url, self.prefix(), || async {
+            rs::zcard(url, &queue).await >= n
+        })
+        .await;
+    }
+    async fn wait_clean(&self) {
+        for url in &self.urls {
+            rs::wait_until(url, self.prefix(), || async {
+                rs::keys_left(url, self.prefix()).await.is_empty()
+            })
+            .await;
+        }
+    }
+    async fn is_clean(&self) -> bool {
+        for url in &self.urls {
+            if !rs::keys_left(url, self.prefix()).await.is_empty() {
+                return false;
+            }
+        }
+        true
+    }
+    async fn finish(&self) {
+        for url in &self.urls {
+            let left = rs::keys_left(url, self.prefix()).await;
+            assert!(left.is_empty(), "keys left on {url}: {left:?}");
+        }
+    }
+}
+
+conformance_tests!(redis);
+
+fn patient() -> Context {
+    Context::background().with_timeout(Duration::from_secs(120))
+}
+
+async fn conn(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect")
+}
+
+async fn get(url: &str, key: &str) -> Option<String> {
+    redis::cmd("GET")
+        .arg(key)
+        .query_async(&mut conn(url).await)
+        .await
+        .expect("get")
+}
+
+/// A holder whose key expired and was taken by another: its watchdog
+/// reports the loss, and its unlock says so without touching the new
+/// holder's key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_never_deletes_another_holders_key() {
+    let r = redis("takeover").await;
+    let url = &r.urls[0];
+    let key = Key::from("k");
+    let (a, b) = (r.base.locker(false), r.base.locker(false));
+    let old = a.try_lock(&key).await.expect("try_lock").expect("free");
+    let lost = old.lost_token();
+    // The key expires under the holder (as after a long pause) ...
+    let lock_key = r.lock_key(&key);
+    let () = redis::cmd("PEXPIRE")
+        .arg(&lock_key)
+        .arg(1)
+        .query_async(&mut conn(url).await)
+        .await
+        .expect("pexpire");
+    // ... and someone else takes the lock.
+    let new = b.lock(&patient(), &key).await.expect("lock after expiry");
+    assert!(new.fencing_token() > old.fencing_token());
+    let held_by_new = get(url, &lock_key).await.expect("new holder's key");
+    let err = old
+        .unlock()
+        .await
+        .expect_err("the old guard's lock is gone");
+    assert!(matches!(err, Error::LockLost { .. }), "{err}");
+    assert_eq!(
+        get(url, &lock_key).await.as_deref(),
+        Some(held_by_new.as_str())
+    );
+    assert!(new.is_held());
+    new.unlock().await.expect("unlock");
+    drop(lost);
+    r.wait_clean().await;
+    r.finish().await;
+}
+
+/// The watchdog of a holder whose key was taken over is refused and
+/// signals the loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_extend_signals_the_loss() {
+    let r = connect(
+        vec![rs::shared().url.clone()],
+        "refused",
+        Duration::from_secs(1),
+    )
+    .await;
+    let key = Key::from("k");
+    let guard = r
+        .base
+        .try_lock(&key)
+        .await
+        .expect("try_lock")
+        .expect("free");
+    let () = redis::cmd("SET")
+        .arg(r.lock_key(&key))
+        .arg("999999 someone-else")
+        .query_async(&mut conn(&r.urls[0]).await)
+        .await
+        .expect("overwrite");
+    tokio::time::timeout(Duration::from_secs(120), guard.lost())
+        .await
+        .expect("the loss is never signalled");
+    assert!(!guard.is_held());
+    assert!(guard.unlock().await.is_err());
+    assert_eq!(
+        get(&r.urls[0], &r.lock_key(&key)).await.as_deref(),
+        Some("999999 someone-else"),
+        "unlock touched another holder's key"
+    );
+    let () = redis::cmd("DEL")
+        .arg(r.lock_key(&key))
+        .query_async(&mut conn(&r.urls[0]).await)
+        .await
+        .expect("del");
+    r.finish().await;
+}
+
+/// A holder whose Redis server is stopped (SIGSTOP) past the TTL learns its
+/// lock is lost; after SIGCONT its unlock reports the loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopped_server_makes_the_holder_lose_its_lock() {
+    let server = RedisServer::start();
+    let r = connect(vec![server.url.clone()], "stopped", Duration::from_secs(1)).await;
+    let guard = r
+        .base
+        .try_lock(&Key::from("k"))
+        .await
+        .expect("try_lock")
+        .expect("free");
+    assert!(guard.is_held());
+    server.signal("-STOP");
+    tokio::time::timeout(Duration::from_secs(120), guard.lost())
+        .await
+        .expect("the loss is never signalled");
+    assert!(!guard.is_held());
+    server.signal("-CONT");
+    let err = guard.unlock().await.expect_err("lost");
+    assert!(matches!(err, Error::LockLost { .. }), "{err}");
+    r.wait_clean().await;
+}
+
+/// Waiters of both modes take a lock whose holder crashed (its key was
+/// never released) once it expires, without a release to wake them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashed_holders_lock_is_taken_after_its_ttl() {
+    let r = redis("crashed").await;
+    for fair in [true, false] {
+        let key = Key::from(format!("k-{fair}"));
+        let () = redis::cmd("SET")
+            .arg(r.lock_key(&key))
+            .arg("1 crashed-holder pid=1")
+            .arg("PX")
+            .arg(1000)
+            .query_async(&mut conn(&r.urls[0]).await)
+            .await
+            .expect("set");
+        let guard = r
+            .base
+            .locker(fair)
+            .lock(&patient(), &key)
+            .await
+            .expect("lock");
+        assert!(guard.is_held());
+        guard.unlock().await.expect("unlock");
+    }
+    r.wait_clean().await;
+    r.finish().await;
+}
+
+/// Fencing tokens grow strictly with every grant, across lockers and keys.
+#[tokio::test]
+async fn fencing_tokens_strictly_increase() {
+    let r = redis("tokens").await;
+    let lockers = [r.base.locker(true), r.base.locker(false)];
+    let mut last = 0;
+    for i in 0..20 {
+        let key = Key::from(format!("k{}", i % 3));
+        let g = lockers[i % 2]
+            .try_lock(&key)
+            .await
+            .expect("try_lock")
+            .expect("free");
+        assert!(
+            g.fencing_token() > last,
+            "{} after {last}",
+            g.fencing_token()
+        );
+        last = g.fencing_token();
+        g.unlock().await.expect("unlock");
+    }
+    r.finish().await;
+}
+
+/// A server that does not answer is named in a clear error, within the
+/// connect timeout.
+#[tokio::test]
+async fn unreachable_server_is_named_in_the_error() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
+    let url = format!("redis://127.0.0.1:{port}");
+    let config = RedisConfig::new([url.clone()]).with_connect_timeout(Duration::from_secs(1));
+    let err = RedisLocker::connect(config, true)
+        .await
+        .err()
+        .expect("refused");
+    assert!(matches!(err, Error::Connect { .. }), "{err}");
+    assert!(err.to_string().contains(&url), "{err}");
+}
+
+/// Bad configurations are refused before anything is sent, saying what to
+/// change.
+#[tokio::test]
+async fn bad_configuration_is_refused() {
+    for (config, says) in [
+        (RedisConfig::new(Vec::<String>::new()), "no Redis URLs"),
+        (RedisConfig::new(["localhost:6379"]), "redis://"),
+        (RedisConfig::new(["redis://h:notaport"]), "does not parse"),
+        (
+            RedisConfig::new([rs::shared().url.clone()]).with_ttl(Duration::from_millis(10)),
+            "minimum",
+        ),
+    ] {
+        let err = RedisLocker::connect(config, false)
+            .await
+            .err()
+            .expect("refused");
+        assert!(
+            matches!(err, Error::InvalidConfig(_)) && err.to_string().contains(says),
+            "{err}"
+        );
+    }
+    let err = fairlock::BackendConfig::from_endpoints(["redis://a:1", "127.0.0.1:2379"])
+        .expect_err("mixed");
+    assert!(err.to_string().contains("mix"), "{err}");
+}
+
+/// `status` shows the holder with its token and TTL, and the queue in
+/// arrival order with each waiter's locker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_holder_and_queue_in_order() {
+    let r = redis("status").await;
+    let key = Key::from("k");
+    let holder = r.base.locker(true);
+    let guard = holder
+        .try_lock(&key)
+        .await
+        .expect("try_lock")
+        .expect("free");
+    let mut waiters = Vec::new();
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let locker = r.base.locker(i != 1);
+        ids.push(locker.id().to_owned());
+        let k = key.clone();
+        waiters.push(tokio::spawn(async move {
+            locker
+                .lock(&patient(), &k)
+                .await
+                .expect("lock")
+                .unlock()
+                .await
+        }));
+        r.wait_queued(&key, i + 1).await;
+    }
+    let locks = r.base.status(None).await.expect("status");
+    assert_eq!(locks.len(), 1, "{locks:?}");
+    let lock = &locks[0];
+    assert_eq!(lock.key, "k");
+    let h = lock.holder.as_ref().expect("holder");
+    assert_eq!(h.fencing_token, guard.fencing_token());
+    assert_eq!(h.owner.pid, Some(std::process::id()));
+    assert!(h.ttl_left.is_some_and(|t| t <= Duration::from_secs(10)));
+    let order: Vec<_> = lock
+        .waiters
+        .iter()
+        .map(|w| (w.locker.clone(), w.fair))
+        .collect();
+    assert_eq!(
+        order,
+        [
+            (ids[0].clone(), true),
+            (ids[1].clone(), false),
+            (ids[2].clone(), true)
+        ]
+    );
+    assert_eq!(r.base.status(Some(&key)).await.expect("status").len(), 1);
+    guard.unlock().await.expect("unlock");
+    for w in waiters {
+        w.await.expect("task").expect("unlock");
+    }
+    r.wait_clean().await;
+    assert!(r.base.status(None).await.expect("status").is_empty());
+    r.finish().await;
+}
+
+/// Many waiters share one pub/sub subscription per connection, not one
+/// each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_share_one_subscription() {
+    let r = redis("pubsub").await;
+    let key = Key::from("k");
+    let guard = r
+        .base
+        .try_lock(&key)
+        .await
+        .expect("try_lock")
+        .expect("free");
+    let mut waiters = Vec::new();
+    for i in 0..10 {
+        let locker = r.base.locker(true);
+        let k = key.clone();
+        waiters.push(tokio::spawn(async move {
+            locker
+                .lock(&patient(), &k)
+                .await
+                .expect("lock")
+                .unlock()
+                .await
+        }));
+        r.wait_queued(&key, i + 1).await;
+    }
+    let channels: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .arg(format!("{}_OWNERS_/wake/*", r.prefix()))
+        .query_async(&mut conn(&r.urls[0]).await)
+        .await
+        .expect("pubsub channels");
+    assert_eq!(channels.len(), 1, "{channels:?}");
+    guard.unlock().await.expect("unlock");
+    for w in waiters {
+        w.await.expect("task").expect("unlock");
+    }
+    r.wait_clean().await;
+    r.finish().await;
+}
+
+/// `BackendConfig` picks Redis for a redis:// URL and registers it.
+#[tokio::test]
+async fn registry_hands_out_redis_lockers() {
+    let prefix = rs::unique_prefix("registry");
+    fairlock::BackendConfig::from_endpoints([rs::shared().url.clone()])
+        .expect("redis")
+        .with_prefix(prefix.clone())
+        .register()
+        .await
+        .expect("register");
+    let locker = fairlock::get_locker(true).expect("locker");
+    assert!(locker.is_fair());
+    let guard = locker
+        .try_lock(&Key::from("k"))
+        .await
+        .expect("try_lock")
+        .expect("free");
+    guard.unlock().await.expect("unlock");
+    assert!(rs::keys_left(&rs::shared().url, &prefix).await.is_empty());
+}

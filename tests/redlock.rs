@@ -1,0 +1,229 @@
+//! The conformance suite on Redlock over five real redis-servers, and what
+//! happens when masters die (see tests/support).
+#![cfg(feature = "redis")]
+
+mod conformance;
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use conformance::Backend;
+use fairlock::redis::{RedisConfig, RedisLocker};
+use fairlock::{Context, Error, Key, Locker};
+use support::redis_server::{self as rs, RedisServer};
+
+struct Redlock {
+    urls: Vec<String>,
+    base: RedisLocker,
+}
+
+fn urls(servers: &[RedisServer]) -> Vec<String> {
+    servers.iter().map(|s| s.url.clone()).collect()
+}
+
+async fn connect(servers: &[RedisServer], test: &str) -> Redlock {
+    let config = RedisConfig::new(urls(servers)).with_prefix(rs::unique_prefix(test));
+    Redlock {
+        base: RedisLocker::connect(config, false).await.expect("connect"),
+        urls: urls(servers),
+    }
+}
+
+async fn redlock(test: &str) -> Redlock {
+    connect(rs::shared_five(), test).await
+}
+
+impl Redlock {
+    fn prefix(&self) -> &str {
+        self.base.config().prefix()
+    }
+}
+
+#[async_trait]
+impl Backend for Redlock {
+    fn locker(&self, fair: bool) -> Arc<dyn Locker> {
+        Arc::new(self.base.locker(fair))
+    }
+    async fn wait_queued(&self, key: &Key, n: usize) {
+        let queue = format!("{}{key}/_OWNERS_/queue", self.prefix());
+        let url = &self.urls[0];
+        rs::wait_until(url, self.prefix(), || async {
+            rs::zcard(url, &queue).await >= n
+        })
+        .await;
+    }
+    async fn wait_clean(&self) {
+        for url in &self.urls {
+            rs::wait_until(url, self.prefix(), || async {
+                rs::keys_left(url, self.prefix()).await.is_empty()
+            })
+            .await;
+        }
+    }
+    async fn is_clean(&self) -> bool {
+        for url in &self.urls {
+            if !rs::keys_left(url, self.prefix()).await.is_empty() {
+                return false;
+            }
+        }
+        true
+    }
+    async fn finish(&self) {
+        for url in &self.urls {
+            let left = rs::keys_left(url, self.prefix()).await;
+            assert!(left.is_empty(), "keys left on {url}: {left:?}");
+        }
+    }
+    fn supports_fair(&self) -> bool {
+        false
+    }
+}
+
+conformance_tests!(redlock);
+
+fn patient() -> Context {
+    Context::background().with_timeout(Duration::from_secs(120))
+}
+
+/// A lock with five masters, two of them killed, is still granted; with
+/// three killed it is a clear error naming how many answered, at once
+/// (no hang), for try_lock and lock alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_of_five_down_still_grant_three_down_is_a_clear_error() {
+    let servers = rs::start_many(5);
+    let r = connect(&servers, "kill").await;
+    let locker = r.base.locker(false);
+    let key = Key::from("k");
+    let guard = locker.lock(&patient(), &key).await.expect("lock, all up");
+    let first = guard.fencing_token();
+    guard.unlock().await.expect("unlock");
+    servers[0].stop();
+    servers[1].stop();
+    let guard = locker
+        .try_lock(&key)
+        .await
+        .expect("try_lock with 3 of 5")
+        .expect("free");
+    assert!(guard.fencing_token() > first);
+    let other = r.base.locker(false);
+    assert!(other.try_lock(&key).await.expect("try_lock").is_none());
+    guard.unlock().await.expect("unlock with 3 of 5");
+    let guard = locker
+        .lock(&patient(), &key)
+        .await
+        .expect("lock with 3 of 5");
+    guard.unlock().await.expect("unlock");
+    servers[2].stop();
+    for err in [
+        locker.try_lock(&key).await.expect_err("2 of 5"),
+        locker.lock(&patient(), &key).await.expect_err("2 of 5"),
+    ] {
+        let text = err.to_string();
+        assert!(
+            matches!(
+                err,
+                Error::Unavailable {
+                    answered: 2,
+                    needed: 3,
+                    total: 5,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(text.contains("only 2 of 5 redis nodes answered"), "{text}");
+    }
+}
+
+/// A holder whose majority of masters dies learns that its lock is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holder_learns_of_loss_when_a_majority_dies() {
+    let servers = rs::start_many(5);
+    let config = RedisConfig::new(urls(&servers))
+        .with_prefix(rs::unique_prefix("majority"))
+        .with_ttl(Duration::from_secs(1));
+    let locker = RedisLocker::connect(config, false).await.expect("connect");
+    let guard = locker
+        .try_lock(&Key::from("k"))
+        .await
+        .expect("try_lock")
+        .expect("free");
+    assert!(guard.is_held());
+    for s in &servers[..3] {
+        s.stop();
+    }
+    tokio::time::timeout(Duration::from_secs(120), guard.lost())
+        .await
+        .expect("the loss is never signalled");
+    assert!(!guard.is_held());
+    let err = guard.unlock().await.expect_err("lost");
+    assert!(
+        matches!(err, Error::LockLost { .. } | Error::Unavailable { .. }),
+        "{err}"
+    );
+}
+
+/// Fair mode on Redlock is refused with advice, from connect and from a
+/// fair locker handed out for the same nodes.
+#[tokio::test]
+async fn fair_mode_is_refused_on_redlock() {
+    let servers = rs::shared_five();
+    let config = RedisConfig::new(urls(servers)).with_prefix(rs::unique_prefix("fair"));
+    let err = RedisLocker::connect(config, true)
+        .await
+        .err()
+        .expect("refused");
+    assert!(matches!(err, Error::Unsupported(_)), "{err}");
+    assert!(err.to_string().contains("one Redis instance"), "{err}");
+    let r = redlock("fair2").await;
+    let fair = r.base.locker(true);
+    let err = fair.try_lock(&Key::from("k")).await.expect_err("refused");
+    assert!(matches!(err, Error::Unsupported(_)), "{err}");
+    let err = fair
+        .lock(&patient(), &Key::from("k"))
+        .await
+        .expect_err("refused");
+    assert!(matches!(err, Error::Unsupported(_)), "{err}");
+    r.finish().await;
+}
+
+/// Fencing tokens keep growing when the masters' counters disagree: the
+/// highest among the quorum is taken and the others are raised to it.
+#[tokio::test]
+async fn fencing_tokens_grow_when_counters_disagree() {
+    let servers = rs::shared_five();
+    let r = redlock("fence").await;
+    let fence = format!("{}_OWNERS_/fence", r.prefix());
+    for s in &servers[..2] {
+        let mut c = s
+            .client()
+            .get_multiplexed_async_connection()
+            .await
+            .expect("conn");
+        let () = redis::cmd("SET")
+            .arg(&fence)
+            .arg(100)
+            .query_async(&mut c)
+            .await
+            .expect("set");
+    }
+    let locker = r.base.locker(false);
+    let mut last = 0;
+    for _ in 0..5 {
+        let guard = locker
+            .try_lock(&Key::from("k"))
+            .await
+            .expect("try_lock")
+            .expect("free");
+        assert!(
+            guard.fencing_token() > last.max(100),
+            "{} after {last}",
+            guard.fencing_token()
+        );
+        last = guard.fencing_token();
+        guard.unlock().await.expect("unlock");
+    }
+    r.finish().await;
+}

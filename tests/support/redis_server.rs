@@ -1,0 +1,245 @@
+//! Test support: real redis-server processes on free loopback ports.
+//!
+//! The binary comes from `REDIS_BIN` or PATH. Each server runs under a
+//! small shell wrapper that kills it and removes its directory as soon as
+//! the test process exits (the wrapper reads our end of a pipe until EOF),
+//! so no server outlives the tests even when one fails. Servers run with
+//! `--save "" --appendonly no` and keyspace notifications on, which the
+//! helpers below wait on (events, not sleeps).
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Mutex, OnceLock, mpsc};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+
+/// A running redis-server.
+pub struct RedisServer {
+    pub url: String,
+    pub port: u16,
+    pid: u32,
+    wrapper: Mutex<Option<(Child, ChildStdin)>>,
+}
+
+fn redis_bin() -> String {
+    let bin = std::env::var("REDIS_BIN").unwrap_or_else(|_| "redis-server".into());
+    let found = Command::new(&bin)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        found,
+        "the tests need a real redis-server binary, and `{bin}` was not found. \
+         Install it with `apt-get install redis-server` (Debian/Ubuntu), or set REDIS_BIN \
+         to its path. scripts/test.sh installs it for you."
+    );
+    bin
+}
+
+impl RedisServer {
+    /// Starts a fresh redis-server and waits until it accepts connections.
+    pub fn start() -> RedisServer {
+        let bin = redis_bin();
+        let port = super::free_port();
+        let dir = tempfile::Builder::new()
+            .prefix("fairlock-test-redis-")
+            .tempdir()
+            .expect("temp dir")
+            .keep();
+        let script = r#"
+            "$REDIS" "$@" & pid=$!
+            echo "pid $pid" >&2
+            read -r _ || true
+            kill -CONT "$pid" 2>/dev/null; kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+            rm -rf "$DATA"
+        "#;
+        let mut child = Command::new("bash")
+            .arg("-c")
+            .arg(script)
+            .arg("redis-wrapper")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--dir"])
+            .arg(&dir)
+            .args(["--notify-keyspace-events", "KA", "--logfile", ""])
+            .args(["--daemonize", "no", "--protected-mode", "no"])
+            .env("REDIS", &bin)
+            .env("DATA", &dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn redis wrapper");
+        let stdin = child.stdin.take().expect("wrapper stdin");
+        let stdout = BufReader::new(child.stdout.take().expect("wrapper stdout"));
+        let stderr = BufReader::new(child.stderr.take().expect("wrapper stderr"));
+        let (tx, rx) = mpsc::channel();
+        let pid_tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                if let Some(p) = line.strip_prefix("pid ") {
+                    let _ = pid_tx.send(Ok(Some(p.trim().parse::<u32>().unwrap_or_default())));
+                }
+            }
+        });
+        // Read the log until it accepts connections; keep draining it.
+        std::thread::spawn(move || {
+            let mut tail = Vec::new();
+            for line in stdout.lines().map_while(Result::ok) {
+                if line.contains("Ready to accept connections") {
+                    let _ = tx.send(Ok(None));
+                } else if tail.len() < 50 {
+                    tail.push(line);
+                }
+            }
+            let _ = tx.send(Err(tail.join("\n")));
+        });
+        let (mut pid, mut ready) = (None, false);
+        while pid.is_none() || !ready {
+            match rx.recv_timeout(Duration::from_secs(60)) {
+                Ok(Ok(Some(p))) => pid = Some(p),
+                Ok(Ok(None)) => ready = true,
+                Ok(Err(log)) => panic!("redis-server exited before accepting connections:\n{log}"),
+                Err(_) => panic!("redis-server did not report readiness within 60 s"),
+            }
+        }
+        RedisServer {
+            url: format!("redis://127.0.0.1:{port}"),
+            port,
+            pid: pid.unwrap_or_default(),
+            wrapper: Mutex::new(Some((child, stdin))),
+        }
+    }
+
+    /// The redis-server process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Sends `sig` (e.g. "-STOP", "-CONT") to the server.
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.pid.to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig} {}", self.pid);
+    }
+
+    /// Kills the server (-9) and waits for it to be gone.
+    pub fn stop(&self) {
+        if let Some((mut child, mut stdin)) = self.wrapper.lock().unwrap().take() {
+            let _ = stdin.write_all(b"stop\n");
+            drop(stdin);
+            let _ = child.wait();
+        }
+    }
+
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url.as_str()).expect("redis url")
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// One redis-server per test binary, started on first use.
+pub fn shared() -> &'static RedisServer {
+    static SHARED: OnceLock<RedisServer> = OnceLock::new();
+    SHARED.get_or_init(RedisServer::start)
+}
+
+/// Five redis-servers per test binary (Redlock), started on first use.
+pub fn shared_five() -> &'static [RedisServer] {
+    static SHARED: OnceLock<Vec<RedisServer>> = OnceLock::new();
+    SHARED.get_or_init(|| start_many(5))
+}
+
+/// `n` fresh servers, started in parallel.
+pub fn start_many(n: usize) -> Vec<RedisServer> {
+    let handles: Vec<_> = (0..n)
+        .map(|_| std::thread::spawn(RedisServer::start))
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| h.join().expect("start redis"))
+        .collect()
+}
+
+/// A key prefix no other test uses.
+pub fn unique_prefix(test: &str) -> String {
+    format!("fairlock-test:{test}-{}:", uuid::Uuid::new_v4().simple())
+}
+
+/// The keys under `prefix` on the server at `url`, except the fencing
+/// counter (which outlives every lock by design).
+pub async fn keys_left(url: &str, prefix: &str) -> Vec<String> {
+    let client = redis::Client::open(url).expect("url");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let fence = format!("{prefix}_OWNERS_/fence");
+    let mut left = Vec::new();
+    let mut cursor = "0".to_string();
+    loop {
+        let (next, keys): (String, Vec<String>) = redis::cmd("SCAN")
+            .arg(&cursor)
+            .arg("MATCH")
+            .arg(format!("{prefix}*"))
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await
+            .expect("scan");
+        left.extend(keys.into_iter().filter(|k| *k != fence));
+        if next == "0" {
+            return left;
+        }
+        cursor = next;
+    }
+}
+
+/// Number of members of the sorted set `key`.
+pub async fn zcard(url: &str, key: &str) -> usize {
+    let client = redis::Client::open(url).expect("url");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    redis::cmd("ZCARD")
+        .arg(key)
+        .query_async(&mut conn)
+        .await
+        .expect("zcard")
+}
+
+/// Waits until `done()` holds, re-checking on every keyspace event under
+/// `prefix` on the server at `url` (the subscription is open before the
+/// first check, so no change slips through). Guards against a hang only.
+pub async fn wait_until<F, Fut>(url: &str, prefix: &str, mut done: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let client = redis::Client::open(url).expect("url");
+    let mut pubsub = client.get_async_pubsub().await.expect("pubsub");
+    pubsub
+        .psubscribe(format!("__keyspace@0__:{prefix}*"))
+        .await
+        .expect("psubscribe");
+    let mut events = pubsub.on_message();
+    let wait = async {
+        while !done().await {
+            events.next().await.expect("keyspace events ended");
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(120), wait)
+        .await
+        .unwrap_or_else(|_| panic!("keys under {prefix} never reached the expected state"));
+}
