@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::{Error, Locker, Result};
+use crate::{Error, Locker, Result, parse_duration};
 
 /// A backend and its configuration, chosen by the endpoints' scheme.
 ///
@@ -296,30 +296,6 @@ pub async fn register_from_env() -> Result<()> {
 /// Cancel safe: nothing is written until the first lock.
 pub async fn connect_from_env(fair: bool) -> Result<Arc<dyn Locker>> {
     BackendConfig::from_env()?.connect(fair).await
-}
-
-/// Parses durations like `500ms`, `10s`, `2m`, `1h` or plain seconds.
-pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration; use e.g. 500ms, 10s, 2m"))?;
-    let scale = match unit.trim() {
-        "ms" => 0.001,
-        "" | "s" => 1.0,
-        "m" => 60.0,
-        "h" => 3600.0,
-        other => {
-            return Err(format!(
-                "unknown unit {other:?} in {s:?}; use ms, s, m or h"
-            ));
-        }
-    };
-    Duration::try_from_secs_f64(value * scale).map_err(|_| format!("{s:?} is out of range"))
 }
 
 #[cfg(all(test, feature = "etcd", feature = "redis"))]

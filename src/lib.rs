@@ -11,6 +11,8 @@
 //!   errors.
 //! - [`Expiry`]: a lease's local monotonic deadline, behind
 //!   [`LockGuard::is_held`] (`expiry.rs`).
+//! - [`Owner`]: who asked for a lock, as every backend records it
+//!   (`owner.rs`); [`parse_duration`] (`duration.rs`).
 //! - [`etcd`]: the etcd backend (feature `etcd`, on by default).
 //! - [`redis`]: the Redis backend, one instance or Redlock over several
 //!   masters (feature `redis`, on by default).
@@ -23,10 +25,12 @@
 #[cfg(any(feature = "etcd", feature = "redis"))]
 mod backend;
 mod context;
+mod duration;
 mod error;
 mod expiry;
 mod key;
 mod locker;
+mod owner;
 mod registry;
 
 #[cfg(feature = "etcd")]
@@ -39,9 +43,11 @@ pub mod redis;
 pub use backend::{BackendConfig, connect_from_env, register_from_env};
 
 pub use context::Context;
+pub use duration::parse_duration;
 pub use error::{BoxError, Error, Result};
 pub use expiry::Expiry;
 pub use key::{Key, MAX_KEY_LEN, RESERVED_SEGMENT};
 pub use locker::{GuardRelease, LockGuard, Locker};
+pub use owner::Owner;
 pub use registry::{LockerProvider, Registry, get_locker, register_locker_provider};
 pub use tokio_util::sync::CancellationToken;

@@ -45,32 +45,10 @@ impl Layout {
     }
 }
 
-/// The value written to the lock key and queue keys: unique per attempt, so
-/// comparing it proves ownership; readable in `etcdctl get` and parsed by
-/// [`super::Owner`]: `<attempt> pid=<pid> host=<host> at=<unix ms of the request>`.
+/// The value written to the lock key and queue keys (see
+/// [`crate::owner`]): `<attempt> pid=<pid> host=<host> at=<unix ms>`.
 pub(crate) fn owner_value(attempt: &str) -> Vec<u8> {
-    let at = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
-    format!(
-        "{attempt} pid={} host={} at={at}",
-        std::process::id(),
-        hostname()
-    )
-    .into_bytes()
-}
-
-/// This machine's name, for people reading `fairlock status`.
-fn hostname() -> &'static str {
-    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    NAME.get_or_init(|| {
-        std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .or_else(|_| std::fs::read_to_string("/etc/hostname"))
-            .map(|s| s.trim().replace(char::is_whitespace, "_"))
-            .ok()
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| "unknown".into())
-    })
+    crate::owner::owner_value(attempt, "").into_bytes()
 }
 
 /// The end of the range of keys starting with `prefix`.

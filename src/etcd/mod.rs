@@ -39,10 +39,12 @@ mod watch;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use config::{DEFAULT_ENDPOINT, DEFAULT_PREFIX, EtcdConfig, MAX_TTL, MIN_TTL, parse_duration};
+/// Re-exported from the crate root, where it now lives.
+pub use crate::{Owner, parse_duration};
+pub use config::{DEFAULT_ENDPOINT, DEFAULT_PREFIX, EtcdConfig, MAX_TTL, MIN_TTL};
 pub use fence::FencedTxn;
 pub use locker::EtcdLocker;
-pub use status::{Holder, LockStatus, Owner, Waiter};
+pub use status::{Holder, LockStatus, Waiter};
 
 use crate::{Error, Locker, Result};
 

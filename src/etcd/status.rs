@@ -2,13 +2,12 @@
 //! `fairlock status` and for progress reports of a waiting `lock`).
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use etcd_client::{GetOptions, SortOrder, SortTarget};
 
 use super::keys::prefix_end;
 use super::locker::EtcdLocker;
-use crate::{Key, RESERVED_SEGMENT, Result};
+use crate::{Key, Owner, RESERVED_SEGMENT, Result};
 
 /// One lock as seen at one etcd revision.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,57 +41,6 @@ pub struct Waiter {
     /// `true` for a fair waiter (handed the lock in order), `false` for an
     /// unfair one (woken to try).
     pub fair: bool,
-}
-
-/// Who asked for a lock, as written in the lock and queue keys' values.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Owner {
-    /// The value as stored.
-    pub raw: String,
-    /// The process id of the requester.
-    pub pid: Option<u32>,
-    /// The requester's host name.
-    pub host: Option<String>,
-    /// When the request was made, by the requester's clock. For a holder
-    /// this is when it asked, so it includes any time spent waiting.
-    pub requested_at: Option<SystemTime>,
-}
-
-impl Owner {
-    fn parse(value: &[u8]) -> Owner {
-        let raw = String::from_utf8_lossy(value).into_owned();
-        let field = |name: &str| {
-            raw.split_whitespace()
-                .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
-                .map(str::to_owned)
-        };
-        Owner {
-            pid: field("pid").and_then(|p| p.parse().ok()),
-            host: field("host"),
-            requested_at: field("at")
-                .and_then(|ms| ms.parse().ok())
-                .map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
-            raw,
-        }
-    }
-
-    /// `host:pid`, or the raw value if it has neither.
-    #[must_use]
-    pub fn describe(&self) -> String {
-        match (&self.host, self.pid) {
-            (Some(host), Some(pid)) => format!("{host}:{pid}"),
-            (None, Some(pid)) => format!("pid {pid}"),
-            _ => self.raw.clone(),
-        }
-    }
-
-    /// Time since the request, by this machine's clock (zero if the clocks
-    /// disagree).
-    #[must_use]
-    pub fn age(&self) -> Option<Duration> {
-        let at = self.requested_at?;
-        Some(SystemTime::now().duration_since(at).unwrap_or_default())
-    }
 }
 
 impl EtcdLocker {
@@ -180,7 +128,7 @@ fn group(prefix: &str, kvs: Vec<(Vec<u8>, Vec<u8>, i64, i64)>) -> Vec<LockStatus
             holder: None,
             waiters: Vec::new(),
         });
-        let owner = Owner::parse(&value);
+        let owner = Owner::parse(&String::from_utf8_lossy(&value));
         match waiter.and_then(|w| w.split_once('/')) {
             Some((locker, attempt)) => {
                 entry.waiters.push(Waiter {
@@ -212,6 +160,7 @@ fn group(prefix: &str, kvs: Vec<(Vec<u8>, Vec<u8>, i64, i64)>) -> Vec<LockStatus
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
 
     fn kv(key: &str, value: &str, rev: i64) -> (Vec<u8>, Vec<u8>, i64, i64) {
         (key.into(), value.into(), rev, 7)

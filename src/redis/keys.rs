@@ -11,9 +11,6 @@
 //! Keys may not contain a `_OWNERS_` segment, so none of these names can be
 //! another lock's key.
 
-use std::sync::OnceLock;
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use crate::{Key, RESERVED_SEGMENT};
 
 /// The Redis keys of one lock.
@@ -51,31 +48,10 @@ pub(crate) fn wake_prefix(prefix: &str) -> String {
     format!("{prefix}{RESERVED_SEGMENT}/wake/")
 }
 
-/// The owner value of one attempt: unique, so comparing it proves
-/// ownership; readable in `redis-cli` and parsed by
-/// [`super::Owner`]: `<attempt> pid=<pid> host=<host> at=<unix ms> locker=<id>`.
+/// The owner value of one attempt (see [`crate::owner`]), with the
+/// locker's id: `<attempt> pid=<pid> host=<host> at=<unix ms> locker=<id>`.
 pub(crate) fn owner_value(attempt: &str, locker: &str) -> String {
-    let at = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
-    format!(
-        "{attempt} pid={} host={} at={at} locker={locker}",
-        std::process::id(),
-        hostname()
-    )
-}
-
-/// This machine's name, for people reading `fairlock status`.
-fn hostname() -> &'static str {
-    static NAME: OnceLock<String> = OnceLock::new();
-    NAME.get_or_init(|| {
-        std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .or_else(|_| std::fs::read_to_string("/etc/hostname"))
-            .map(|s| s.trim().replace(char::is_whitespace, "_"))
-            .ok()
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| "unknown".into())
-    })
+    crate::owner::owner_value(attempt, &format!("locker={locker}"))
 }
 
 #[cfg(test)]

@@ -91,9 +91,11 @@ mod watchdog;
 
 use std::sync::Arc;
 
+/// Re-exported from the crate root, where it now lives.
+pub use crate::Owner;
 pub use config::{DEFAULT_DRIFT_FACTOR, DEFAULT_PREFIX, MAX_TTL, MIN_TTL, RedisConfig};
 pub use locker::RedisLocker;
-pub use status::{Holder, LockStatus, Owner, Waiter};
+pub use status::{Holder, LockStatus, Waiter};
 
 use crate::{Locker, Result};
 

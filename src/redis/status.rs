@@ -2,13 +2,13 @@
 //! the progress of a waiting `fairlock lock`).
 
 use std::collections::{BTreeSet, HashMap};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use super::keys::Layout;
 use super::locker::RedisLocker;
 use super::node::Call;
 use super::scripts::STATUS_SCRIPT;
-use crate::{Key, RESERVED_SEGMENT, Result};
+use crate::{Key, Owner, RESERVED_SEGMENT, Result};
 
 /// One lock as seen now.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,57 +46,6 @@ pub struct Waiter {
     /// `true` for a fair waiter (handed the lock in order), `false` for an
     /// unfair one (woken to try).
     pub fair: bool,
-}
-
-/// Who asked for a lock, as written in the lock value and waiter records:
-/// `<attempt> pid=<pid> host=<host> at=<unix ms> locker=<id>`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Owner {
-    /// The value as stored.
-    pub raw: String,
-    /// The process id of the requester.
-    pub pid: Option<u32>,
-    /// The requester's host name.
-    pub host: Option<String>,
-    /// When the request was made, by the requester's clock. For a holder
-    /// this is when it asked, so it includes any time spent waiting.
-    pub requested_at: Option<SystemTime>,
-}
-
-impl Owner {
-    fn parse(raw: &str) -> Owner {
-        Owner {
-            pid: field(raw, "pid").and_then(|p| p.parse().ok()),
-            host: field(raw, "host").map(str::to_owned),
-            requested_at: field(raw, "at")
-                .and_then(|ms| ms.parse().ok())
-                .map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
-            raw: raw.to_owned(),
-        }
-    }
-
-    /// `host:pid`, or the raw value if it has neither.
-    #[must_use]
-    pub fn describe(&self) -> String {
-        match (&self.host, self.pid) {
-            (Some(host), Some(pid)) => format!("{host}:{pid}"),
-            (None, Some(pid)) => format!("pid {pid}"),
-            _ => self.raw.clone(),
-        }
-    }
-
-    /// Time since the request, by this machine's clock (zero if the clocks
-    /// disagree).
-    #[must_use]
-    pub fn age(&self) -> Option<Duration> {
-        let at = self.requested_at?;
-        Some(SystemTime::now().duration_since(at).unwrap_or_default())
-    }
-}
-
-fn field<'a>(raw: &'a str, name: &str) -> Option<&'a str> {
-    raw.split_whitespace()
-        .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
 }
 
 /// What one node says about one lock.
@@ -279,7 +228,7 @@ fn merge(name: &str, views: &[NodeView]) -> LockStatus {
                     let (_hub, _mode, _ttl) = (parts.next()?, parts.next()?, parts.next()?);
                     let owner = Owner::parse(parts.next()?);
                     Some(Waiter {
-                        locker: field(&owner.raw, "locker").unwrap_or_default().to_owned(),
+                        locker: owner.field("locker").unwrap_or_default().to_owned(),
                         fair: id.starts_with('f'),
                         owner,
                     })

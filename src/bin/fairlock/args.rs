@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use fairlock::etcd::parse_duration;
+use fairlock::parse_duration;
 
 use crate::exit;
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use fairlock::etcd::EtcdLocker;
 use fairlock::redis::RedisLocker;
-use fairlock::{BackendConfig, Locker, Result};
+use fairlock::{BackendConfig, Locker, Owner, Result};
 
 /// A connected locker on either backend.
 pub enum Conn {
@@ -21,7 +21,7 @@ pub struct LockView {
 }
 
 pub struct HolderView {
-    pub owner: OwnerView,
+    pub owner: Owner,
     pub fencing_token: u64,
     /// etcd: the session lease.
     pub lease: Option<i64>,
@@ -32,47 +32,9 @@ pub struct HolderView {
 }
 
 pub struct WaiterView {
-    pub owner: OwnerView,
+    pub owner: Owner,
     pub locker: String,
     pub fair: bool,
-}
-
-pub struct OwnerView {
-    pub raw: String,
-    pub pid: Option<u32>,
-    pub host: Option<String>,
-    pub age: Option<Duration>,
-    describe: String,
-}
-
-impl OwnerView {
-    pub fn describe(&self) -> String {
-        self.describe.clone()
-    }
-}
-
-impl From<&fairlock::etcd::Owner> for OwnerView {
-    fn from(o: &fairlock::etcd::Owner) -> Self {
-        OwnerView {
-            raw: o.raw.clone(),
-            pid: o.pid,
-            host: o.host.clone(),
-            age: o.age(),
-            describe: o.describe(),
-        }
-    }
-}
-
-impl From<&fairlock::redis::Owner> for OwnerView {
-    fn from(o: &fairlock::redis::Owner) -> Self {
-        OwnerView {
-            raw: o.raw.clone(),
-            pid: o.pid,
-            host: o.host.clone(),
-            age: o.age(),
-            describe: o.describe(),
-        }
-    }
 }
 
 impl Conn {
@@ -113,7 +75,7 @@ impl Conn {
                 .map(|s| LockView {
                     key: s.key,
                     holder: s.holder.map(|h| HolderView {
-                        owner: (&h.owner).into(),
+                        owner: h.owner,
                         fencing_token: h.fencing_token,
                         lease: Some(h.lease),
                         ttl_left: None,
@@ -123,7 +85,7 @@ impl Conn {
                         .waiters
                         .iter()
                         .map(|w| WaiterView {
-                            owner: (&w.owner).into(),
+                            owner: w.owner.clone(),
                             locker: w.locker.clone(),
                             fair: w.fair,
                         })
@@ -138,7 +100,7 @@ impl Conn {
                     .map(|s| LockView {
                         key: s.key,
                         holder: s.holder.map(|h| HolderView {
-                            owner: (&h.owner).into(),
+                            owner: h.owner,
                             fencing_token: h.fencing_token,
                             lease: None,
                             ttl_left: h.ttl_left,
@@ -148,7 +110,7 @@ impl Conn {
                             .waiters
                             .iter()
                             .map(|w| WaiterView {
-                                owner: (&w.owner).into(),
+                                owner: w.owner.clone(),
                                 locker: w.locker.clone(),
                                 fair: w.fair,
                             })

@@ -106,7 +106,7 @@ fn config(global: &Global, ttl: Option<std::time::Duration>) -> fairlock::Result
                 config = config.with_prefix(prefix);
             }
             if let Ok(ttl) = std::env::var("FAIRLOCK_TTL") {
-                let ttl = fairlock::etcd::parse_duration(&ttl).map_err(|e| {
+                let ttl = fairlock::parse_duration(&ttl).map_err(|e| {
                     fairlock::Error::InvalidConfig(format!("FAIRLOCK_TTL={ttl:?}: {e}"))
                 })?;
                 config = config.with_ttl(ttl);

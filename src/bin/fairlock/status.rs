@@ -5,8 +5,9 @@ use std::fmt::Write as _;
 use fairlock::{BackendConfig, Key};
 
 use crate::args::StatusArgs;
-use crate::backend::{Conn, LockView as LockStatus, OwnerView as Owner};
+use crate::backend::{Conn, LockView as LockStatus};
 use crate::{exit, report};
+use fairlock::Owner;
 
 pub async fn run(config: BackendConfig, a: StatusArgs) -> u8 {
     let key = a.key.as_deref().map(Key::from);
@@ -48,7 +49,7 @@ pub async fn run(config: BackendConfig, a: StatusArgs) -> u8 {
 
 fn age(owner: &Owner) -> String {
     owner
-        .age
+        .age()
         .map_or("?".into(), |d| format!("{:.1}s", d.as_secs_f64()))
 }
 
@@ -100,7 +101,7 @@ fn json(lock: &LockStatus) -> String {
             "{{\"pid\":{},\"host\":{},\"age_ms\":{},\"value\":{}}}",
             o.pid.map_or("null".into(), |p| p.to_string()),
             o.host.as_deref().map_or("null".into(), quote),
-            o.age.map_or("null".into(), |d| d.as_millis().to_string()),
+            o.age().map_or("null".into(), |d| d.as_millis().to_string()),
             quote(&o.raw),
         )
     };
