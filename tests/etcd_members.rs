@@ -1,4 +1,4 @@
-//! etcd members failing under the lockers: a 3-member cluster losing its
+//! etcd failing under the lockers: a 3-member cluster losing its
 //! leader or a follower, and a single etcd that stalls while a write is in
 //! flight. Tests start their own servers (see tests/support).
 
@@ -206,4 +206,53 @@ fn chain(e: &dyn std::error::Error) -> String {
         cur = c.source();
     }
     s
+}
+
+/// A waiter whose session lease is lost while it waits (revoked here; in
+/// life, not renewed for a TTL because its member stopped answering) held
+/// nothing: `lock` queues again on a fresh lease and gets the lock, instead
+/// of failing with `SessionLost`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_loses_its_lease_queues_again() {
+    let server = support::shared();
+    for fair in [true, false] {
+        let prefix = support::unique_prefix("relapse");
+        let config = EtcdConfig::new([server.endpoint.clone()]).with_prefix(prefix.clone());
+        let holder = EtcdLocker::connect(config.clone(), fair)
+            .await
+            .expect("connect");
+        let waiter = Arc::new(
+            EtcdLocker::connect(config.clone(), fair)
+                .await
+                .expect("connect"),
+        );
+        let key = Key::from("k");
+        let held = holder
+            .try_lock(&key)
+            .await
+            .expect("try_lock")
+            .expect("free");
+        let wait = {
+            let (waiter, key) = (Arc::clone(&waiter), key.clone());
+            tokio::spawn(async move { waiter.lock(&patient(), &key).await })
+        };
+        let mut client = server.client().await;
+        let queue = format!("{prefix}k/_OWNERS_/");
+        support::wait_for_count(&mut client, &queue, 1, false).await;
+        let lease = waiter.session_lease().await.expect("the waiter's lease");
+        client.lease_revoke(lease).await.expect("revoke");
+        held.unlock().await.expect("unlock");
+
+        let guard = wait.await.expect("task").expect("granted on a fresh lease");
+        assert_ne!(waiter.session_lease().await, Some(lease));
+        guard.unlock().await.expect("unlock");
+        holder.close().await.expect("close");
+        Arc::try_unwrap(waiter)
+            .ok()
+            .expect("no other owner")
+            .close()
+            .await
+            .expect("close");
+        support::wait_for_count(&mut client, &prefix, 0, true).await;
+    }
 }

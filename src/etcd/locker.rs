@@ -246,6 +246,25 @@ impl Inner {
             .map_err(etcd_err(op))
     }
 
+    /// `true` if `lease` is lost or etcd no longer knows it (then it is
+    /// marked lost): e.g. it was revoked, and the waiter saw its queue key
+    /// go before its keepalive noticed.
+    pub async fn lease_gone(&self, lease: &Lease) -> bool {
+        if lease.lost.is_cancelled() {
+            return true;
+        }
+        let mut client = self.client.lease_client();
+        let ask = Box::pin(client.time_to_live(lease.id, None));
+        let gone = matches!(
+            tokio::time::timeout(self.config.request_timeout(), ask).await,
+            Ok(Ok(resp)) if resp.ttl() < 0
+        );
+        if gone {
+            self.session.forget(lease.id).await;
+        }
+        gone
+    }
+
     /// Maps "lease not found" to [`Error::SessionLost`] (and forgets the
     /// lease so the next attempt grants a new one).
     pub async fn lease_error(&self, key: &Key, lease: &Lease, err: Error) -> Error {
@@ -543,10 +562,10 @@ impl Retry {
         }
     }
 
-    /// The pause before the next attempt after `err`, or the error to
-    /// report.
-    fn after(&mut self, err: Error) -> Result<std::time::Duration> {
-        if !is_transient(&err) {
+    /// The pause before the next attempt after `err` (which may pass on a
+    /// retry if `again`), or the error to report.
+    fn after(&mut self, err: Error, again: bool) -> Result<std::time::Duration> {
+        if !again {
             return Err(err);
         }
         let since = *self
@@ -602,8 +621,9 @@ impl EtcdLocker {
     }
 
     /// One attempt of `lock`: queue, wait, and on failure remove what it
-    /// wrote before returning the error.
-    async fn lock_once(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
+    /// wrote before returning the error, and whether the attempt's session
+    /// lease was lost.
+    async fn lock_once(&self, ctx: &Context, key: &Key) -> Result<LockGuard, (Error, bool)> {
         let mut attempt = Some(Attempt::new(&self.inner, key, true));
         let outcome = {
             tokio::select! {
@@ -614,14 +634,18 @@ impl EtcdLocker {
         match outcome {
             Ok(guard) => Ok(guard),
             Err(e) => {
+                let mut lease_lost = false;
                 if let Some(attempt) = attempt.take() {
+                    if let (Error::SessionLost { .. }, Some(lease)) = (&e, &attempt.lease) {
+                        lease_lost = Box::pin(self.inner.lease_gone(lease)).await;
+                    }
                     // Remove our keys before reporting, so that a caller who
                     // gave up leaves nothing behind. If etcd does not answer
                     // in time, report anyway: the cleanup task carries on.
                     let timeout = self.inner.config.request_timeout();
                     let _ = tokio::time::timeout(timeout, attempt.abandon()).await;
                 }
-                Err(e)
+                Err((e, lease_lost))
             }
         }
     }
@@ -643,7 +667,10 @@ impl Locker for EtcdLocker {
         let mut retry = Retry::new(&self.inner.config);
         loop {
             match Box::pin(self.try_lock_once(key)).await {
-                Err(e) => tokio::time::sleep(retry.after(e)?).await,
+                Err(e) => {
+                    let transient = is_transient(&e);
+                    tokio::time::sleep(retry.after(e, transient)?).await;
+                }
                 outcome => return outcome,
             }
         }
@@ -655,11 +682,17 @@ impl Locker for EtcdLocker {
         let mut retry = Retry::new(&self.inner.config);
         loop {
             match Box::pin(self.lock_once(ctx, key)).await {
-                Err(e) => tokio::select! {
-                    () = tokio::time::sleep(retry.after(e)?) => {}
-                    err = ctx.done(key.as_str()) => return Err(err),
-                },
-                outcome => return outcome,
+                Ok(guard) => return Ok(guard),
+                Err((e, lease_lost)) => {
+                    // A waiter whose session lease was lost (not renewed for
+                    // a TTL, e.g. its member stopped answering) held nothing:
+                    // it queues again on a fresh lease.
+                    let again = is_transient(&e) || lease_lost;
+                    tokio::select! {
+                        () = tokio::time::sleep(retry.after(e, again)?) => {}
+                        err = ctx.done(key.as_str()) => return Err(err),
+                    }
+                }
             }
         }
     }
