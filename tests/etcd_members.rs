@@ -208,21 +208,31 @@ fn chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-/// A waiter whose session lease is lost while it waits (revoked here; in
-/// life, not renewed for a TTL because its member stopped answering) held
-/// nothing: `lock` queues again on a fresh lease and gets the lock, instead
-/// of failing with `SessionLost`.
+/// A waiter whose session lease cannot be renewed for a TTL (the only
+/// member it talks to is stopped) held nothing: `lock` queues again on a
+/// fresh lease once the member is back, instead of failing with
+/// `SessionLost`. (A lease that etcd itself removes still fails the
+/// waiter: `waiter_whose_queue_entry_vanishes_fails` in tests/etcd.rs.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiter_that_loses_its_lease_queues_again() {
-    let server = support::shared();
+async fn a_waiter_whose_lease_lapses_queues_again() {
+    let cluster = Cluster::start(3).expect("start a 3-member cluster");
+    let leader = cluster
+        .wait_leader(Duration::from_secs(30))
+        .await
+        .expect("leader");
+    let (follower, other) = ((leader + 1) % 3, (leader + 2) % 3);
     for fair in [true, false] {
-        let prefix = support::unique_prefix("relapse");
-        let config = EtcdConfig::new([server.endpoint.clone()]).with_prefix(prefix.clone());
-        let holder = EtcdLocker::connect(config.clone(), fair)
+        let prefix = support::unique_prefix("lapse");
+        let config = |member: usize| {
+            EtcdConfig::new([cluster.endpoint(member)])
+                .with_prefix(prefix.clone())
+                .with_ttl(Duration::from_secs(2))
+        };
+        let holder = EtcdLocker::connect(config(other), fair)
             .await
             .expect("connect");
         let waiter = Arc::new(
-            EtcdLocker::connect(config.clone(), fair)
+            EtcdLocker::connect(config(follower), fair)
                 .await
                 .expect("connect"),
         );
@@ -232,20 +242,29 @@ async fn a_waiter_that_loses_its_lease_queues_again() {
             .await
             .expect("try_lock")
             .expect("free");
+        // A lock of the waiter's own, to learn when its lease lapses.
+        let canary = waiter
+            .try_lock(&Key::from("canary"))
+            .await
+            .expect("try_lock")
+            .expect("free");
         let wait = {
             let (waiter, key) = (Arc::clone(&waiter), key.clone());
             tokio::spawn(async move { waiter.lock(&patient(), &key).await })
         };
-        let mut client = server.client().await;
-        let queue = format!("{prefix}k/_OWNERS_/");
-        support::wait_for_count(&mut client, &queue, 1, false).await;
-        let lease = waiter.session_lease().await.expect("the waiter's lease");
-        client.lease_revoke(lease).await.expect("revoke");
+        let mut client = etcd_client::Client::connect([cluster.endpoint(other)], None)
+            .await
+            .expect("connect");
+        support::wait_for_count(&mut client, &format!("{prefix}k/_OWNERS_/"), 1, false).await;
+
+        cluster.signal(follower, libc::SIGSTOP).expect("SIGSTOP");
+        canary.lost().await;
+        cluster.signal(follower, libc::SIGCONT).expect("SIGCONT");
         held.unlock().await.expect("unlock");
 
         let guard = wait.await.expect("task").expect("granted on a fresh lease");
-        assert_ne!(waiter.session_lease().await, Some(lease));
         guard.unlock().await.expect("unlock");
+        drop(canary);
         holder.close().await.expect("close");
         Arc::try_unwrap(waiter)
             .ok()

@@ -246,32 +246,13 @@ impl Inner {
             .map_err(etcd_err(op))
     }
 
-    /// `true` if `lease` is lost or etcd no longer knows it (then it is
-    /// marked lost): e.g. it was revoked, and the waiter saw its queue key
-    /// go before its keepalive noticed.
-    pub async fn lease_gone(&self, lease: &Lease) -> bool {
-        if lease.lost.is_cancelled() {
-            return true;
-        }
-        let mut client = self.client.lease_client();
-        let ask = Box::pin(client.time_to_live(lease.id, None));
-        let gone = matches!(
-            tokio::time::timeout(self.config.request_timeout(), ask).await,
-            Ok(Ok(resp)) if resp.ttl() < 0
-        );
-        if gone {
-            self.session.forget(lease.id).await;
-        }
-        gone
-    }
-
     /// Maps "lease not found" to [`Error::SessionLost`] (and forgets the
     /// lease so the next attempt grants a new one).
     pub async fn lease_error(&self, key: &Key, lease: &Lease, err: Error) -> Error {
         if !is_lease_not_found(&err) {
             return err;
         }
-        self.session.forget(lease.id).await;
+        self.session.forget(lease.id, true).await;
         Error::SessionLost {
             key: key.to_string(),
             reason: "the session lease expired before the request ran".into(),
@@ -477,7 +458,7 @@ async fn abandon(
         // cleanup (requests on one connection are not applied in send
         // order). Stop renewing this lease so that whatever it may still
         // create expires within the TTL; the locker takes a fresh lease.
-        inner.session.forget(lease.id).await;
+        inner.session.forget(lease.id, false).await;
     }
     let mut backoff = FIRST_BACKOFF;
     loop {
@@ -636,9 +617,12 @@ impl EtcdLocker {
             Err(e) => {
                 let mut lease_lost = false;
                 if let Some(attempt) = attempt.take() {
-                    if let (Error::SessionLost { .. }, Some(lease)) = (&e, &attempt.lease) {
-                        lease_lost = Box::pin(self.inner.lease_gone(lease)).await;
-                    }
+                    // Presumed lost here (not renewed for a TTL), as opposed
+                    // to gone in etcd (revoked, or expired and reported).
+                    lease_lost = attempt
+                        .lease
+                        .as_ref()
+                        .is_some_and(|l| l.lost.is_cancelled() && !l.gone_in_etcd());
                     // Remove our keys before reporting, so that a caller who
                     // gave up leaves nothing behind. If etcd does not answer
                     // in time, report anyway: the cleanup task carries on.
@@ -684,9 +668,10 @@ impl Locker for EtcdLocker {
             match Box::pin(self.lock_once(ctx, key)).await {
                 Ok(guard) => return Ok(guard),
                 Err((e, lease_lost)) => {
-                    // A waiter whose session lease was lost (not renewed for
-                    // a TTL, e.g. its member stopped answering) held nothing:
-                    // it queues again on a fresh lease.
+                    // A waiter whose session lease could not be renewed for a
+                    // TTL (its member stopped answering, say) held nothing:
+                    // it queues again on a fresh lease. One whose lease or
+                    // queue entry etcd removed fails (SessionLost).
                     let again = is_transient(&e) || lease_lost;
                     tokio::select! {
                         () = tokio::time::sleep(retry.after(e, again)?) => {}

@@ -19,6 +19,9 @@ pub(crate) struct Lease {
     pub lost: CancellationToken,
     /// The last instant the lease is known alive (see [`margin`]).
     pub expiry: Expiry,
+    /// Set when etcd said the lease does not exist (revoked or expired), as
+    /// opposed to a local deadline passing without a renewal.
+    gone: Arc<std::sync::atomic::AtomicBool>,
     keepalive: AbortHandle,
 }
 
@@ -36,6 +39,11 @@ pub(crate) const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 impl Lease {
+    /// `true` once etcd said the lease does not exist.
+    pub fn gone_in_etcd(&self) -> bool {
+        self.gone.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// Pauses before retrying a failed request: `backoff`, which then
     /// doubles up to [`MAX_BACKOFF`]; cut short when the lease is lost.
     pub async fn pause(&self, backoff: &mut Duration) {
@@ -90,17 +98,18 @@ impl Session {
         let ttl = Duration::from_secs(granted.ttl().max(1).unsigned_abs());
         let lost = CancellationToken::new();
         let expiry = Expiry::new(asked + ttl - margin(ttl));
+        let gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let task = tokio::spawn(keep_alive(
             self.client.clone(),
             id,
             ttl,
-            lost.clone(),
-            expiry.clone(),
+            (lost.clone(), expiry.clone(), Arc::clone(&gone)),
         ));
         let lease = Arc::new(Lease {
             id,
             lost,
             expiry,
+            gone,
             keepalive: task.abort_handle(),
         });
         *current = Some(Arc::clone(&lease));
@@ -112,11 +121,15 @@ impl Session {
         self.current.lock().await.as_ref().map(|l| l.id)
     }
 
-    /// Marks `id` lost (e.g. etcd said "lease not found") so the next
-    /// attempt grants a fresh one.
-    pub async fn forget(&self, id: i64) {
+    /// Marks `id` lost, so the next attempt grants a fresh one; `gone`:
+    /// because etcd said it does not exist ("lease not found"), rather
+    /// than because we stop trusting it.
+    pub async fn forget(&self, id: i64, gone: bool) {
         let current = self.current.lock().await;
         if let Some(lease) = current.as_ref().filter(|l| l.id == id) {
+            if gone {
+                lease.gone.store(true, std::sync::atomic::Ordering::Release);
+            }
             lease.lost.cancel();
         }
     }
@@ -183,11 +196,16 @@ async fn keep_alive(
     client: Client,
     id: i64,
     ttl: Duration,
-    lost: CancellationToken,
-    expiry: Expiry,
+    (lost, expiry, gone): (
+        CancellationToken,
+        Expiry,
+        Arc<std::sync::atomic::AtomicBool>,
+    ),
 ) {
     tokio::select! {
-        () = renew(client, id, ttl, &expiry) => {}
+        () = renew(client, id, ttl, &expiry) => {
+            gone.store(true, std::sync::atomic::Ordering::Release);
+        }
         () = expiry.passed() => {}
         () = lost.cancelled() => {}
     }
