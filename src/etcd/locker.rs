@@ -445,6 +445,9 @@ async fn abandon_once(
         .or_else(otherwise);
     let resp = inner.txn("abandon", txn).await?;
     if !resp.succeeded() {
+        if queue_key.is_some() {
+            release::serve_if_free(inner, layout).await;
+        }
         return Ok(());
     }
     let Some(lock_kv) = range_at(&resp, 0).and_then(|g| g.kvs().first().cloned()) else {

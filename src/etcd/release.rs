@@ -298,11 +298,7 @@ async fn release_once(held: &Held, next: &mut Option<Successor>) -> Result<()> {
                 } else {
                     then.push(put_leased(&layout.lock, &s.value, s.lease));
                 }
-                then.push(TxnOp::put(
-                    s.key.clone(),
-                    Vec::new(),
-                    Some(PutOptions::new().with_ignore_value().with_ignore_lease()),
-                ));
+                then.push(touch(&s.key));
                 Txn::new().when([Compare::create_revision(
                     s.key.clone(),
                     CompareOp::Equal,
@@ -354,6 +350,53 @@ async fn release_once(held: &Held, next: &mut Option<Successor>) -> Result<()> {
         op: "unlock",
         source: format!("the queue changed during {MAX_ROUNDS} release attempts in a row").into(),
     })
+}
+
+/// Serves the first waiter of a lock key that is free, as a release would
+/// (fair: hands it the key; unfair: wakes it). Called when a waiter gives
+/// up: it may have been the one that a lock freed without a handoff was
+/// waiting for (a woken unfair waiter; or the first in line when the
+/// holder's lease ended), and those behind it would otherwise notice only
+/// once patient (see `queue.rs`). One read; a write only if the key is free
+/// and someone waits. Best effort: errors are ignored for that reason.
+pub(crate) async fn serve_if_free(inner: &Inner, layout: &Layout) {
+    let read = Txn::new().and_then([
+        TxnOp::get(
+            layout.lock.clone(),
+            Some(GetOptions::new().with_count_only()),
+        ),
+        TxnOp::get(layout.queue.clone(), Some(successor_query())),
+    ]);
+    let Ok(resp) = inner.txn("serve a free lock", read).await else {
+        return;
+    };
+    if range_at(&resp, 0).is_none_or(|g| g.count() > 0) {
+        return;
+    }
+    let Some(first) = range_at(&resp, 1).as_ref().and_then(successor) else {
+        return;
+    };
+    let mut then = vec![touch(&first.key)];
+    if !is_unfair_waiter(&first.key) {
+        then.push(put_leased(&layout.lock, &first.value, first.lease));
+    }
+    let serve = Txn::new()
+        .when([
+            Compare::create_revision(layout.lock.clone(), CompareOp::Equal, 0),
+            Compare::create_revision(first.key.clone(), CompareOp::Equal, first.create_revision),
+        ])
+        .and_then(then);
+    let _ = inner.txn("serve a free lock", serve).await;
+}
+
+/// Marks a waiter's queue key modified (its value and lease unchanged): the
+/// grant or wake signal its locker watches for.
+fn touch(queue_key: &[u8]) -> TxnOp {
+    TxnOp::put(
+        queue_key.to_vec(),
+        Vec::new(),
+        Some(PutOptions::new().with_ignore_value().with_ignore_lease()),
+    )
 }
 
 /// Unfair waiters' queue keys end in `u<attempt>` (see `keys.rs`).
