@@ -854,7 +854,7 @@ async fn waiters_ahead_vanishing_do_not_strand_the_queue() {
     let key = Key::from("k");
     let holder = EtcdLocker::from_client(b.client.clone(), b.config.clone(), true);
 
-    // A middle waiter cancels and another crashes; the holder releases.
+    // A middle waiter cancels; the holder releases; another one crashes.
     let held = holder
         .try_lock(&key)
         .await
@@ -867,9 +867,12 @@ async fn waiters_ahead_vanishing_do_not_strand_the_queue() {
     w2.cancel.cancel();
     let err = w2.task.await.expect("task").expect_err("cancelled");
     assert!(matches!(err, Error::Cancelled { .. }), "{err}");
-    w3.crash(&b).await;
     held.unlock().await.expect("unlock");
     let g1 = w1.granted().await;
+    // w1's grant passed w3 and w4 along; w3 then crashes.
+    w3.crash(&b).await;
+    let err = w3.task.await.expect("task").expect_err("crashed");
+    assert!(matches!(err, Error::SessionLost { .. }), "{err}");
     assert!(!w4.task.is_finished(), "granted out of order");
     g1.unlock().await.expect("unlock");
     let locker4 = w4.locker.clone();

@@ -11,7 +11,7 @@ use etcd_client::{
 
 use super::config::EtcdConfig;
 use super::keys::{Layout, owner_value};
-use super::release::{self, Held};
+use super::release::{self, Held, Next};
 use super::session::{FIRST_BACKOFF, Lease, Session};
 use super::shared_watch::SharedWatches;
 use super::watch::WatchHub;
@@ -332,12 +332,12 @@ impl Attempt {
         token: i64,
         queue_rev: Option<i64>,
         lease: Arc<Lease>,
-        contended: bool,
+        next: Next,
     ) -> LockGuard {
         self.armed = false;
         let lost = lease.lost.child_token();
         let expiry = lease.expiry.clone();
-        let held = Held::new(&self, token, queue_rev, lease, contended);
+        let held = Held::new(&self, token, queue_rev, lease, next);
         LockGuard::new(
             self.key.clone(),
             u64::try_from(token).unwrap_or_default(),
@@ -461,7 +461,7 @@ async fn abandon_once(
         lock_kv.mod_revision(),
         queue_key.clone().zip(queue_rev),
         Arc::clone(lease),
-        true,
+        Next::LookUp,
     );
     release::release(held).await.or_else(|e| match e {
         Error::LockLost { .. } => Ok(()),
@@ -507,7 +507,12 @@ impl Locker for EtcdLocker {
             attempt.disarm();
             return Ok(None);
         }
-        Ok(Some(attempt.granted(revision(&resp), None, lease, false)))
+        Ok(Some(attempt.granted(
+            revision(&resp),
+            None,
+            lease,
+            Next::Nobody,
+        )))
     }
 
     async fn lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {

@@ -35,7 +35,8 @@ use etcd_client::{Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, Tx
 
 use super::keys::prefix_end;
 use super::locker::{Attempt, Inner, put_leased, range_at, revision};
-use super::session::Lease;
+use super::release::{Next, passed_along};
+use super::session::{FIRST_BACKOFF, Lease};
 use super::shared_watch::Listener;
 use super::watch::{Subscription, Target, WatchMsg};
 use crate::{Error, LockGuard, Result};
@@ -95,7 +96,7 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
     // Woken (unfair): try the take txn before reading anything.
     let mut woken = false;
 
-    let (token, queue_rev) = 'granted: loop {
+    let (token, queue_rev, next) = 'granted: loop {
         let a = slot.as_ref().ok_or_else(internal)?;
         let w = Waiter {
             a,
@@ -119,7 +120,8 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
                             }
                             if ev.mod_revision > ev.create_revision {
                                 if fair {
-                                    break 'granted (ev.mod_revision, Some(my_rev));
+                                    let next = passed_along(&a.layout, &a.value, &ev.value);
+                                    break 'granted (ev.mod_revision, Some(my_rev), Next::Known(next));
                                 }
                                 // Woken: the key was freed for us.
                                 (recheck, woken) = (true, true);
@@ -160,10 +162,10 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
             let state = if std::mem::take(&mut woken) {
                 State::Free
             } else {
-                Box::pin(w.check()).await?
+                Box::pin(w.check_until_answered()).await?
             };
             match state {
-                State::Granted(token) => break 'granted (token, Some(my_rev)),
+                State::Granted(token) => break 'granted (token, Some(my_rev), Next::LookUp),
                 State::Gone => return Err(session_lost(w.a)),
                 State::Wait { target: t, since } => {
                     if target.as_ref().is_none_or(|(old, _)| *old != t) {
@@ -180,7 +182,7 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
                         let token = revision(&resp);
                         // Fair keeps its queue key until release (it heads the
                         // queue); unfair deleted it in the same txn.
-                        break 'granted (token, fair.then_some(my_rev));
+                        break 'granted (token, fair.then_some(my_rev), Next::LookUp);
                     }
                     // Someone barged in, or we are no longer queued: re-read.
                 }
@@ -194,7 +196,7 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
         return Err(session_lost(slot.as_ref().ok_or_else(internal)?));
     }
     let attempt = slot.take().ok_or_else(internal)?;
-    Ok(attempt.granted(token, queue_rev, lease, true))
+    Ok(attempt.granted(token, queue_rev, lease, next))
 }
 
 /// Tries to take the free lock key (fair: only if nobody is queued), or
@@ -233,9 +235,12 @@ async fn enqueue(slot: &mut Option<Attempt>) -> Result<Enqueued> {
     let my_rev = revision(&resp);
     if resp.succeeded() {
         let attempt = slot.take().ok_or_else(internal)?;
-        return Ok(Enqueued::Granted(
-            attempt.granted(my_rev, None, lease, false),
-        ));
+        return Ok(Enqueued::Granted(attempt.granted(
+            my_rev,
+            None,
+            lease,
+            Next::Nobody,
+        )));
     }
     let (own, recheck) = match open_own {
         Some(listener) => {
@@ -349,6 +354,20 @@ impl Waiter<'_> {
                 since,
             },
         })
+    }
+
+    /// [`Waiter::check`], retried with backoff while etcd does not answer
+    /// (e.g. thousands of waiters re-reading at once): a waiter gives up
+    /// only when its session lease is lost, as it would while idle.
+    async fn check_until_answered(&self) -> Result<State> {
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            match self.check().await {
+                Err(e) if self.lease.lost.is_cancelled() => return Err(e),
+                Err(_) => self.lease.pause(&mut backoff).await,
+                state => return state,
+            }
+        }
     }
 
     /// The txn that creates the lock key if it is still free (fair: and we

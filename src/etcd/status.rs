@@ -47,7 +47,7 @@ pub struct Waiter {
 /// Who asked for a lock, as written in the lock and queue keys' values.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Owner {
-    /// The value as stored.
+    /// The value as stored (its first line).
     pub raw: String,
     /// The process id of the requester.
     pub pid: Option<u32>,
@@ -60,7 +60,10 @@ pub struct Owner {
 
 impl Owner {
     fn parse(value: &[u8]) -> Owner {
-        let raw = String::from_utf8_lossy(value).into_owned();
+        // A fair holder's queue key may carry more lines after its grant:
+        // the waiters behind it (see `release.rs`).
+        let first = value.split(|&b| b == b'\n').next().unwrap_or_default();
+        let raw = String::from_utf8_lossy(first).into_owned();
         let field = |name: &str| {
             raw.split_whitespace()
                 .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
