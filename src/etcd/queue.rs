@@ -95,6 +95,8 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
     tokio::pin!(patience);
     // Woken (unfair): try the take txn before reading anything.
     let mut woken = false;
+    // Patience ran out before anything made us read the queue.
+    let mut first_read = false;
 
     let (token, queue_rev, next) = 'granted: loop {
         let a = slot.as_ref().ok_or_else(internal)?;
@@ -106,7 +108,7 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
         if patience.is_elapsed() && sub.is_none() {
             match &target {
                 Some((key, since)) => sub = Some(Box::pin(w.watch(key, *since)).await?),
-                None => recheck = true,
+                None => (recheck, first_read) = (true, true),
             }
         }
         let queue_key = w.queue_key()?;
@@ -140,7 +142,7 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
                 }),
                 () = &mut patience, if sub.is_none() => match &target {
                     Some((key, since)) => sub = Some(Box::pin(w.watch(key, *since)).await?),
-                    None => recheck = true,
+                    None => (recheck, first_read) = (true, true),
                 },
                 msg = next(&mut sub) => match msg {
                     WatchMsg::Events { events } => {
@@ -161,6 +163,12 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
             };
             let state = if std::mem::take(&mut woken) {
                 State::Free
+            } else if std::mem::take(&mut first_read) {
+                // Waiters queued together get patient together: bound how
+                // many of them re-read at once (etcd load, and memory for
+                // requests in flight).
+                let _permit = inner.shared.rereads.acquire().await;
+                Box::pin(w.check_until_answered()).await?
             } else {
                 Box::pin(w.check_until_answered()).await?
             };

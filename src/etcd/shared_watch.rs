@@ -38,8 +38,15 @@ impl Drop for Shared {
 /// A watched key, or `[key, end)`.
 type Range = (Vec<u8>, Option<Vec<u8>>);
 
+/// How many of a locker's waiters re-read their queue at once when their
+/// patience runs out (see `queue.rs`).
+const REREADS: usize = 8;
+
 /// One locker's shared watches, keyed by watched range.
 pub(crate) struct SharedWatches {
+    /// Bounds the queue re-reads of this locker's waiters whose patience
+    /// ran out together (they were queued together).
+    pub rereads: tokio::sync::Semaphore,
     hub: Arc<WatchHub>,
     /// Bounds the wait for a new watch to be created.
     timeout: Duration,
@@ -73,6 +80,7 @@ fn watch_failed(why: String) -> Error {
 impl SharedWatches {
     pub fn new(hub: Arc<WatchHub>, timeout: Duration) -> Self {
         SharedWatches {
+            rereads: tokio::sync::Semaphore::new(REREADS),
             hub,
             timeout,
             map: Mutex::new(HashMap::new()),
