@@ -48,8 +48,9 @@ pub(crate) fn patience(ttl: Duration) -> Duration {
 
 /// What a re-read of the queue found.
 enum State {
-    /// The lock key holds our value: a holder handed it to us.
-    Granted(i64),
+    /// The lock key holds our value: a holder handed it to us, with the
+    /// waiters behind us that it passed along.
+    Granted(i64, Next),
     /// Our queue key is gone: the session lease expired or it was deleted.
     Gone,
     /// Wait for `target` to be deleted after revision `since`.
@@ -173,7 +174,7 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
                 Box::pin(w.check_until_answered()).await?
             };
             match state {
-                State::Granted(token) => break 'granted (token, Some(my_rev), Next::LookUp),
+                State::Granted(token, next) => break 'granted (token, Some(my_rev), next),
                 State::Gone => return Err(session_lost(w.a)),
                 State::Wait { target: t, since } => {
                     if target.as_ref().is_none_or(|(old, _)| *old != t) {
@@ -337,14 +338,15 @@ impl Waiter<'_> {
         let resp = self.inner().txn("queue check", read).await?;
         let since = revision(&resp);
         let first = |i| range_at(&resp, i).and_then(|g| g.kvs().first().cloned());
-        if first(0).is_none() {
+        let Some(mine) = first(0) else {
             return Ok(State::Gone);
-        }
+        };
         let lock = first(1);
         if let Some(lock) = &lock
             && lock.value() == self.a.value
         {
-            return Ok(State::Granted(lock.mod_revision()));
+            let next = passed_along(&self.a.layout, &self.a.value, mine.value());
+            return Ok(State::Granted(lock.mod_revision(), Next::Known(next)));
         }
         if lock.is_none() && !self.inner().fair {
             return Ok(State::Free); // unfair: take it from any place in line
