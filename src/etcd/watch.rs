@@ -5,12 +5,12 @@
 //! thus share its connection and stream instead of opening one each.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use etcd_client::{Client, EventType, WatchOptions, WatchRequestSender, WatchResponseStream};
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::{Notify, broadcast, mpsc};
 use tokio::task::AbortHandle;
 
 use super::{etcd_err, timeout_err};
@@ -76,6 +76,29 @@ impl Inbox {
     }
 }
 
+/// Where a watcher's messages go.
+enum Route {
+    /// One subscriber.
+    Inbox(Arc<Inbox>),
+    /// Every listener of a shared watch (`shared_watch.rs`), straight from
+    /// the stream's reader; `dead` is set with the `Ended` it passes on.
+    Broadcast(broadcast::Sender<WatchMsg>, Arc<AtomicBool>),
+}
+
+impl Route {
+    fn send(&self, msg: WatchMsg) {
+        match self {
+            Route::Inbox(inbox) => inbox.send(msg),
+            Route::Broadcast(tx, dead) => {
+                if matches!(msg, WatchMsg::Ended(_)) {
+                    dead.store(true, Ordering::SeqCst);
+                }
+                let _ = tx.send(msg);
+            }
+        }
+    }
+}
+
 enum Cmd {
     Create(Vec<u8>, WatchOptions),
     Cancel(i64),
@@ -85,7 +108,7 @@ enum Cmd {
 /// lock, so no route is added to a stream that already failed them all.
 struct Routes {
     alive: bool,
-    map: HashMap<i64, Arc<Inbox>>,
+    map: HashMap<i64, Route>,
 }
 
 struct Conn {
@@ -116,7 +139,7 @@ impl Conn {
     fn add_route(&self, id: i64, tx: Arc<Inbox>) -> bool {
         let mut routes = self.routes();
         if routes.alive {
-            routes.map.insert(id, tx);
+            routes.map.insert(id, Route::Inbox(tx));
         }
         routes.alive
     }
@@ -152,6 +175,22 @@ impl Subscription {
     /// The next message. The hub ends every route it drops with `Ended`.
     pub async fn recv(&mut self) -> WatchMsg {
         self.rx.recv().await
+    }
+}
+
+impl Subscription {
+    /// From now on, passes this watcher's messages (and any still queued
+    /// here) to `tx` in order, straight from the stream's reader, sparing
+    /// the grant path a task hop. The watch lives as long as `self`.
+    pub fn broadcast_to(&self, tx: broadcast::Sender<WatchMsg>, dead: Arc<AtomicBool>) {
+        let mut routes = self.conn.routes();
+        let route = Route::Broadcast(tx, dead);
+        for msg in std::mem::take(&mut *self.rx.queue()) {
+            route.send(msg);
+        }
+        if let Some(slot) = routes.map.get_mut(&self.id) {
+            *slot = route;
+        }
     }
 }
 
@@ -234,7 +273,7 @@ fn open(
         cmd: cmd_tx,
         routes: Mutex::new(Routes {
             alive: true,
-            map: HashMap::from([(first_id, first_tx)]),
+            map: HashMap::from([(first_id, Route::Inbox(first_tx))]),
         }),
         tasks: Mutex::new(Vec::new()),
     });
