@@ -225,7 +225,12 @@ mod tests {
         let locks = group(
             "/p/",
             vec![
-                kv("/p/a/_OWNERS_/L1/fx", "x pid=1 host=h at=1000", 3),
+                // Granted with the waiters behind it passed along.
+                kv(
+                    "/p/a/_OWNERS_/L1/fx",
+                    "x pid=1 host=h at=1000\n4 7 L2/fy y pid=2 host=h at=2000",
+                    3,
+                ),
                 kv("/p/a", "x pid=1 host=h at=1000", 5),
                 kv("/p/a/_OWNERS_/L2/fy", "y pid=2 host=h at=2000", 4),
                 kv("/p/a/_OWNERS_/L3/uz", "z pid=3", 6),
