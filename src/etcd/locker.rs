@@ -326,8 +326,25 @@ impl Attempt {
         }
     }
 
-    /// The guard for a grant at `token`; the attempt is done.
+    /// The guard for a grant at `token`; the attempt is done. When
+    /// `contended`, the waiters behind are looked up at once.
     pub fn granted(
+        self,
+        token: i64,
+        queue_rev: Option<i64>,
+        lease: Arc<Lease>,
+        contended: bool,
+    ) -> LockGuard {
+        let next = if contended {
+            Next::LookUp
+        } else {
+            Next::Nobody
+        };
+        self.granted_with(token, queue_rev, lease, next)
+    }
+
+    /// [`Attempt::granted`], with what is known of the waiters behind.
+    pub fn granted_with(
         mut self,
         token: i64,
         queue_rev: Option<i64>,
@@ -507,12 +524,7 @@ impl Locker for EtcdLocker {
             attempt.disarm();
             return Ok(None);
         }
-        Ok(Some(attempt.granted(
-            revision(&resp),
-            None,
-            lease,
-            Next::Nobody,
-        )))
+        Ok(Some(attempt.granted(revision(&resp), None, lease, false)))
     }
 
     async fn lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {

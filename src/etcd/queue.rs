@@ -205,7 +205,7 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
         return Err(session_lost(slot.as_ref().ok_or_else(internal)?));
     }
     let attempt = slot.take().ok_or_else(internal)?;
-    Ok(attempt.granted(token, queue_rev, lease, next))
+    Ok(attempt.granted_with(token, queue_rev, lease, next))
 }
 
 /// Tries to take the free lock key (fair: only if nobody is queued), or
@@ -244,12 +244,9 @@ async fn enqueue(slot: &mut Option<Attempt>) -> Result<Enqueued> {
     let my_rev = revision(&resp);
     if resp.succeeded() {
         let attempt = slot.take().ok_or_else(internal)?;
-        return Ok(Enqueued::Granted(attempt.granted(
-            my_rev,
-            None,
-            lease,
-            Next::Nobody,
-        )));
+        return Ok(Enqueued::Granted(
+            attempt.granted(my_rev, None, lease, false),
+        ));
     }
     let (own, recheck) = match open_own {
         Some(listener) => {
