@@ -9,7 +9,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// (Redis adds `locker=<id>`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Owner {
-    /// The value as stored.
+    /// The value as stored (its first line: an etcd fair holder's queue
+    /// value lists the waiters behind it on the next lines).
     pub raw: String,
     /// The process id of the requester.
     pub pid: Option<u32>,

@@ -808,3 +808,106 @@ async fn thousands_of_keys_at_once() {
     }
     b.wait_clean().await;
 }
+
+/// A queued `lock` on its own locker, whose session lease the test can
+/// revoke to simulate a crash.
+struct Queued {
+    locker: EtcdLocker,
+    cancel: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<fairlock::Result<fairlock::LockGuard>>,
+}
+
+impl Queued {
+    /// Queues a fair `lock` on `key` and waits until it is the `n`-th entry.
+    async fn start(b: &Etcd, key: &Key, n: usize) -> Queued {
+        let locker = EtcdLocker::from_client(b.client.clone(), b.config.clone(), true);
+        let (ctx, cancel) = patient().with_cancel();
+        let task = {
+            let (locker, key) = (locker.clone(), key.clone());
+            tokio::spawn(async move { locker.lock(&ctx, &key).await })
+        };
+        b.wait_queued(key, n).await;
+        Queued {
+            locker,
+            cancel,
+            task,
+        }
+    }
+
+    /// Simulates a crash: revokes the lease behind the locker's back.
+    async fn crash(&self, b: &Etcd) {
+        let lease = self.locker.lease_id().await.expect("lease");
+        b.client.clone().lease_revoke(lease).await.expect("revoke");
+    }
+
+    async fn granted(self) -> fairlock::LockGuard {
+        self.task.await.expect("task").expect("granted")
+    }
+}
+
+/// Waiters ahead in line that cancel or crash, with the holder releasing,
+/// crashing or already gone, never strand those behind them, and the
+/// survivors are served in arrival order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_ahead_vanishing_do_not_strand_the_queue() {
+    let b = etcd("vanish-ahead").await;
+    let key = Key::from("k");
+    let holder = EtcdLocker::from_client(b.client.clone(), b.config.clone(), true);
+
+    // A middle waiter cancels; the holder releases; another one crashes.
+    let held = holder
+        .try_lock(&key)
+        .await
+        .expect("try_lock")
+        .expect("free");
+    let w1 = Queued::start(&b, &key, 1).await;
+    let w2 = Queued::start(&b, &key, 2).await;
+    let w3 = Queued::start(&b, &key, 3).await;
+    let w4 = Queued::start(&b, &key, 4).await;
+    w2.cancel.cancel();
+    let err = w2.task.await.expect("task").expect_err("cancelled");
+    assert!(matches!(err, Error::Cancelled { .. }), "{err}");
+    held.unlock().await.expect("unlock");
+    let g1 = w1.granted().await;
+    // w1's grant passed w3 and w4 along; w3 then crashes.
+    w3.crash(&b).await;
+    let err = w3.task.await.expect("task").expect_err("crashed");
+    assert!(matches!(err, Error::SessionLost { .. }), "{err}");
+    assert!(!w4.task.is_finished(), "granted out of order");
+    g1.unlock().await.expect("unlock");
+    let locker4 = w4.locker.clone();
+    let g4 = w4.granted().await;
+
+    // The first waiter crashes, then the holder (no handoff): the next one
+    // notices on its own.
+    let w5 = Queued::start(&b, &key, 2).await;
+    let w6 = Queued::start(&b, &key, 3).await;
+    let w7 = Queued::start(&b, &key, 4).await;
+    w5.crash(&b).await;
+    // Its own cleanup ran while the lock was held, so it served nobody: the
+    // next waiter must notice the holder's crash by itself.
+    let err = w5.task.await.expect("task").expect_err("crashed");
+    assert!(matches!(err, Error::SessionLost { .. }), "{err}");
+    let holder_lease = locker4.lease_id().await.expect("lease");
+    std::mem::forget(g4); // its locker "crashed": no release
+    b.client
+        .clone()
+        .lease_revoke(holder_lease)
+        .await
+        .expect("revoke");
+    let locker6 = w6.locker.clone();
+    let g6 = w6.granted().await;
+    assert!(!w7.task.is_finished(), "granted out of order");
+
+    // The holder crashes, then the first waiter gives up: the next one is
+    // served.
+    let w8 = Queued::start(&b, &key, 3).await;
+    let lease6 = locker6.lease_id().await.expect("lease");
+    std::mem::forget(g6);
+    b.client.clone().lease_revoke(lease6).await.expect("revoke");
+    w7.cancel.cancel();
+    let _ = w7.task.await.expect("task");
+    let g8 = w8.granted().await;
+    g8.unlock().await.expect("unlock");
+    b.wait_clean().await;
+}

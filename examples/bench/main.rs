@@ -611,6 +611,11 @@ async fn rss_child(ep: &str, what: &str, n: usize) -> Res<()> {
             }
         }
     }
+    if what == "waiting" {
+        // A waiter that has waited a while (a tenth of the TTL, at most a
+        // second) also watches its predecessor: measure that steady state.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
     let after = rss_bytes();
     println!("RSS_PER_LOCK {:.0}", (after - before) / n as f64);
     tasks.abort_all();

@@ -578,7 +578,10 @@ fn order(inp: &Input<'_>, v: &mut Vec<Violation>, notes: &mut Vec<String>) {
             } else if c.key.starts_with(&queue_prefix) {
                 match &c.put {
                     Some(p) => {
-                        queue.insert(c.key.clone(), (p.create_revision, p.value.clone()));
+                        // A fair grant appends the waiters behind the
+                        // grantee to its queue value: the owner is line one.
+                        let owner = p.value.lines().next().unwrap_or_default();
+                        queue.insert(c.key.clone(), (p.create_revision, owner.to_string()));
                     }
                     None => {
                         queue.remove(&c.key);

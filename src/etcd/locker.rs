@@ -11,7 +11,7 @@ use etcd_client::{
 
 use super::config::EtcdConfig;
 use super::keys::{Layout, owner_value};
-use super::release::{self, Held};
+use super::release::{self, Held, Next};
 use super::session::{FIRST_BACKOFF, Lease, MAX_BACKOFF, Session};
 use super::shared_watch::SharedWatches;
 use super::watch::WatchHub;
@@ -357,18 +357,35 @@ impl Attempt {
         }
     }
 
-    /// The guard for a grant at `token`; the attempt is done.
+    /// The guard for a grant at `token`; the attempt is done. When
+    /// `contended`, the waiters behind are looked up at once.
     pub fn granted(
-        mut self,
+        self,
         token: i64,
         queue_rev: Option<i64>,
         lease: Arc<Lease>,
         contended: bool,
     ) -> LockGuard {
+        let next = if contended {
+            Next::LookUp
+        } else {
+            Next::Nobody
+        };
+        self.granted_with(token, queue_rev, lease, next)
+    }
+
+    /// [`Attempt::granted`], with what is known of the waiters behind.
+    pub fn granted_with(
+        mut self,
+        token: i64,
+        queue_rev: Option<i64>,
+        lease: Arc<Lease>,
+        next: Next,
+    ) -> LockGuard {
         self.armed = false;
         let lost = lease.lost.child_token();
         let expiry = lease.expiry.clone();
-        let held = Held::new(&self, token, queue_rev, lease, contended);
+        let held = Held::new(&self, token, queue_rev, lease, next);
         LockGuard::new(
             self.key.clone(),
             u64::try_from(token).unwrap_or_default(),
@@ -495,6 +512,9 @@ async fn abandon_once(
         .or_else(otherwise);
     let resp = inner.txn("abandon", txn).await?;
     if !resp.succeeded() {
+        if queue_key.is_some() {
+            release::serve_if_free(inner, layout).await;
+        }
         return Ok(());
     }
     let Some(lock_kv) = range_at(&resp, 0).and_then(|g| g.kvs().first().cloned()) else {
@@ -508,7 +528,7 @@ async fn abandon_once(
         lock_kv.mod_revision(),
         queue_key.clone().zip(queue_rev),
         Arc::clone(lease),
-        true,
+        Next::LookUp,
     );
     release::release(held).await.or_else(|e| match e {
         Error::LockLost { .. } => Ok(()),

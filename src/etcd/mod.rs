@@ -22,8 +22,12 @@
 //! release txn (one etcd write per handoff); for an unfair one the key is
 //! freed, so newcomers may barge in before the woken waiter retries. Either
 //! way the release touches that one waiter's queue key, which its locker
-//! watches: one release wakes one waiter. The fencing token is the revision
-//! at which the holder got the lock key.
+//! watches: one release wakes one waiter. A fair grant also passes the
+//! waiters behind the grantee along, so most holders release without a
+//! read. Waiters watch nothing else unless they wait longer than a tenth of
+//! the TTL (then their predecessor, to notice a lock freed by a crash; see
+//! `queue.rs`). The fencing token is the revision at which the holder got
+//! the lock key.
 
 mod config;
 mod fence;

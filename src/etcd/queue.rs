@@ -10,25 +10,47 @@
 //! - an **unfair** waiter has been woken because the key was freed: it tries
 //!   to create it, and stays first in line if a newcomer got there first.
 //!
-//! Either way one release wakes one waiter, whatever the queue length.
-//! Meanwhile each waiter watches its predecessor's queue key (or, first in
-//! line, the lock key) for deletion, to notice a holder or predecessor that
-//! vanished without a handoff (crash, lease expiry, cancellation).
+//! Either way one release wakes one waiter, whatever the queue length, and
+//! a waiter costs etcd nothing while it waits: the handoff finds it even if
+//! waiters ahead of it vanish, since a release reads the queue head anew
+//! when its successor is gone.
+//!
+//! What the handoff cannot cover is a lock freed with nobody to hand it on:
+//! a holder whose lease expired or was revoked, or a woken unfair waiter
+//! that gave up before retrying (a waiter that gives up serves a free lock
+//! to the first in line, see `release::serve_if_free`, but a crashed one
+//! cannot). For that a waiter watches its predecessor's queue key (or,
+//! first in line, the lock key) for deletion, but only once it has waited
+//! [`patience`] (a tenth of the TTL, at most a second): a crash takes a TTL
+//! to show anyway, and short waits, the common case under contention, then
+//! cost etcd no watch at all. When patience runs out the waiter re-reads
+//! the queue once and watches from that read's revision, so no deletion
+//! slips by. The enqueue txn reads nothing, so its cost does not grow with
+//! the queue.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
 
-use super::keys::{Layout, prefix_end};
+use super::keys::prefix_end;
 use super::locker::{Attempt, Inner, put_leased, range_at, revision};
-use super::session::Lease;
-use super::watch::{Target, WatchMsg};
-use crate::{Error, Key, LockGuard, Result};
+use super::release::{Next, passed_along};
+use super::session::{FIRST_BACKOFF, Lease};
+use super::shared_watch::Listener;
+use super::watch::{Subscription, Target, WatchMsg};
+use crate::{Error, LockGuard, Result};
+
+/// How long a waiter waits before it also watches its predecessor.
+pub(crate) fn patience(ttl: Duration) -> Duration {
+    (ttl / 10).min(Duration::from_secs(1))
+}
 
 /// What a re-read of the queue found.
 enum State {
-    /// The lock key holds our value: a holder handed it to us.
-    Granted(i64),
+    /// The lock key holds our value: a holder handed it to us, with the
+    /// waiters behind us that it passed along.
+    Granted(i64, Next),
     /// Our queue key is gone: the session lease expired or it was deleted.
     Gone,
     /// Wait for `target` to be deleted after revision `since`.
@@ -37,28 +59,161 @@ enum State {
     Free,
 }
 
-/// One queued waiter.
-struct Waiter<'a> {
-    inner: &'a Inner,
-    layout: &'a Layout,
-    queue_key: &'a [u8],
-    value: &'a [u8],
-    lease: &'a Lease,
-    my_rev: i64,
-    fair: bool,
+/// The outcome of the enqueue txn.
+enum Enqueued {
+    /// The lock was free (fair: and nobody queued): taken at once.
+    Granted(LockGuard),
+    /// Queued at `my_rev`.
+    Queued {
+        my_rev: i64,
+        lease: Arc<Lease>,
+        own: Listener,
+        /// The own-keys watch was opened after the enqueue: re-read once.
+        recheck: bool,
+    },
 }
 
-/// Request futures are awaited boxed (`Box::pin`): inline, they would make
-/// this future, which lives as long as a lock waits, several KiB larger.
+/// Waits in the queue until granted. Request futures and the enqueue are
+/// awaited boxed (`Box::pin`), and the wait keeps no copies of the
+/// attempt's keys: this future lives as long as a lock waits.
 pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
+    let (my_rev, lease, mut own, mut recheck) = match Box::pin(enqueue(slot)).await? {
+        Enqueued::Granted(guard) => return Ok(guard),
+        Enqueued::Queued {
+            my_rev,
+            lease,
+            own,
+            recheck,
+        } => (my_rev, lease, own, recheck),
+    };
+    let inner = Arc::clone(&slot.as_ref().ok_or_else(internal)?.inner);
+    let fair = inner.fair;
+    // What to watch once patient, and from which revision: learnt by the
+    // first re-read (the enqueue reads nothing, to stay O(1) in etcd).
+    let mut target: Option<(Vec<u8>, i64)> = None;
+    let mut sub: Option<Subscription> = None;
+    let patience = tokio::time::sleep(patience(inner.config.ttl()));
+    tokio::pin!(patience);
+    // Woken (unfair): try the take txn before reading anything.
+    let mut woken = false;
+    // Patience ran out before anything made us read the queue.
+    let mut first_read = false;
+
+    let (token, queue_rev, next) = 'granted: loop {
+        let a = slot.as_ref().ok_or_else(internal)?;
+        let w = Waiter {
+            a,
+            lease: &lease,
+            my_rev,
+        };
+        if patience.is_elapsed() && sub.is_none() {
+            match &target {
+                Some((key, since)) => sub = Some(Box::pin(w.watch(key, *since)).await?),
+                None => (recheck, first_read) = (true, true),
+            }
+        }
+        let queue_key = w.queue_key()?;
+        while !recheck {
+            tokio::select! {
+                msg = own.recv() => match msg {
+                    WatchMsg::Events { events } => {
+                        for ev in events.iter().filter(|e| e.key == queue_key) {
+                            if !ev.put {
+                                return Err(session_lost(a));
+                            }
+                            if ev.mod_revision > ev.create_revision {
+                                if fair {
+                                    let next = passed_along(&a.layout, &a.value, &ev.value);
+                                    break 'granted (ev.mod_revision, Some(my_rev), Next::Known(next));
+                                }
+                                // Woken: the key was freed for us.
+                                (recheck, woken) = (true, true);
+                            }
+                        }
+                    }
+                    WatchMsg::Ended(_) => {
+                        own = Box::pin(listen_own(a)).await?;
+                        recheck = true;
+                    }
+                    WatchMsg::Created => {}
+                },
+                () = lease.lost.cancelled() => return Err(Error::SessionLost {
+                    key: a.key.to_string(),
+                    reason: "the session lease could not be renewed for a whole TTL".into(),
+                }),
+                () = &mut patience, if sub.is_none() => match &target {
+                    Some((key, since)) => sub = Some(Box::pin(w.watch(key, *since)).await?),
+                    None => (recheck, first_read) = (true, true),
+                },
+                msg = next(&mut sub) => match msg {
+                    WatchMsg::Events { events } => {
+                        let gone = target.as_ref().map(|t| t.0.as_slice());
+                        recheck |= events.iter().any(|e| !e.put && Some(e.key.as_slice()) == gone);
+                    }
+                    WatchMsg::Ended(_) => (sub, recheck) = (None, true),
+                    WatchMsg::Created => {}
+                },
+            }
+        }
+        recheck = false;
+        loop {
+            let w = Waiter {
+                a: slot.as_ref().ok_or_else(internal)?,
+                lease: &lease,
+                my_rev,
+            };
+            let state = if std::mem::take(&mut woken) {
+                State::Free
+            } else if std::mem::take(&mut first_read) {
+                // Waiters queued together get patient together: bound how
+                // many of them re-read at once (etcd load, and memory for
+                // requests in flight).
+                let _permit = inner.shared.rereads.acquire().await;
+                Box::pin(w.check_until_answered()).await?
+            } else {
+                Box::pin(w.check_until_answered()).await?
+            };
+            match state {
+                State::Granted(token, next) => break 'granted (token, Some(my_rev), next),
+                State::Gone => return Err(session_lost(w.a)),
+                State::Wait { target: t, since } => {
+                    if target.as_ref().is_none_or(|(old, _)| *old != t) {
+                        sub = None; // watch the new target (once patient)
+                    }
+                    target = Some((t, since));
+                    break;
+                }
+                State::Free => {
+                    let txn = w.take()?;
+                    let attempt = slot.as_mut().ok_or_else(internal)?;
+                    let resp = Box::pin(attempt.write("acquire", &lease, txn)).await?;
+                    if resp.succeeded() {
+                        let token = revision(&resp);
+                        // Fair keeps its queue key until release (it heads the
+                        // queue); unfair deleted it in the same txn.
+                        break 'granted (token, fair.then_some(my_rev), Next::LookUp);
+                    }
+                    // Someone barged in, or we are no longer queued: re-read.
+                }
+            }
+        }
+    };
+    drop(sub);
+    if lease.lost.is_cancelled() || lease.expiry.has_passed() {
+        // Never report a lock held on a lease we know or presume gone (etcd
+        // #11456): e.g. this process was paused past its TTL while queued.
+        return Err(session_lost(slot.as_ref().ok_or_else(internal)?));
+    }
+    let attempt = slot.take().ok_or_else(internal)?;
+    Ok(attempt.granted_with(token, queue_rev, lease, next))
+}
+
+/// Tries to take the free lock key (fair: only if nobody is queued), or
+/// queues, in one txn.
+async fn enqueue(slot: &mut Option<Attempt>) -> Result<Enqueued> {
     let attempt = slot.as_mut().ok_or_else(internal)?;
     let inner = Arc::clone(&attempt.inner);
-    let fair = inner.fair;
-    let (key, layout, value) = (
-        attempt.key.clone(),
-        attempt.layout.clone(),
-        attempt.value.clone(),
-    );
+    let (layout, value) = (attempt.layout.clone(), attempt.value.clone());
     let queue_key = attempt.queue_key.clone().ok_or_else(internal)?;
 
     // Touches arrive on the locker's long-lived watch of its own queue keys.
@@ -69,14 +224,12 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
     let own_end = prefix_end(&own_prefix);
     let open_own = Box::pin(inner.shared.existing(&own_prefix, Some(&own_end))).await;
 
-    // Take the free lock key (fair: only if nobody is queued), or queue and
-    // learn our predecessor, in one txn.
     let mut free = vec![Compare::create_revision(
         layout.lock.clone(),
         CompareOp::Equal,
         0,
     )];
-    if fair {
+    if inner.fair {
         free.push(
             Compare::create_revision(layout.queue.clone(), CompareOp::Equal, 0).with_prefix(),
         );
@@ -85,27 +238,17 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
         Txn::new()
             .when(free.clone())
             .and_then([put_leased(&layout.lock, &value, lease)])
-            .or_else([
-                put_leased(&queue_key, &value, lease),
-                TxnOp::get(
-                    layout.queue.clone(),
-                    Some(
-                        GetOptions::new()
-                            .with_prefix()
-                            .with_sort(SortTarget::Create, SortOrder::Descend)
-                            .with_limit(2)
-                            .with_keys_only(),
-                    ),
-                ),
-            ])
+            .or_else([put_leased(&queue_key, &value, lease)])
     };
     let (resp, lease) = Box::pin(attempt.write_with_lease("enqueue", enqueue)).await?;
     let my_rev = revision(&resp);
     if resp.succeeded() {
         let attempt = slot.take().ok_or_else(internal)?;
-        return Ok(attempt.granted(my_rev, None, lease, false));
+        return Ok(Enqueued::Granted(
+            attempt.granted(my_rev, None, lease, false),
+        ));
     }
-    let (mut own, mut recheck_first) = match open_own {
+    let (own, recheck) = match open_own {
         Some(listener) => {
             inner.shared.touch(&own_prefix, Some(&own_end)).await;
             (listener, false)
@@ -115,114 +258,70 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
             true,
         ),
     };
-    let predecessor = range_at(&resp, 1).and_then(|g| {
-        g.kvs()
-            .iter()
-            .find(|kv| kv.key() != queue_key.as_slice())
-            .map(|kv| kv.key().to_vec())
-    });
-    let w = Waiter {
-        inner: &inner,
-        layout: &layout,
-        queue_key: &queue_key,
-        value: &value,
-        lease: &lease,
+    Ok(Enqueued::Queued {
         my_rev,
-        fair,
-    };
-    let mut target = predecessor.unwrap_or_else(|| layout.lock.clone());
-    let mut since = my_rev;
+        lease,
+        own,
+        recheck,
+    })
+}
 
-    let (token, queue_rev) = 'granted: loop {
-        let watch_predecessor = inner.hub.subscribe(Target {
-            key: target.clone(),
-            range_end: None,
-            // Replays from our enqueue: no deletion can slip by. Such a watch
-            // may start unsynced (~100 ms late), but it only matters when a
-            // predecessor vanishes without a handoff.
-            start_revision: Some(since + 1),
-        });
-        let mut sub = Box::pin(watch_predecessor).await?;
-        let mut recheck = std::mem::take(&mut recheck_first);
-        while !recheck {
-            tokio::select! {
-                msg = own.recv() => match msg {
-                    WatchMsg::Events { events } => {
-                        for ev in events.iter().filter(|e| e.key == queue_key) {
-                            if !ev.put {
-                                return Err(session_lost(&key));
-                            }
-                            if ev.mod_revision > ev.create_revision {
-                                if fair {
-                                    break 'granted (ev.mod_revision, Some(my_rev));
-                                }
-                                // Woken: the key was freed for us.
-                                recheck = true;
-                            }
-                        }
-                    }
-                    WatchMsg::Ended(_) => {
-                        own = Box::pin(inner.shared.listen(&own_prefix, Some(&own_end))).await?;
-                        recheck = true;
-                    }
-                    WatchMsg::Created => {}
-                },
-                () = lease.lost.cancelled() => return Err(Error::SessionLost {
-                    key: key.to_string(),
-                    reason: "the session lease could not be renewed for a whole TTL".into(),
-                }),
-                msg = sub.recv() => match msg {
-                    WatchMsg::Events { events } => {
-                        recheck |= events.iter().any(|e| !e.put && e.key == target);
-                    }
-                    WatchMsg::Ended(_) => recheck = true,
-                    WatchMsg::Created => {}
-                },
-            }
-        }
-        loop {
-            match Box::pin(w.check()).await? {
-                State::Granted(token) => break 'granted (token, Some(my_rev)),
-                State::Gone => return Err(session_lost(&key)),
-                State::Wait {
-                    target: t,
-                    since: s,
-                } => {
-                    (target, since) = (t, s);
-                    break;
-                }
-                State::Free => {
-                    let txn = w.take();
-                    let attempt = slot.as_mut().ok_or_else(internal)?;
-                    let resp = Box::pin(attempt.write("acquire", &lease, txn)).await?;
-                    if resp.succeeded() {
-                        let token = revision(&resp);
-                        // Fair keeps its queue key until release (it heads the
-                        // queue); unfair deleted it in the same txn.
-                        break 'granted (token, fair.then_some(my_rev));
-                    }
-                }
-            }
-        }
-    };
-    if lease.lost.is_cancelled() || lease.expiry.has_passed() {
-        // Never report a lock held on a lease we know or presume gone (etcd
-        // #11456): e.g. this process was paused past its TTL while queued.
-        return Err(session_lost(&key));
+/// Subscribes anew to the locker's watch of its own queue keys.
+async fn listen_own(a: &Attempt) -> Result<Listener> {
+    let own_prefix = a.layout.locker_queue(&a.inner.id);
+    let own_end = prefix_end(&own_prefix);
+    a.inner.shared.listen(&own_prefix, Some(&own_end)).await
+}
+
+/// The next message of an open subscription; never ready without one.
+async fn next(sub: &mut Option<Subscription>) -> WatchMsg {
+    match sub {
+        Some(sub) => sub.recv().await,
+        None => std::future::pending().await,
     }
-    let attempt = slot.take().ok_or_else(internal)?;
-    Ok(attempt.granted(token, queue_rev, lease, true))
+}
+
+/// One queued waiter, borrowing its attempt.
+struct Waiter<'a> {
+    a: &'a Attempt,
+    lease: &'a Lease,
+    my_rev: i64,
 }
 
 impl Waiter<'_> {
+    fn inner(&self) -> &Inner {
+        &self.a.inner
+    }
+
+    fn queue_key(&self) -> Result<&[u8]> {
+        self.a.queue_key.as_deref().ok_or_else(internal)
+    }
+
+    /// Watches `key` (our predecessor's queue key, or the lock key) for its
+    /// deletion after revision `since`. Replays from there, so no deletion can slip by;
+    /// such a watch may start unsynced (~100 ms late), which only matters
+    /// when a lock was freed without a handoff.
+    async fn watch(&self, key: &[u8], since: i64) -> Result<Subscription> {
+        let key = key.to_vec();
+        self.inner()
+            .hub
+            .subscribe(Target {
+                key,
+                range_end: None,
+                start_revision: Some(since + 1),
+            })
+            .await
+    }
+
     /// Re-reads our queue key, the lock key and our predecessor in one
     /// read-only txn.
     async fn check(&self) -> Result<State> {
+        let layout = &self.a.layout;
         let read = Txn::new().and_then([
-            TxnOp::get(self.queue_key.to_vec(), None),
-            TxnOp::get(self.layout.lock.clone(), None),
+            TxnOp::get(self.queue_key()?.to_vec(), None),
+            TxnOp::get(layout.lock.clone(), None),
             TxnOp::get(
-                self.layout.queue.clone(),
+                layout.queue.clone(),
                 Some(
                     GetOptions::new()
                         .with_prefix()
@@ -233,19 +332,20 @@ impl Waiter<'_> {
                 ),
             ),
         ]);
-        let resp = self.inner.txn("queue check", read).await?;
+        let resp = self.inner().txn("queue check", read).await?;
         let since = revision(&resp);
         let first = |i| range_at(&resp, i).and_then(|g| g.kvs().first().cloned());
-        if first(0).is_none() {
+        let Some(mine) = first(0) else {
             return Ok(State::Gone);
-        }
+        };
         let lock = first(1);
         if let Some(lock) = &lock
-            && lock.value() == self.value
+            && lock.value() == self.a.value
         {
-            return Ok(State::Granted(lock.mod_revision()));
+            let next = passed_along(&self.a.layout, &self.a.value, mine.value());
+            return Ok(State::Granted(lock.mod_revision(), Next::Known(next)));
         }
-        if lock.is_none() && !self.fair {
+        if lock.is_none() && !self.inner().fair {
             return Ok(State::Free); // unfair: take it from any place in line
         }
         if let Some(pred) = first(2) {
@@ -257,36 +357,51 @@ impl Waiter<'_> {
         Ok(match lock {
             None => State::Free,
             Some(_) => State::Wait {
-                target: self.layout.lock.clone(),
+                target: layout.lock.clone(),
                 since,
             },
         })
     }
 
+    /// [`Waiter::check`], retried with backoff while etcd does not answer
+    /// (e.g. thousands of waiters re-reading at once): a waiter gives up
+    /// only when its session lease is lost, as it would while idle.
+    async fn check_until_answered(&self) -> Result<State> {
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            match self.check().await {
+                Err(e) if self.lease.lost.is_cancelled() => return Err(e),
+                Err(_) => self.lease.pause(&mut backoff).await,
+                state => return state,
+            }
+        }
+    }
+
     /// The txn that creates the lock key if it is still free (fair: and we
     /// are still first in line); unfair also leaves the queue in it.
-    fn take(&self) -> Txn {
-        let l = &self.layout;
+    fn take(&self) -> Result<Txn> {
+        let l = &self.a.layout;
+        let queue_key = self.queue_key()?;
         let mut when = vec![
             Compare::create_revision(l.lock.clone(), CompareOp::Equal, 0),
-            Compare::create_revision(self.queue_key.to_vec(), CompareOp::Equal, self.my_rev),
+            Compare::create_revision(queue_key.to_vec(), CompareOp::Equal, self.my_rev),
         ];
-        let mut then = vec![put_leased(&l.lock, self.value, self.lease.id)];
-        if self.fair {
+        let mut then = vec![put_leased(&l.lock, &self.a.value, self.lease.id)];
+        if self.inner().fair {
             when.push(
                 Compare::create_revision(l.queue.clone(), CompareOp::Greater, self.my_rev - 1)
                     .with_prefix(),
             );
         } else {
-            then.push(TxnOp::delete(self.queue_key.to_vec(), None));
+            then.push(TxnOp::delete(queue_key.to_vec(), None));
         }
-        Txn::new().when(when).and_then(then)
+        Ok(Txn::new().when(when).and_then(then))
     }
 }
 
-fn session_lost(key: &Key) -> Error {
+fn session_lost(a: &Attempt) -> Error {
     Error::SessionLost {
-        key: key.to_string(),
+        key: a.key.to_string(),
         reason: "this waiter's queue entry vanished (its session lease expired or \
                  someone deleted it)"
             .into(),

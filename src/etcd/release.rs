@@ -14,7 +14,13 @@
 //!                          else read the queue head again
 //! else delete my queue key; report the lock lost
 //! ```
-
+//!
+//! A holder learns its successor without a read on the handoff path: a
+//! lookup reads up to [`LOOKAHEAD`] waiters at once, and a fair grant
+//! passes the ones behind its grantee along in the touch (as extra lines of
+//! the grantee's queue key value), so only about one holder in
+//! `LOOKAHEAD - 1` reads the queue. A passed list can only have lost
+//! entries (newcomers queue behind it); the successor compare catches that.
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -34,12 +40,34 @@ use crate::{Error, GuardRelease, Key, Result};
 /// How often one release attempt re-reads when the queue changes under it.
 const MAX_ROUNDS: usize = 16;
 
-/// The first waiter behind the holder, as last read.
-struct Successor {
+/// How many waiters one lookup reads (the successor and the ones a grant
+/// passes along to it).
+pub(crate) const LOOKAHEAD: usize = 4;
+
+/// A waiter behind the holder, as last read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Successor {
     key: Vec<u8>,
     create_revision: i64,
     lease: i64,
     value: Vec<u8>,
+}
+
+/// What a new holder knows of the waiters behind it.
+pub(crate) enum Next {
+    /// Nobody waited when it got the lock: look only at release.
+    Nobody,
+    /// Others waited: look them up now, while the holder works.
+    LookUp,
+    /// Its grant passed them along, first in line first.
+    Known(Vec<Successor>),
+}
+
+/// The waiters behind a held lock, as far as known.
+enum Ahead {
+    Unknown,
+    Pending(JoinHandle<Vec<Successor>>),
+    Known(Vec<Successor>),
 }
 
 /// A held etcd lock: what a guard releases.
@@ -52,8 +80,9 @@ pub(crate) struct Held {
     queue: Option<(Vec<u8>, i64)>,
     /// Keeps the session alive as long as the guard; its loss ends retries.
     lease: Arc<Lease>,
-    /// The successor read started at grant, when others were waiting.
-    next: Option<JoinHandle<Option<Successor>>>,
+    /// The waiters behind us: passed with the grant, or read at grant
+    /// when others were waiting.
+    next: Ahead,
     /// The watch on the lock key, once the owner asked for loss signals.
     watcher: std::sync::Mutex<Option<AbortHandle>>,
 }
@@ -64,7 +93,7 @@ impl Held {
         token: i64,
         queue_rev: Option<i64>,
         lease: Arc<Lease>,
-        contended: bool,
+        next: Next,
     ) -> Self {
         let queue = attempt.queue_key.clone().zip(queue_rev);
         Held::from_parts(
@@ -74,12 +103,12 @@ impl Held {
             token,
             queue,
             lease,
-            contended,
+            next,
         )
     }
 
-    /// A held lock; when `contended`, the successor is looked up now, while
-    /// the caller works, so the release needs no read.
+    /// A held lock; with [`Next::LookUp`] the successors are looked up now,
+    /// while the caller works, so the release needs no read.
     pub fn from_parts(
         inner: Arc<Inner>,
         key: Key,
@@ -87,13 +116,19 @@ impl Held {
         token: i64,
         queue: Option<(Vec<u8>, i64)>,
         lease: Arc<Lease>,
-        contended: bool,
+        next: Next,
     ) -> Self {
         let after = queue.as_ref().map_or(0, |q| q.1);
-        let next = contended.then(|| {
-            let (inner, queue_prefix) = (Arc::clone(&inner), layout.queue.clone());
-            tokio::spawn(async move { lookup(&inner, queue_prefix, after).await })
-        });
+        let next = match next {
+            Next::Nobody => Ahead::Unknown,
+            Next::Known(list) if !list.is_empty() => Ahead::Known(list),
+            Next::LookUp | Next::Known(_) => {
+                let (inner, queue_prefix) = (Arc::clone(&inner), layout.queue.clone());
+                Ahead::Pending(tokio::spawn(async move {
+                    lookup(&inner, queue_prefix, after).await
+                }))
+            }
+        };
         Held {
             inner,
             key,
@@ -117,7 +152,7 @@ impl Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        if let Some(next) = self.next.take() {
+        if let Ahead::Pending(next) = &self.next {
             next.abort();
         }
         self.stop_watching();
@@ -192,33 +227,105 @@ async fn watch_lock_key(inner: Arc<Inner>, lock: Vec<u8>, token: i64, lost: Canc
     }
 }
 
-/// The first waiter queued after revision `after` (serializable: a stale
-/// answer is caught by the release txn's compares).
-async fn lookup(inner: &Inner, queue_prefix: Vec<u8>, after: i64) -> Option<Successor> {
+/// The first [`LOOKAHEAD`] waiters queued after revision `after`
+/// (serializable: a stale answer is caught by the release txn's compares).
+async fn lookup(inner: &Inner, queue_prefix: Vec<u8>, after: i64) -> Vec<Successor> {
     let opts = successor_query()
         .with_min_create_revision(after + 1)
         .with_serializable();
-    let resp = inner
-        .get("successor lookup", queue_prefix, opts)
-        .await
-        .ok()?;
-    successor(&resp)
+    match inner.get("successor lookup", queue_prefix, opts).await {
+        Ok(resp) => successors(&resp),
+        Err(_) => Vec::new(),
+    }
 }
 
 fn successor_query() -> GetOptions {
     GetOptions::new()
         .with_prefix()
         .with_sort(SortTarget::Create, SortOrder::Ascend)
-        .with_limit(1)
+        .with_limit(LOOKAHEAD as i64)
 }
 
-fn successor(resp: &GetResponse) -> Option<Successor> {
-    resp.kvs().first().map(|kv| Successor {
-        key: kv.key().to_vec(),
-        create_revision: kv.create_revision(),
-        lease: kv.lease(),
-        value: kv.value().to_vec(),
-    })
+fn successors(resp: &GetResponse) -> Vec<Successor> {
+    resp.kvs()
+        .iter()
+        .map(|kv| Successor {
+            key: kv.key().to_vec(),
+            create_revision: kv.create_revision(),
+            lease: kv.lease(),
+            value: kv.value().to_vec(),
+        })
+        .collect()
+}
+
+/// The touch that grants the lock to fair successor `s`: its value gains
+/// the waiters behind it (`rest`, see [`grant_value`]) so that it needs no
+/// lookup.
+fn grant_touch(layout: &Layout, s: &Successor, rest: &[Successor]) -> TxnOp {
+    match grant_value(layout, s, rest) {
+        Some(value) => TxnOp::put(
+            s.key.clone(),
+            value,
+            Some(PutOptions::new().with_ignore_lease()),
+        ),
+        None => touch(&s.key),
+    }
+}
+
+/// `s`'s value plus one line per waiter in `rest`:
+/// `<create revision> <lease> <key after the queue prefix> <value>`.
+/// `None` if there is nothing to pass or an entry would not parse back.
+fn grant_value(layout: &Layout, s: &Successor, rest: &[Successor]) -> Option<Vec<u8>> {
+    if rest.is_empty() || s.value.contains(&b'\n') {
+        return None;
+    }
+    let mut value = s.value.clone();
+    for w in rest {
+        let suffix = w.key.strip_prefix(layout.queue.as_slice())?;
+        if suffix.is_empty()
+            || suffix.iter().any(|b| matches!(b, b' ' | b'\n'))
+            || w.value.contains(&b'\n')
+        {
+            return None;
+        }
+        value.extend_from_slice(format!("\n{} {} ", w.create_revision, w.lease).as_bytes());
+        value.extend_from_slice(suffix);
+        value.push(b' ');
+        value.extend_from_slice(&w.value);
+    }
+    Some(value)
+}
+
+/// The waiters a grant passed along in the grantee's queue key value
+/// `value`, whose first line must be the grantee's own `owner` value.
+/// Empty if there are none or they do not parse (the holder then looks).
+pub(crate) fn passed_along(layout: &Layout, owner: &[u8], value: &[u8]) -> Vec<Successor> {
+    let mut lines = value.split(|&b| b == b'\n');
+    if lines.next() != Some(owner) {
+        return Vec::new();
+    }
+    let mut list = Vec::new();
+    for line in lines {
+        let mut fields = line.splitn(4, |&b| b == b' ');
+        let num = |f: Option<&[u8]>| std::str::from_utf8(f?).ok()?.parse::<i64>().ok();
+        let (Some(create_revision), Some(lease), Some(suffix), Some(value)) = (
+            num(fields.next()),
+            num(fields.next()),
+            fields.next(),
+            fields.next(),
+        ) else {
+            return Vec::new();
+        };
+        let mut key = layout.queue.clone();
+        key.extend_from_slice(suffix);
+        list.push(Successor {
+            key,
+            create_revision,
+            lease,
+            value: value.to_vec(),
+        });
+    }
+    list
 }
 
 /// Releases `held`, handing the lock to the first waiter if there is one.
@@ -228,18 +335,17 @@ fn successor(resp: &GetResponse) -> Option<Successor> {
 /// expire with it). A transient etcd error must not leave the key blocked
 /// for as long as the locker keeps its lease alive.
 pub(crate) async fn release(mut held: Held) -> Result<()> {
-    let mut next = match held.next.take() {
+    let after = held.queue.as_ref().map_or(0, |q| q.1);
+    let mut next = match std::mem::replace(&mut held.next, Ahead::Unknown) {
         // Others were waiting when we got the lock. If none had queued yet
         // when we looked, look again: a read is cheaper than the wasted
         // write of a release txn whose "nobody waits" compare fails.
-        Some(early) => match early.await.ok().flatten() {
-            None => {
-                let after = held.queue.as_ref().map_or(0, |q| q.1);
-                lookup(&held.inner, held.layout.queue.clone(), after).await
-            }
+        Ahead::Pending(early) => match early.await.unwrap_or_default() {
+            none if none.is_empty() => lookup(&held.inner, held.layout.queue.clone(), after).await,
             found => found,
         },
-        None => None,
+        Ahead::Known(list) => list,
+        Ahead::Unknown => Vec::new(),
     };
     let mut backoff = FIRST_BACKOFF;
     // Set once an attempt ended without an answer: it may still be applied.
@@ -271,7 +377,7 @@ pub(crate) async fn release(mut held: Held) -> Result<()> {
 }
 
 /// One release attempt: up to [`MAX_ROUNDS`] txns while the queue changes.
-async fn release_once(held: &Held, next: &mut Option<Successor>) -> Result<()> {
+async fn release_once(held: &Held, next: &mut Vec<Successor>) -> Result<()> {
     let Held {
         inner,
         key,
@@ -291,18 +397,15 @@ async fn release_once(held: &Held, next: &mut Option<Successor>) -> Result<()> {
         .collect();
     for _ in 0..MAX_ROUNDS {
         let mut then = delete_mine.clone();
-        let step = match &*next {
-            Some(s) => {
+        let step = match next.split_first() {
+            Some((s, rest)) => {
                 if is_unfair_waiter(&s.key) {
                     then.push(TxnOp::delete(layout.lock.clone(), None));
+                    then.push(touch(&s.key));
                 } else {
                     then.push(put_leased(&layout.lock, &s.value, s.lease));
+                    then.push(grant_touch(layout, s, rest));
                 }
-                then.push(TxnOp::put(
-                    s.key.clone(),
-                    Vec::new(),
-                    Some(PutOptions::new().with_ignore_value().with_ignore_lease()),
-                ));
                 Txn::new().when([Compare::create_revision(
                     s.key.clone(),
                     CompareOp::Equal,
@@ -347,13 +450,63 @@ async fn release_once(held: &Held, next: &mut Option<Successor>) -> Result<()> {
         if step.succeeded() {
             return Ok(());
         }
-        *next = range_at(&step, 0).as_ref().and_then(successor);
+        *next = range_at(&step, 0)
+            .as_ref()
+            .map(successors)
+            .unwrap_or_default();
     }
     Err(Error::Backend {
         backend: "etcd",
         op: "unlock",
         source: format!("the queue changed during {MAX_ROUNDS} release attempts in a row").into(),
     })
+}
+
+/// Serves the first waiter of a lock key that is free, as a release would
+/// (fair: hands it the key; unfair: wakes it). Called when a waiter gives
+/// up: it may have been the one that a lock freed without a handoff was
+/// waiting for (a woken unfair waiter; or the first in line when the
+/// holder's lease ended), and those behind it would otherwise notice only
+/// once patient (see `queue.rs`). One read; a write only if the key is free
+/// and someone waits. Best effort: errors are ignored for that reason.
+pub(crate) async fn serve_if_free(inner: &Inner, layout: &Layout) {
+    let read = Txn::new().and_then([
+        TxnOp::get(
+            layout.lock.clone(),
+            Some(GetOptions::new().with_count_only()),
+        ),
+        TxnOp::get(layout.queue.clone(), Some(successor_query())),
+    ]);
+    let Ok(resp) = inner.txn("serve a free lock", read).await else {
+        return;
+    };
+    if range_at(&resp, 0).is_none_or(|g| g.count() > 0) {
+        return;
+    }
+    let Some(first) = range_at(&resp, 1).and_then(|g| successors(&g).into_iter().next()) else {
+        return;
+    };
+    let mut then = vec![touch(&first.key)];
+    if !is_unfair_waiter(&first.key) {
+        then.push(put_leased(&layout.lock, &first.value, first.lease));
+    }
+    let serve = Txn::new()
+        .when([
+            Compare::create_revision(layout.lock.clone(), CompareOp::Equal, 0),
+            Compare::create_revision(first.key.clone(), CompareOp::Equal, first.create_revision),
+        ])
+        .and_then(then);
+    let _ = inner.txn("serve a free lock", serve).await;
+}
+
+/// Marks a waiter's queue key modified (its value and lease unchanged): the
+/// grant or wake signal its locker watches for.
+fn touch(queue_key: &[u8]) -> TxnOp {
+    TxnOp::put(
+        queue_key.to_vec(),
+        Vec::new(),
+        Some(PutOptions::new().with_ignore_value().with_ignore_lease()),
+    )
 }
 
 /// Unfair waiters' queue keys end in `u<attempt>` (see `keys.rs`).
@@ -370,5 +523,39 @@ fn unexpected() -> Error {
         backend: "etcd",
         op: "unlock",
         source: "etcd answered the release txn in an unexpected shape".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiter(layout: &Layout, attempt: &str, rev: i64) -> Successor {
+        Successor {
+            key: layout.waiter("0123abcd", attempt),
+            create_revision: rev,
+            lease: 0x7f00 + rev,
+            value: format!("{attempt} pid=7 host=h-1 at=1700000000000").into_bytes(),
+        }
+    }
+
+    #[test]
+    fn a_grant_passes_the_waiters_behind_along() {
+        let layout = Layout::new("/p/", &Key::from("a b/c"));
+        let list: Vec<_> = (0..4)
+            .map(|i| waiter(&layout, &format!("f{i}"), 10 + i))
+            .collect();
+        let value = grant_value(&layout, &list[0], &list[1..]).expect("passes");
+        let value = value.as_slice();
+        assert!(value.starts_with(&list[0].value));
+        assert_eq!(passed_along(&layout, &list[0].value, value), list[1..]);
+        // Not our value, or nothing behind: nothing passed.
+        assert!(passed_along(&layout, b"other", value).is_empty());
+        assert!(passed_along(&layout, &list[0].value, &list[0].value).is_empty());
+        // A value that would not parse back is not passed.
+        let mut odd = list[1].clone();
+        odd.value.extend_from_slice(b"\nx");
+        assert_eq!(grant_value(&layout, &list[0], &[odd]), None);
+        assert_eq!(grant_value(&layout, &list[0], &[]), None);
     }
 }

@@ -11,10 +11,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{Mutex, broadcast};
-use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-use super::watch::{Target, WatchHub, WatchMsg};
+use super::watch::{Subscription, Target, WatchHub, WatchMsg};
 use crate::{Error, Result};
 
 /// How long an unused shared watch stays open.
@@ -25,21 +24,23 @@ const CAPACITY: usize = 1024;
 struct Shared {
     tx: broadcast::Sender<WatchMsg>,
     dead: Arc<AtomicBool>,
-    router: AbortHandle,
+    /// The watch itself; dropping it cancels the watch.
+    _sub: Subscription,
     last_used: Instant,
-}
-
-impl Drop for Shared {
-    fn drop(&mut self) {
-        self.router.abort();
-    }
 }
 
 /// A watched key, or `[key, end)`.
 type Range = (Vec<u8>, Option<Vec<u8>>);
 
+/// How many of a locker's waiters re-read their queue at once when their
+/// patience runs out (see `queue.rs`).
+const REREADS: usize = 8;
+
 /// One locker's shared watches, keyed by watched range.
 pub(crate) struct SharedWatches {
+    /// Bounds the queue re-reads of this locker's waiters whose patience
+    /// ran out together (they were queued together).
+    pub rereads: tokio::sync::Semaphore,
     hub: Arc<WatchHub>,
     /// Bounds the wait for a new watch to be created.
     timeout: Duration,
@@ -73,6 +74,7 @@ fn watch_failed(why: String) -> Error {
 impl SharedWatches {
     pub fn new(hub: Arc<WatchHub>, timeout: Duration) -> Self {
         SharedWatches {
+            rereads: tokio::sync::Semaphore::new(REREADS),
             hub,
             timeout,
             map: Mutex::new(HashMap::new()),
@@ -132,26 +134,13 @@ impl SharedWatches {
         }
         let (tx, rx) = broadcast::channel(CAPACITY);
         let dead = Arc::new(AtomicBool::new(false));
-        let (router_tx, router_dead) = (tx.clone(), Arc::clone(&dead));
-        let router = tokio::spawn(async move {
-            loop {
-                let msg = sub.recv().await;
-                let ended = matches!(msg, WatchMsg::Ended(_));
-                if ended {
-                    router_dead.store(true, Ordering::SeqCst);
-                }
-                let _ = router_tx.send(msg);
-                if ended {
-                    return;
-                }
-            }
-        });
+        sub.broadcast_to(tx.clone(), Arc::clone(&dead));
         map.insert(
             id,
             Shared {
                 tx,
                 dead,
-                router: router.abort_handle(),
+                _sub: sub,
                 last_used: Instant::now(),
             },
         );

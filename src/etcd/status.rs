@@ -128,7 +128,10 @@ fn group(prefix: &str, kvs: Vec<(Vec<u8>, Vec<u8>, i64, i64)>) -> Vec<LockStatus
             holder: None,
             waiters: Vec::new(),
         });
-        let owner = Owner::parse(&String::from_utf8_lossy(&value));
+        // A fair holder's queue key may carry more lines after its grant:
+        // the waiters behind it (see `release.rs`).
+        let first = value.split(|&b| b == b'\n').next().unwrap_or_default();
+        let owner = Owner::parse(&String::from_utf8_lossy(first));
         match waiter.and_then(|w| w.split_once('/')) {
             Some((locker, attempt)) => {
                 entry.waiters.push(Waiter {
@@ -171,7 +174,12 @@ mod tests {
         let locks = group(
             "/p/",
             vec![
-                kv("/p/a/_OWNERS_/L1/fx", "x pid=1 host=h at=1000", 3),
+                // Granted with the waiters behind it passed along.
+                kv(
+                    "/p/a/_OWNERS_/L1/fx",
+                    "x pid=1 host=h at=1000\n4 7 L2/fy y pid=2 host=h at=2000",
+                    3,
+                ),
                 kv("/p/a", "x pid=1 host=h at=1000", 5),
                 kv("/p/a/_OWNERS_/L2/fy", "y pid=2 host=h at=2000", 4),
                 kv("/p/a/_OWNERS_/L3/uz", "z pid=3", 6),

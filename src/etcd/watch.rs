@@ -4,13 +4,13 @@
 //! itself and routes each response to its subscriber. Waiters of one locker
 //! thus share its connection and stream instead of opening one each.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use etcd_client::{Client, EventType, WatchOptions, WatchRequestSender, WatchResponseStream};
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, broadcast, mpsc};
 use tokio::task::AbortHandle;
 
 use super::{etcd_err, timeout_err};
@@ -21,6 +21,8 @@ use crate::Result;
 pub(crate) struct Ev {
     pub put: bool,
     pub key: Vec<u8>,
+    /// The value written (empty for a delete).
+    pub value: Vec<u8>,
     pub create_revision: i64,
     pub mod_revision: i64,
 }
@@ -37,6 +39,66 @@ pub(crate) enum WatchMsg {
     Ended(String),
 }
 
+/// One subscriber's pending messages: an unbounded queue that costs no
+/// allocation while empty (an mpsc channel allocates a block of slots up
+/// front; a waiting lock holds one of these for as long as it waits).
+#[derive(Default)]
+struct Inbox {
+    queue: Mutex<VecDeque<WatchMsg>>,
+    ready: Notify,
+}
+
+impl Inbox {
+    fn queue(&self) -> std::sync::MutexGuard<'_, VecDeque<WatchMsg>> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn send(&self, msg: WatchMsg) {
+        self.queue().push_back(msg);
+        self.ready.notify_one();
+    }
+
+    async fn recv(&self) -> WatchMsg {
+        loop {
+            {
+                let mut queue = self.queue();
+                if let Some(msg) = queue.pop_front() {
+                    if queue.is_empty() {
+                        *queue = VecDeque::new(); // give the buffer back
+                    }
+                    return msg;
+                }
+            }
+            // A message sent after the check above leaves a permit, so
+            // this returns at once.
+            self.ready.notified().await;
+        }
+    }
+}
+
+/// Where a watcher's messages go.
+enum Route {
+    /// One subscriber.
+    Inbox(Arc<Inbox>),
+    /// Every listener of a shared watch (`shared_watch.rs`), straight from
+    /// the stream's reader; `dead` is set with the `Ended` it passes on.
+    Broadcast(broadcast::Sender<WatchMsg>, Arc<AtomicBool>),
+}
+
+impl Route {
+    fn send(&self, msg: WatchMsg) {
+        match self {
+            Route::Inbox(inbox) => inbox.send(msg),
+            Route::Broadcast(tx, dead) => {
+                if matches!(msg, WatchMsg::Ended(_)) {
+                    dead.store(true, Ordering::SeqCst);
+                }
+                let _ = tx.send(msg);
+            }
+        }
+    }
+}
+
 enum Cmd {
     Create(Vec<u8>, WatchOptions),
     Cancel(i64),
@@ -46,7 +108,7 @@ enum Cmd {
 /// lock, so no route is added to a stream that already failed them all.
 struct Routes {
     alive: bool,
-    map: HashMap<i64, mpsc::UnboundedSender<WatchMsg>>,
+    map: HashMap<i64, Route>,
 }
 
 struct Conn {
@@ -74,10 +136,10 @@ impl Conn {
     }
 
     /// Adds a route unless the stream has failed.
-    fn add_route(&self, id: i64, tx: mpsc::UnboundedSender<WatchMsg>) -> bool {
+    fn add_route(&self, id: i64, tx: Arc<Inbox>) -> bool {
         let mut routes = self.routes();
         if routes.alive {
-            routes.map.insert(id, tx);
+            routes.map.insert(id, Route::Inbox(tx));
         }
         routes.alive
     }
@@ -87,7 +149,7 @@ impl Conn {
         let mut routes = self.routes();
         routes.alive = false;
         for (_, tx) in routes.map.drain() {
-            let _ = tx.send(WatchMsg::Ended(why.to_string()));
+            tx.send(WatchMsg::Ended(why.to_string()));
         }
     }
 }
@@ -105,17 +167,30 @@ pub(crate) struct WatchHub {
 /// A live watcher; dropping it cancels the watch.
 pub(crate) struct Subscription {
     id: i64,
-    rx: mpsc::UnboundedReceiver<WatchMsg>,
+    rx: Arc<Inbox>,
     conn: Arc<Conn>,
 }
 
 impl Subscription {
-    /// The next message; `Ended` if the hub went away.
+    /// The next message. The hub ends every route it drops with `Ended`.
     pub async fn recv(&mut self) -> WatchMsg {
-        self.rx
-            .recv()
-            .await
-            .unwrap_or_else(|| WatchMsg::Ended("watch stream closed".into()))
+        self.rx.recv().await
+    }
+}
+
+impl Subscription {
+    /// From now on, passes this watcher's messages (and any still queued
+    /// here) to `tx` in order, straight from the stream's reader, sparing
+    /// the grant path a task hop. The watch lives as long as `self`.
+    pub fn broadcast_to(&self, tx: broadcast::Sender<WatchMsg>, dead: Arc<AtomicBool>) {
+        let mut routes = self.conn.routes();
+        let route = Route::Broadcast(tx, dead);
+        for msg in std::mem::take(&mut *self.rx.queue()) {
+            route.send(msg);
+        }
+        if let Some(slot) = routes.map.get_mut(&self.id) {
+            *slot = route;
+        }
     }
 }
 
@@ -158,9 +233,9 @@ impl WatchHub {
             options = options.with_start_revision(rev);
         }
         let mut slot = self.conn.lock().await;
-        let (tx, rx) = mpsc::unbounded_channel();
+        let rx = Arc::new(Inbox::default());
         if let Some(conn) = slot.as_ref()
-            && conn.add_route(id, tx)
+            && conn.add_route(id, Arc::clone(&rx))
         {
             let create = Cmd::Create(target.key.clone(), options.clone());
             if conn.cmd.send(create).is_ok() {
@@ -169,9 +244,9 @@ impl WatchHub {
             }
             conn.fail_all("watch stream closed");
         }
-        // A fresh stream, and a fresh channel (a failed stream may have told
+        // A fresh stream, and a fresh inbox (a failed stream may have told
         // the old one `Ended`).
-        let (tx, rx) = mpsc::unbounded_channel();
+        let rx = Arc::new(Inbox::default());
         let mut client = self.client.watch_client();
         let stream = tokio::time::timeout(
             self.timeout,
@@ -180,7 +255,7 @@ impl WatchHub {
         .await
         .map_err(|_| timeout_err("watch", self.timeout))?
         .map_err(etcd_err("watch"))?;
-        let conn = open(stream.split(), id, tx);
+        let conn = open(stream.split(), id, Arc::clone(&rx));
         *slot = Some(Arc::clone(&conn));
         Ok(Subscription { id, rx, conn })
     }
@@ -191,14 +266,14 @@ impl WatchHub {
 fn open(
     (mut sender, mut responses): (WatchRequestSender, WatchResponseStream),
     first_id: i64,
-    first_tx: mpsc::UnboundedSender<WatchMsg>,
+    first_tx: Arc<Inbox>,
 ) -> Arc<Conn> {
     let (cmd_tx, mut cmd_rx) = mpsc::unbounded_channel::<Cmd>();
     let conn = Arc::new(Conn {
         cmd: cmd_tx,
         routes: Mutex::new(Routes {
             alive: true,
-            map: HashMap::from([(first_id, first_tx)]),
+            map: HashMap::from([(first_id, Route::Inbox(first_tx))]),
         }),
         tasks: Mutex::new(Vec::new()),
     });
@@ -235,7 +310,7 @@ fn open(
                 continue;
             };
             if resp.created() {
-                let _ = tx.send(WatchMsg::Created);
+                tx.send(WatchMsg::Created);
             }
             if !resp.events().is_empty() {
                 let events: Arc<[Ev]> = resp
@@ -246,12 +321,13 @@ fn open(
                         Some(Ev {
                             put: e.event_type() == EventType::Put,
                             key: kv.key().to_vec(),
+                            value: kv.value().to_vec(),
                             create_revision: kv.create_revision(),
                             mod_revision: kv.mod_revision(),
                         })
                     })
                     .collect();
-                let _ = tx.send(WatchMsg::Events { events });
+                tx.send(WatchMsg::Events { events });
             }
             if resp.canceled() {
                 let why = if resp.compact_revision() > 0 {
@@ -262,7 +338,7 @@ fn open(
                 } else {
                     format!("watch cancelled by etcd: {}", resp.cancel_reason())
                 };
-                let _ = tx.send(WatchMsg::Ended(why));
+                tx.send(WatchMsg::Ended(why));
                 routes.map.remove(&id);
             }
         };
