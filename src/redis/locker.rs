@@ -154,6 +154,8 @@ struct Attempt {
     queued: bool,
     notify: Arc<Notify>,
     armed: bool,
+    /// Rounds sent so far: from the second on, `id` may be queued.
+    rounds: u32,
 }
 
 impl Attempt {
@@ -175,6 +177,7 @@ impl Attempt {
             queued,
             notify,
             armed: true,
+            rounds: 0,
         }
     }
 
@@ -193,6 +196,8 @@ impl Attempt {
         let record_ms = inner.record_ttl().as_millis().to_string();
         let mode = if inner.fair { "f" } else { "u" };
         let id = if self.queued { self.id.as_str() } else { "" };
+        let joined = if self.rounds > 0 { "1" } else { "0" };
+        self.rounds += 1;
         let started = Instant::now();
         let results: Vec<Result<(i64, i64), _>> = nodes
             .all(|_, node| Call {
@@ -207,6 +212,7 @@ impl Attempt {
                     layout.wake.clone(),
                     node.hub.id.clone(),
                     record_ms.clone(),
+                    joined.into(),
                 ],
             })
             .await;

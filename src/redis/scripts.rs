@@ -68,10 +68,12 @@ end
 /// record. A lock already handed to this owner is confirmed and its TTL
 /// renewed.
 ///
-/// `ARGV = [owner, ttl ms, f|u, id or "", waiters, wake, hub, record ttl ms]`;
+/// `ARGV = [owner, ttl ms, f|u, id or "", waiters, wake, hub, record ttl ms,
+/// joined]`, `joined` `1` when an earlier round of this attempt may have
+/// queued `id` (on the first round there is nothing of it to remove);
 /// returns `{1, token}` or `{0, pttl of the holder}`.
 const ACQUIRE: &str = r"
-local owner, ttl, mode, id, waiters, wake, hub, wttl = unpack(ARGV)
+local owner, ttl, mode, id, waiters, wake, hub, wttl, joined = unpack(ARGV)
 local value = redis.call('GET', lock)
 if value then
   local token, who = holder(value)
@@ -80,10 +82,12 @@ if value then
     return {1, tonumber(token)}
   end
 else
-  local first = head(waiters)
-  if mode == 'u' or not first or first == id then
+  -- Unfair attempts take a free lock whoever is queued.
+  local first = nil
+  if mode == 'f' then first = head(waiters) end
+  if not first or first == id then
     local token = grant(owner, ttl)
-    if id ~= '' then
+    if id ~= '' and joined == '1' then
       redis.call('ZREM', queue, id)
       redis.call('DEL', waiters .. id)
     end
