@@ -6,7 +6,10 @@ mod support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
 
+use fairlock::redis::{RedisConfig, RedisLocker};
+use fairlock::{Context, Key, Locker};
 use support::redis_server as rs;
 
 const BIN: &str = env!("CARGO_BIN_EXE_fairlock");
@@ -168,4 +171,70 @@ async fn redlock_runs_unfair_and_refuses_fair() {
     for url in &urls {
         wait_clean(url, &prefix).await;
     }
+}
+
+/// A waiter process killed (-9) while queued leaves no queue behind once
+/// the holder is gone: its record expires and the queue with it, although
+/// the release passed its dead entry by (an unfair waiter stays queued
+/// until it takes the lock).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_waiter_leaves_no_queue_behind() {
+    let url = rs::shared().url.as_str();
+    let prefix = rs::unique_prefix("cli-killed");
+    let config = RedisConfig::new([url]).with_prefix(prefix.clone());
+    let holder = RedisLocker::connect(config, false).await.expect("connect");
+    let guard = holder
+        .try_lock(&Key::from("k"))
+        .await
+        .expect("try_lock")
+        .expect("free");
+    let mut waiter = fairlock(&[url], &prefix)
+        .args(["lock", "--unfair", "k", "--", "true"])
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn waiter");
+    wait_queued(url, &prefix, "k", 1).await;
+    waiter.kill().expect("kill -9");
+    waiter.wait().expect("reap");
+    guard.unlock().await.expect("unlock");
+    wait_clean(url, &prefix).await;
+}
+
+/// A fair handoff to a waiter process that was killed (-9) just before the
+/// release holds the lock only for the short life of a waiter record: the
+/// next waiter gets it well within its context, which is shorter than the
+/// lock's TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handoff_to_a_killed_waiter_does_not_stall_a_ttl() {
+    let url = rs::shared().url.as_str();
+    let prefix = rs::unique_prefix("cli-handoff");
+    let ttl = Duration::from_secs(60);
+    let config = RedisConfig::new([url])
+        .with_prefix(prefix.clone())
+        .with_ttl(ttl);
+    let base = RedisLocker::connect(config, true).await.expect("connect");
+    let key = Key::from("k");
+    let guard = base.try_lock(&key).await.expect("try_lock").expect("free");
+    let mut dead = fairlock(&[url], &prefix)
+        .args(["lock", "--ttl", "60s", "k", "--", "true"])
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn waiter");
+    wait_queued(url, &prefix, "k", 1).await;
+    let next = {
+        let (locker, key) = (base.locker(true), key.clone());
+        // Half the TTL: a handoff that stalls for a TTL times this out.
+        let ctx = Context::background().with_timeout(ttl / 2);
+        tokio::spawn(async move { locker.lock(&ctx, &key).await })
+    };
+    wait_queued(url, &prefix, "k", 2).await;
+    dead.kill().expect("kill -9");
+    dead.wait().expect("reap");
+    let first = guard.fencing_token();
+    guard.unlock().await.expect("unlock");
+    let got = next.await.expect("task").expect("the next waiter's lock");
+    // Handed to the dead waiter first (one grant), then to the next.
+    assert!(got.fencing_token() > first);
+    got.unlock().await.expect("unlock");
+    wait_clean(url, &prefix).await;
 }

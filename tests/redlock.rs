@@ -62,12 +62,10 @@ impl Backend for Redlock {
             .await;
         }
     }
+    /// Waits (on keyspace events) until nothing is left: see the same in
+    /// tests/redis.rs.
     async fn is_clean(&self) -> bool {
-        for url in &self.urls {
-            if !rs::keys_left(url, self.prefix()).await.is_empty() {
-                return false;
-            }
-        }
+        self.wait_clean().await;
         true
     }
     async fn finish(&self) {
@@ -190,40 +188,136 @@ async fn fair_mode_is_refused_on_redlock() {
 }
 
 /// Fencing tokens keep growing when the masters' counters disagree: the
-/// highest among the quorum is taken and the others are raised to it.
-#[tokio::test]
-async fn fencing_tokens_grow_when_counters_disagree() {
-    let servers = rs::shared_five();
-    let r = redlock("fence").await;
+/// highest among the quorum is taken and the others are raised to it, so
+/// the next quorum, without the nodes that had the high counters, still
+/// gives a higher token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raise_keeps_tokens_growing_without_the_high_nodes() {
+    let servers = rs::start_many(5);
+    let r = connect(&servers, "raise").await;
     let fence = format!("{}_OWNERS_/fence", r.prefix());
     for s in &servers[..2] {
-        let mut c = s
-            .client()
-            .get_multiplexed_async_connection()
-            .await
-            .expect("conn");
         let () = redis::cmd("SET")
             .arg(&fence)
             .arg(100)
-            .query_async(&mut c)
+            .query_async(&mut conn(&s.url).await)
             .await
             .expect("set");
     }
+    let key = Key::from("k");
     let locker = r.base.locker(false);
-    let mut last = 0;
-    for _ in 0..5 {
-        let guard = locker
-            .try_lock(&Key::from("k"))
+    let guard = locker
+        .try_lock(&key)
+        .await
+        .expect("try_lock")
+        .expect("free");
+    let first = guard.fencing_token();
+    assert!(first > 100, "{first}");
+    guard.unlock().await.expect("unlock");
+    servers[0].stop();
+    servers[1].stop();
+    let guard = locker
+        .try_lock(&key)
+        .await
+        .expect("try_lock")
+        .expect("free");
+    assert!(
+        guard.fencing_token() > first,
+        "token went back: {} after {first}",
+        guard.fencing_token()
+    );
+    guard.unlock().await.expect("unlock");
+}
+
+async fn conn(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect")
+}
+
+/// A round that fails (two grants, two nodes held by another) also gives
+/// the lock back on the node that did not answer in time: its acquire,
+/// applied late, must not keep the lock there for a TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_round_releases_where_the_answer_was_late() {
+    let servers = rs::start_many(5);
+    // A TTL longer than the wait below: a late grant left behind outlives it.
+    let config = RedisConfig::new(urls(&servers))
+        .with_prefix(rs::unique_prefix("late"))
+        .with_ttl(Duration::from_secs(600));
+    let locker = RedisLocker::connect(config, false).await.expect("connect");
+    let prefix = locker.config().prefix().to_owned();
+    let key = Key::from("k");
+    // Warm up (scripts loaded everywhere).
+    let warm = locker
+        .try_lock(&key)
+        .await
+        .expect("try_lock")
+        .expect("free");
+    warm.unlock().await.expect("unlock");
+    let lock_key = format!("{prefix}k");
+    for s in &servers[1..3] {
+        let () = redis::cmd("SET")
+            .arg(&lock_key)
+            .arg("1 someone-else")
+            .query_async(&mut conn(&s.url).await)
             .await
-            .expect("try_lock")
-            .expect("free");
-        assert!(
-            guard.fencing_token() > last.max(100),
-            "{} after {last}",
-            guard.fencing_token()
-        );
-        last = guard.fencing_token();
-        guard.unlock().await.expect("unlock");
+            .expect("set");
     }
-    r.finish().await;
+    servers[0].signal("-STOP");
+    // Node 0 times out, 1 and 2 are busy, 3 and 4 grant: not a majority.
+    assert!(locker.try_lock(&key).await.expect("try_lock").is_none());
+    servers[0].signal("-CONT");
+    for s in [&servers[0], &servers[3], &servers[4]] {
+        rs::wait_until(&s.url, &prefix, || async {
+            rs::keys_left(&s.url, &prefix).await.is_empty()
+        })
+        .await;
+    }
+    for s in &servers[1..3] {
+        let left = rs::keys_left(&s.url, &prefix).await;
+        assert_eq!(
+            left,
+            std::slice::from_ref(&lock_key),
+            "only the other holder's key"
+        );
+    }
+}
+
+/// A waiter honours its context while a node's wake-up subscription is
+/// not up (the node refuses connections), even with a per-node timeout far
+/// longer than the context.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_honours_the_context_while_a_subscription_is_down() {
+    let live = rs::shared_five();
+    let down = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
+    let config = RedisConfig::new([
+        live[0].url.clone(),
+        live[1].url.clone(),
+        format!("redis://127.0.0.1:{down}"),
+    ])
+    .with_prefix(rs::unique_prefix("hubdown"))
+    .with_ttl(Duration::from_secs(3600))
+    .with_node_timeout(Duration::from_secs(600));
+    let base = RedisLocker::connect(config, false).await.expect("connect");
+    let key = Key::from("k");
+    let held = base.try_lock(&key).await.expect("try_lock").expect("free");
+    let ctx = Context::background().with_timeout(Duration::from_millis(200));
+    let waiter = base.locker(false);
+    let err = tokio::time::timeout(Duration::from_secs(120), waiter.lock(&ctx, &key))
+        .await
+        .expect("lock ignored its context")
+        .expect_err("held by another");
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
+    held.unlock().await.expect("unlock");
+    let r = Redlock {
+        urls: vec![live[0].url.clone(), live[1].url.clone()],
+        base,
+    };
+    r.wait_clean().await;
 }

@@ -105,7 +105,9 @@ impl RedisConfig {
     }
 
     /// Sets how long one request to one Redis node may take before that
-    /// node counts as not answering. Must be below TTL/3.
+    /// node counts as not answering. Must be below TTL/3, and an extend
+    /// sent at TTL/3 must end within it before the guard's local deadline
+    /// (TTL - drift - margin, the margin being TTL/10, at most 1 s).
     #[must_use]
     pub fn with_node_timeout(mut self, timeout: Duration) -> Self {
         self.node_timeout = timeout;
@@ -204,6 +206,23 @@ impl RedisConfig {
         u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX)
     }
 
+    /// How much earlier than Redis a guard's local deadline ends: a tenth
+    /// of the TTL, at most one second (on top of the drift). Deadlines
+    /// count from when a request was sent, not when it was answered.
+    pub(crate) fn margin(&self) -> Duration {
+        (self.ttl / 10).min(Duration::from_secs(1))
+    }
+
+    /// How long a grant or extend whose request was sent `elapsed` ago is
+    /// still trusted locally: `ttl - elapsed - drift - margin`, or `None`
+    /// when nothing is left (such a grant is given back, not handed out
+    /// as a guard that is already not held).
+    pub(crate) fn validity_left(&self, elapsed: Duration) -> Option<Duration> {
+        self.ttl
+            .checked_sub(elapsed + self.drift() + self.margin())
+            .filter(|left| !left.is_zero())
+    }
+
     /// Checks every value; the messages say what to change.
     ///
     /// # Errors
@@ -272,6 +291,24 @@ impl RedisConfig {
         if !(0.0..0.5).contains(&self.drift_factor) {
             return bad(format!(
                 "drift factor {} must be at least 0 and below 0.5 (Redlock uses 0.01)",
+                self.drift_factor
+            ));
+        }
+        // The watchdog's first extend is sent TTL/3 after the grant's
+        // request and may take a per-node timeout: it must be answered
+        // before the guard's local deadline.
+        let period = self.ttl / 3;
+        if self.validity_left(period + self.node_timeout).is_none() {
+            return bad(format!(
+                "TTL {:?} leaves no time for an extend: the watchdog extends after TTL/3 \
+                 ({period:?}) and may wait the per-node timeout {:?}, which must end before \
+                 TTL - drift - margin = {:?} - {:?} - {:?}; lower the drift factor {} or \
+                 the per-node timeout, or raise the TTL",
+                self.ttl,
+                self.node_timeout,
+                self.ttl,
+                self.drift(),
+                self.margin(),
                 self.drift_factor
             ));
         }
@@ -352,7 +389,31 @@ mod tests {
         assert!(err(one().with_node_timeout(Duration::from_secs(5))).contains("third"));
         assert!(err(one().with_drift_factor(0.7)).contains("drift"));
         assert!(err(one().with_prefix("")).contains("prefix"));
+        // Each value passes alone, but an extend cannot finish in time:
+        // 3.33 s + 3 s >= 10 s - 3.002 s - 1 s.
+        let late = err(one()
+            .with_drift_factor(0.3)
+            .with_node_timeout(Duration::from_secs(3)));
+        assert!(
+            late.contains("no time for an extend") && late.contains("3s"),
+            "{late}"
+        );
         one().validate().unwrap();
+        one().with_drift_factor(0.3).validate().unwrap();
+    }
+
+    #[test]
+    fn grants_leave_room_for_drift_and_margin() {
+        let c = RedisConfig::new(["redis://127.0.0.1:6379"]);
+        let (ttl, drift, margin) = (c.ttl(), c.drift(), c.margin());
+        assert_eq!(margin, Duration::from_secs(1));
+        let last_ok = ttl - drift - margin - Duration::from_millis(1);
+        assert_eq!(c.validity_left(last_ok), Some(Duration::from_millis(1)));
+        // Within the drift bound, but its deadline (which subtracts the
+        // margin too) has passed: not a grant.
+        assert_eq!(c.validity_left(ttl - drift - margin / 2), None);
+        assert_eq!(c.validity_left(ttl - drift - margin), None);
+        assert_eq!(c.validity_left(ttl * 2), None);
     }
 
     #[test]

@@ -15,7 +15,7 @@ use super::config::RedisConfig;
 use super::keys::{Layout, owner_value};
 use super::node::{Call, Nodes};
 use super::scripts::{ACQUIRE_SCRIPT, LEAVE_SCRIPT, RAISE_SCRIPT, RELEASE_SCRIPT};
-use super::watchdog::{self, margin};
+use super::watchdog;
 use crate::{Context, Error, Key, LockGuard, Locker, Result};
 
 /// A fair or unfair locker on one Redis instance, or on several
@@ -132,10 +132,12 @@ enum Round {
     Granted(LockGuard),
     /// Held by another. `split`: some nodes granted but too few (Redlock),
     /// so retry after a random pause; `expires_in`: when the holder's key
-    /// expires if nobody renews it.
+    /// expires if nobody renews it; `unsure`: some node did not answer, so
+    /// it may still apply our request later.
     Busy {
         split: bool,
         expires_in: Option<Duration>,
+        unsure: bool,
     },
 }
 
@@ -152,6 +154,8 @@ struct Attempt {
     queued: bool,
     notify: Arc<Notify>,
     armed: bool,
+    /// Rounds sent so far: from the second on, `id` may be queued.
+    rounds: u32,
 }
 
 impl Attempt {
@@ -173,6 +177,7 @@ impl Attempt {
             queued,
             notify,
             armed: true,
+            rounds: 0,
         }
     }
 
@@ -188,8 +193,11 @@ impl Attempt {
             layout.fence.as_str(),
         ];
         let ttl_ms = config.ttl_ms().to_string();
+        let record_ms = inner.record_ttl().as_millis().to_string();
         let mode = if inner.fair { "f" } else { "u" };
         let id = if self.queued { self.id.as_str() } else { "" };
+        let joined = if self.rounds > 0 { "1" } else { "0" };
+        self.rounds += 1;
         let started = Instant::now();
         let results: Vec<Result<(i64, i64), _>> = nodes
             .all(|_, node| Call {
@@ -203,16 +211,20 @@ impl Attempt {
                     layout.waiters.clone(),
                     layout.wake.clone(),
                     node.hub.id.clone(),
+                    record_ms.clone(),
+                    joined.into(),
                 ],
             })
             .await;
         let mut granted = Vec::new();
+        let mut busy = vec![false; nodes.list.len()];
         let mut expires_in: Option<Duration> = None;
         let mut errors = Vec::new();
         for (i, result) in results.into_iter().enumerate() {
             match result {
                 Ok((1, token)) => granted.push((i, u64::try_from(token).unwrap_or_default())),
                 Ok((_, pttl)) => {
+                    busy[i] = true;
                     if let Ok(ms) = u64::try_from(pttl) {
                         let d = Duration::from_millis(ms);
                         expires_in = Some(expires_in.map_or(d, |e| e.min(d)));
@@ -221,37 +233,48 @@ impl Attempt {
                 Err(e) => errors.push(e),
             }
         }
-        let ttl = config.ttl();
-        let valid = |at: Instant| at.elapsed() + config.drift() < ttl;
+        // A grant counts only if its local deadline (which leaves room for
+        // drift and the margin) is still ahead.
+        let valid = |at: Instant| config.validity_left(at.elapsed()).is_some();
         if granted.len() >= nodes.quorum && valid(started) {
             let token = granted.iter().map(|(_, t)| *t).max().unwrap_or_default();
             let agreed = granted.iter().filter(|(_, t)| *t == token).count();
             let raised =
                 agreed >= nodes.quorum || self.raise(&granted, token).await >= nodes.quorum;
             if raised && valid(started) {
-                return Ok(Round::Granted(self.granted(token, started)));
+                return Ok(Round::Granted(self.granted(token, started, &granted)));
             }
         }
-        // Too few grants (or too late): give back what we got.
+        // Too few grants (or too late): give back what we got, and what a
+        // node that did not answer may have granted all the same (its
+        // request can still be applied late); only nodes that answered
+        // "busy" hold nothing of ours.
         let split = !granted.is_empty();
-        if split {
-            let _ = futures_util::future::join_all(granted.iter().map(|(i, _)| {
-                nodes.list[*i].run::<i64>(Call {
-                    script: &RELEASE_SCRIPT,
-                    keys: &keys,
-                    args: vec![
-                        self.owner.clone(),
-                        layout.waiters.clone(),
-                        layout.wake.clone(),
-                    ],
-                })
-            }))
+        let unsure = !errors.is_empty();
+        if split || unsure {
+            let _ = futures_util::future::join_all(
+                (0..nodes.list.len()).filter(|i| !busy[*i]).map(|i| {
+                    nodes.list[i].run::<i64>(Call {
+                        script: &RELEASE_SCRIPT,
+                        keys: &keys,
+                        args: vec![
+                            self.owner.clone(),
+                            layout.waiters.clone(),
+                            layout.wake.clone(),
+                        ],
+                    })
+                }),
+            )
             .await;
         }
         if nodes.list.len() - errors.len() < nodes.quorum {
             return Err(nodes.unavailable("lock", errors));
         }
-        Ok(Round::Busy { split, expires_in })
+        Ok(Round::Busy {
+            split,
+            expires_in,
+            unsure,
+        })
     }
 
     /// Redlock: raises the fence counters of the granting nodes to `token`;
@@ -275,85 +298,123 @@ impl Attempt {
     }
 
     /// The guard for a grant; the attempt is done.
-    fn granted(&mut self, token: u64, started: Instant) -> LockGuard {
+    fn granted(&mut self, token: u64, started: Instant, granted: &[(usize, u64)]) -> LockGuard {
         self.armed = false;
-        // Nodes that did not grant may still hold our queue entry.
-        if self.queued && self.inner.nodes.is_redlock() {
-            self.spawn_leave(true);
+        // Nodes that did not grant may still hold our queue entry (a grant
+        // removed it on its own node, so nothing is sent where all granted).
+        if self.queued {
+            let others: Vec<usize> = (0..self.inner.nodes.list.len())
+                .filter(|i| !granted.iter().any(|(g, _)| g == i))
+                .collect();
+            if !others.is_empty() {
+                self.spawn_leave(true, others);
+            }
         }
-        let config = &self.inner.config;
-        let deadline = started + config.ttl() - config.drift() - margin(config.ttl());
         watchdog::guard(
             Arc::clone(&self.inner),
             self.key.clone(),
             self.layout.clone(),
             self.owner.clone(),
             token,
-            deadline,
+            started,
         )
     }
 
-    /// Removes what this attempt wrote (queue entries; a lock handed over
-    /// meanwhile is released and passed on). `only_queue`: keep any lock.
-    fn spawn_leave(&self, only_queue: bool) -> Option<tokio::task::JoinHandle<()>> {
-        let rt = tokio::runtime::Handle::try_current().ok()?;
-        let inner = Arc::clone(&self.inner);
-        let layout = self.layout.clone();
-        let id = self.id.clone();
-        // Without the owner the script cannot match (and so keep) the lock.
-        let owner = if only_queue {
+    /// Sends the leave script once to `nodes`; returns those that did not
+    /// answer. `only_queue`: keep any lock (leave the queue only).
+    async fn leave(&self, only_queue: bool, nodes: &[usize]) -> Vec<usize> {
+        leave(
+            &self.inner,
+            &self.layout,
+            &self.id,
+            &self.leave_owner(only_queue),
+            nodes,
+        )
+        .await
+    }
+
+    /// The owner value the leave script matches a held lock against: none
+    /// when the lock is to be kept.
+    fn leave_owner(&self, only_queue: bool) -> String {
+        if only_queue {
             String::new()
         } else {
             self.owner.clone()
+        }
+    }
+
+    /// Removes what this attempt wrote on `nodes` (queue entries; a lock
+    /// handed over meanwhile is released and passed on) in the background,
+    /// retrying nodes that do not answer for about one TTL.
+    fn spawn_leave(&self, only_queue: bool, nodes: Vec<usize>) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
         };
-        Some(rt.spawn(async move {
-            let keys = [
-                layout.lock.as_str(),
-                layout.queue.as_str(),
-                layout.fence.as_str(),
-            ];
+        let inner = Arc::clone(&self.inner);
+        let layout = self.layout.clone();
+        let id = self.id.clone();
+        let owner = self.leave_owner(only_queue);
+        rt.spawn(async move {
             let mut pause = inner.config.retry_delay().0;
-            // Retry until every node answered, for about one TTL: after
-            // that our records have expired anyway.
+            // After about a TTL our records have expired anyway.
             let give_up = Instant::now() + inner.config.ttl();
-            let mut pending: Vec<usize> = (0..inner.nodes.list.len()).collect();
+            let mut pending = nodes;
             while !pending.is_empty() && Instant::now() < give_up {
-                let results = futures_util::future::join_all(pending.iter().map(|i| {
-                    inner.nodes.list[*i].run::<i64>(Call {
-                        script: &LEAVE_SCRIPT,
-                        keys: &keys,
-                        args: vec![
-                            owner.clone(),
-                            id.clone(),
-                            layout.waiters.clone(),
-                            layout.wake.clone(),
-                        ],
-                    })
-                }))
-                .await;
-                let mut still = Vec::new();
-                for (i, r) in pending.iter().zip(results) {
-                    if r.is_err() {
-                        still.push(*i);
-                    }
-                }
-                pending = still;
+                pending = leave(&inner, &layout, &id, &owner, &pending).await;
                 if !pending.is_empty() {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(inner.config.retry_delay().1);
                 }
             }
-        }))
+        });
     }
 
-    /// Gives up: removes what the attempt wrote, waiting at most `limit`
-    /// (the cleanup carries on in the background after that).
-    async fn abandon(mut self, limit: Duration) {
+    /// Gives up: removes what the attempt wrote, with one request per node
+    /// (each bounded by the per-node timeout); nodes that did not answer
+    /// are retried in the background.
+    async fn abandon(mut self) {
+        let all: Vec<usize> = (0..self.inner.nodes.list.len()).collect();
+        // Still armed: if this future is dropped half way, Drop cleans up.
+        let pending = self.leave(false, &all).await;
         self.armed = false;
-        if let Some(task) = self.spawn_leave(false) {
-            let _ = tokio::time::timeout(limit, task).await;
+        if !pending.is_empty() {
+            self.spawn_leave(false, pending);
         }
     }
+}
+
+/// Sends the leave script once to `nodes`; returns those that did not answer.
+async fn leave(
+    inner: &Inner,
+    layout: &Layout,
+    id: &str,
+    owner: &str,
+    nodes: &[usize],
+) -> Vec<usize> {
+    let keys = [
+        layout.lock.as_str(),
+        layout.queue.as_str(),
+        layout.fence.as_str(),
+    ];
+    let results = futures_util::future::join_all(nodes.iter().map(|i| {
+        inner.nodes.list[*i].run::<i64>(Call {
+            script: &LEAVE_SCRIPT,
+            keys: &keys,
+            args: vec![
+                owner.to_owned(),
+                id.to_owned(),
+                layout.waiters.clone(),
+                layout.wake.clone(),
+            ],
+        })
+    }))
+    .await;
+    nodes
+        .iter()
+        .zip(results)
+        .filter(|(_, r)| r.is_err())
+        .map(|(i, _)| *i)
+        .collect()
 }
 
 impl Drop for Attempt {
@@ -365,7 +426,7 @@ impl Drop for Attempt {
         }
         if self.armed {
             self.armed = false;
-            self.spawn_leave(false);
+            self.spawn_leave(false, (0..self.inner.nodes.list.len()).collect());
         }
     }
 }
@@ -384,13 +445,28 @@ impl Inner {
         (self.config.ttl() / 3).min(Duration::from_secs(1))
     }
 
+    /// How long a waiter record lives without a refresh: three polls. A
+    /// fair handoff grants the lock for this long only, until the grantee
+    /// confirms it, so a handoff to a waiter that died meanwhile blocks the
+    /// lock for this long rather than a whole TTL.
+    fn record_ttl(&self) -> Duration {
+        self.poll() * 3
+    }
+
     async fn lock(self: &Arc<Self>, ctx: &Context, key: &Key) -> Result<LockGuard> {
         let mut attempt = Attempt::new(self, key, true);
-        for node in &self.nodes.list {
-            node.hub.ready(self.config.node_timeout()).await;
-        }
         let notify = Arc::clone(&attempt.notify);
         let waited = async {
+            // Wake-ups need the subscriptions: wait for them (all nodes at
+            // once, each at most a per-node timeout; polling covers the
+            // rest), but not past the context.
+            futures_util::future::join_all(
+                self.nodes
+                    .list
+                    .iter()
+                    .map(|node| node.hub.ready(self.config.node_timeout())),
+            )
+            .await;
             // Node errors while waiting are retried for up to a TTL after
             // the last round that reached a quorum; the first round's are
             // reported at once.
@@ -401,7 +477,9 @@ impl Inner {
                 let round = attempt.round().await;
                 let wait = match round {
                     Ok(Round::Granted(guard)) => return Ok(guard),
-                    Ok(Round::Busy { split, expires_in }) => {
+                    Ok(Round::Busy {
+                        split, expires_in, ..
+                    }) => {
                         last_ok = Some(Instant::now());
                         pause = first_pause;
                         if split {
@@ -415,7 +493,8 @@ impl Inner {
                         Some(at) if at.elapsed() < self.config.ttl() => {
                             let wait = pause + jitter(pause);
                             pause = (pause * 2).min(max_pause);
-                            wait
+                            // Refresh the queue record before it expires.
+                            wait.min(self.poll())
                         }
                         _ => return Err(e),
                     },
@@ -436,7 +515,7 @@ impl Inner {
                 // Leave the queue before reporting, so a caller who gave up
                 // leaves nothing behind; if Redis does not answer in time,
                 // the cleanup carries on in the background.
-                attempt.abandon(self.config.node_timeout() * 4).await;
+                attempt.abandon().await;
                 Err(e)
             }
         }
@@ -453,8 +532,10 @@ impl Locker for RedisLocker {
         let mut attempt = Attempt::new(&self.inner, key, false);
         match attempt.round().await {
             Ok(Round::Granted(guard)) => Ok(Some(guard)),
-            Ok(Round::Busy { .. }) => {
-                attempt.armed = false;
+            Ok(Round::Busy { unsure, .. }) => {
+                // A node that did not answer may grant us the lock late:
+                // stay armed, so that dropping the attempt releases there.
+                attempt.armed = unsure;
                 Ok(None)
             }
             Err(e) => Err(e),

@@ -24,19 +24,27 @@
 //! (see [`crate::LockGuard::is_held`]).
 //!
 //! Waiters queue in a sorted set `<prefix><key>/_OWNERS_/queue` in arrival
-//! order, each with a record that expires unless the waiter refreshes it,
-//! so a dead waiter is skipped. A release hands the lock to the first fair
-//! waiter in the same script (or frees it and wakes the first unfair one),
-//! and publishes that waiter's id on the channel of the connection it waits
-//! on: one release wakes one waiter, by pub/sub, not by polling. Waiters
-//! also re-check every `min(TTL/3, 1 s)` (and when the holder's key is due
-//! to expire), in case a message was lost.
+//! order, each with a record that expires three polls (`3 x min(TTL/3,
+//! 1 s)`) after the waiter last refreshed it, so a dead waiter is skipped;
+//! the queue expires twice that long after the last refresh of any waiter,
+//! so dead entries never keep it. A release hands the lock to the first
+//! fair waiter in the same script (or frees it and wakes the first unfair
+//! one), and publishes that waiter's id on the channel of the connection it
+//! waits on: one release wakes one waiter, by pub/sub, not by polling. A
+//! handoff is granted for the life of a waiter record only; the waiter's
+//! confirming acquire renews it to the full TTL, so a waiter that died
+//! since its last refresh blocks the lock for a few seconds, not a TTL.
+//! Waiters also re-check every `min(TTL/3, 1 s)` (and when the holder's key
+//! is due to expire), in case a message was lost.
 //!
 //! # Redlock
 //! With several URLs, a lock is taken on all masters at once (each request
 //! bounded by the per-node timeout) and held if a majority granted it
 //! within its validity time, `ttl - elapsed - (ttl * drift_factor + 2 ms)`;
-//! otherwise it is released on every node and retried after a random pause.
+//! (and its local deadline, which also subtracts a margin of TTL/10, at
+//! most 1 s, is still ahead); otherwise it is released on every node that
+//! did not answer "busy" (a node that timed out may apply the acquire late)
+//! and retried after a random pause.
 //! The fencing token is the highest counter among the granting nodes; when
 //! fewer than a majority gave that very number, their counters are raised
 //! to it (while the lock is still held there) before the lock counts as
@@ -70,6 +78,10 @@
 //!   persistence, or a failover that lost the last writes, it can go back
 //!   and repeat tokens. Run Redis with `appendonly yes` and
 //!   `appendfsync always` where tokens must never repeat.
+//!
+//! The scripts avoid commands added in Redis 6 or later (`SET ... KEEPTTL`
+//! in particular is replaced by `PTTL` and `PX`); the tests run against
+//! Redis 7 only, so older versions are untested.
 //!
 //! Redis Cluster is not supported (the scripts touch several keys of one
 //! lock, which a cluster would place in different slots); give the URLs of

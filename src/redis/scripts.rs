@@ -3,9 +3,15 @@
 //!
 //! - lock key: `"<token> <owner>"`, with `PX ttl`;
 //! - queue: a sorted set of waiter ids, scored by arrival (last score + 1);
-//! - waiter record `<waiters><id>`: `"<hub> <f|u> <ttl ms> <owner>"` with
-//!   `PX ttl`, refreshed by the waiter while it waits; a waiter whose record
-//!   expired is dead and is dropped when it reaches the head;
+//! - waiter record `<waiters><id>`: `"<hub> <f|u> <record ttl ms> <owner>"`
+//!   with `PX <record ttl>`, a short TTL (three of the waiter's polls, see
+//!   `locker.rs`) refreshed at every poll; a waiter whose record expired is
+//!   dead and is dropped when it reaches the head. A fair handoff grants the
+//!   lock for the record TTL only: the grantee's confirming acquire renews it
+//!   to the full TTL, so a handoff to a waiter that died since its last poll
+//!   blocks the lock for a record TTL, not a lock TTL;
+//! - the queue itself expires twice the record TTL after the last waiter's
+//!   refresh, so dead waiters behind the head never keep it forever;
 //! - fence: one counter per prefix, incremented at every grant (the
 //!   fencing token).
 
@@ -41,7 +47,9 @@ local function grant(owner, ttl)
 end
 
 -- The lock is free: hand it to a fair head (it learns on its wake-up), or
--- wake an unfair head to try. Exactly one waiter hears of it.
+-- wake an unfair head to try. Exactly one waiter hears of it. A handoff
+-- lasts the head's record TTL (from its record) until the head confirms it
+-- with an acquire, which renews it to the full TTL.
 local function pass_on(waiters, wake)
   local id, record = head(waiters)
   if not id then return end
@@ -60,10 +68,12 @@ end
 /// record. A lock already handed to this owner is confirmed and its TTL
 /// renewed.
 ///
-/// `ARGV = [owner, ttl ms, f|u, id or "", waiters, wake, hub]`;
+/// `ARGV = [owner, ttl ms, f|u, id or "", waiters, wake, hub, record ttl ms,
+/// joined]`, `joined` `1` when an earlier round of this attempt may have
+/// queued `id` (on the first round there is nothing of it to remove);
 /// returns `{1, token}` or `{0, pttl of the holder}`.
 const ACQUIRE: &str = r"
-local owner, ttl, mode, id, waiters, wake, hub = unpack(ARGV)
+local owner, ttl, mode, id, waiters, wake, hub, wttl, joined = unpack(ARGV)
 local value = redis.call('GET', lock)
 if value then
   local token, who = holder(value)
@@ -72,10 +82,12 @@ if value then
     return {1, tonumber(token)}
   end
 else
-  local first = head(waiters)
-  if mode == 'u' or not first or first == id then
+  -- Unfair attempts take a free lock whoever is queued.
+  local first = nil
+  if mode == 'f' then first = head(waiters) end
+  if not first or first == id then
     local token = grant(owner, ttl)
-    if id ~= '' then
+    if id ~= '' and joined == '1' then
       redis.call('ZREM', queue, id)
       redis.call('DEL', waiters .. id)
     end
@@ -91,7 +103,11 @@ if id ~= '' then
     if last[2] then score = tonumber(last[2]) + 1 end
     redis.call('ZADD', queue, score, id)
   end
-  redis.call('SET', waiters .. id, hub .. ' ' .. mode .. ' ' .. ttl .. ' ' .. owner, 'PX', ttl)
+  redis.call('SET', waiters .. id, hub .. ' ' .. mode .. ' ' .. wttl .. ' ' .. owner, 'PX', wttl)
+  -- The queue outlives every live record (never shortened by a waiter
+  -- with a shorter TTL), and goes when the last of them stops refreshing.
+  local qttl = 2 * tonumber(wttl)
+  if redis.call('PTTL', queue) < qttl then redis.call('PEXPIRE', queue, qttl) end
 end
 return {0, redis.call('PTTL', lock)}
 ";
@@ -140,14 +156,17 @@ return 1
 
 /// Redlock: raises this node's fence counter (and the lock's token) to the
 /// token agreed on, while `owner` still holds the lock here.
-/// `ARGV = [owner, token]`; returns 1 if raised.
+/// `ARGV = [owner, token]`; returns 1 if raised. Keeps the key's TTL with
+/// `PTTL` + `PX` (not `KEEPTTL`, which needs Redis 6).
 const RAISE: &str = r"
 local _, who = holder(redis.call('GET', lock))
 if who ~= ARGV[1] then return 0 end
+local pttl = redis.call('PTTL', lock)
+if pttl <= 0 then return 0 end
 if tonumber(redis.call('GET', fence) or '0') < tonumber(ARGV[2]) then
   redis.call('SET', fence, ARGV[2])
 end
-redis.call('SET', lock, ARGV[2] .. ' ' .. ARGV[1], 'KEEPTTL')
+redis.call('SET', lock, ARGV[2] .. ' ' .. ARGV[1], 'PX', pttl)
 return 1
 ";
 

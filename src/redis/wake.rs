@@ -69,6 +69,9 @@ impl Hub {
     /// Waits until subscribed, at most `limit` (waiters then rely on
     /// polling until the subscription is up).
     pub async fn ready(&self, limit: Duration) {
+        if *self.shared.ready.borrow() {
+            return;
+        }
         let mut rx = self.shared.ready.subscribe();
         let _ = tokio::time::timeout(limit, rx.wait_for(|up| *up)).await;
     }

@@ -2,7 +2,7 @@
 //! lost when it cannot, and the release behind `LockGuard::unlock`.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use async_trait::async_trait;
 use tokio::task::AbortHandle;
@@ -14,28 +14,27 @@ use super::node::Call;
 use super::scripts::{EXTEND_SCRIPT, RELEASE_SCRIPT};
 use crate::{Error, Expiry, GuardRelease, Key, LockGuard, Result};
 
-/// How much earlier than Redis the local deadline ends: a tenth of the TTL,
-/// at most one second (on top of Redlock's drift). Deadlines count from
-/// when a request was sent, not when it was answered.
-pub(crate) fn margin(ttl: Duration) -> Duration {
-    (ttl / 10).min(Duration::from_secs(1))
-}
-
-/// Builds the guard of a grant and starts its watchdog.
+/// Builds the guard of a grant whose acquire request was sent at
+/// `started`, and starts its watchdog. The local deadline (see
+/// [`RedisConfig::validity_left`](super::config::RedisConfig)) and the
+/// first extend both count from `started`.
 pub(crate) fn guard(
     inner: Arc<Inner>,
     key: Key,
     layout: Layout,
     owner: String,
     token: u64,
-    deadline: Instant,
+    started: Instant,
 ) -> LockGuard {
+    let config = &inner.config;
+    let deadline = started + config.ttl() - config.drift() - config.margin();
     let lost = CancellationToken::new();
     let expiry = Expiry::new(deadline);
     let task = tokio::spawn(watch(
         Arc::clone(&inner),
         layout.clone(),
         owner.clone(),
+        started,
         lost.clone(),
         expiry.clone(),
     ));
@@ -60,18 +59,25 @@ async fn watch(
     inner: Arc<Inner>,
     layout: Layout,
     owner: String,
+    started: Instant,
     lost: CancellationToken,
     expiry: Expiry,
 ) {
     tokio::select! {
-        () = extend_loop(&inner, &layout, &owner, &expiry) => {}
+        () = extend_loop(&inner, &layout, &owner, started, &expiry) => {}
         () = expiry.passed() => {}
     }
     lost.cancel();
     expiry.expire();
 }
 
-async fn extend_loop(inner: &Inner, layout: &Layout, owner: &str, expiry: &Expiry) {
+async fn extend_loop(
+    inner: &Inner,
+    layout: &Layout,
+    owner: &str,
+    started: Instant,
+    expiry: &Expiry,
+) {
     let config = &inner.config;
     let nodes = &inner.nodes;
     let ttl = config.ttl();
@@ -82,9 +88,11 @@ async fn extend_loop(inner: &Inner, layout: &Layout, owner: &str, expiry: &Expir
         layout.fence.as_str(),
     ];
     let ttl_ms = config.ttl_ms().to_string();
-    let mut next = period;
+    // The first extend is due a period after the acquire was sent (the
+    // grant's deadline counts from then), not after the guard was built.
+    let mut next = started + period;
     loop {
-        tokio::time::sleep(next).await;
+        tokio::time::sleep_until(next.into()).await;
         let sent = Instant::now();
         let results = nodes
             .all::<i64, _>(|_, _| Call {
@@ -95,15 +103,15 @@ async fn extend_loop(inner: &Inner, layout: &Layout, owner: &str, expiry: &Expir
             .await;
         let extended = results.iter().filter(|r| matches!(r, Ok(1))).count();
         let refused = results.iter().filter(|r| matches!(r, Ok(0))).count();
-        if extended >= nodes.quorum && sent.elapsed() + config.drift() < ttl {
-            expiry.extend_to(sent + ttl - config.drift() - margin(ttl));
-            next = period;
+        if extended >= nodes.quorum && config.validity_left(sent.elapsed()).is_some() {
+            expiry.extend_to(sent + ttl - config.drift() - config.margin());
+            next = sent + period;
         } else if refused > nodes.list.len() - nodes.quorum {
             return; // held by nobody or someone else on a majority: lost
         } else {
             // Nodes did not answer: try again soon, until the deadline.
             let (first, _) = config.retry_delay();
-            next = (first * 2 + jitter(first)).min(period);
+            next = Instant::now() + (first * 2 + jitter(first)).min(period);
         }
     }
 }
@@ -139,6 +147,12 @@ impl GuardRelease for Held {
     /// Deletes the lock key where this guard still holds it and passes the
     /// lock on; retries nodes that do not answer until the lock would have
     /// expired anyway.
+    ///
+    /// A node whose earlier release got no answer (it timed out, yet Redis
+    /// may have applied it) and that later says "not held" counts as
+    /// released, if that answer came before the guard's local deadline: the
+    /// key could not have expired by then, so it was our own release that
+    /// removed it. Past the deadline it counts as lost.
     async fn release(self: Box<Self>) -> Result<()> {
         // Stop extending first: our own release is not a loss.
         self.watchdog.abort();
@@ -155,6 +169,8 @@ impl GuardRelease for Held {
         let give_up = Instant::now() + self.inner.config.ttl();
         let mut released = 0;
         let mut pending: Vec<usize> = (0..nodes.list.len()).collect();
+        // Nodes sent a release that got no answer.
+        let mut unanswered = vec![false; nodes.list.len()];
         loop {
             let results = futures_util::future::join_all(pending.iter().map(|i| {
                 nodes.list[*i].run::<i64>(Call {
@@ -172,8 +188,11 @@ impl GuardRelease for Held {
             let mut errors = Vec::new();
             for (i, r) in pending.iter().zip(results) {
                 match r {
-                    Ok(n) => released += usize::from(n == 1),
+                    Ok(1) => released += 1,
+                    Ok(_) if unanswered[*i] && !self.expiry.has_passed() => released += 1,
+                    Ok(_) => {}
                     Err(e) => {
+                        unanswered[*i] = true;
                         still.push(*i);
                         errors.push(e);
                     }

@@ -243,3 +243,48 @@ where
         .await
         .unwrap_or_else(|_| panic!("keys under {prefix} never reached the expected state"));
 }
+
+/// Bytes that clients sent to the server at `port` and that it has not read
+/// yet (the receive queues of its established loopback connections, from
+/// /proc/net/tcp): requests piling up while the server is stopped.
+pub fn unread_request_bytes(port: u16) -> u64 {
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    let local = format!(":{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // local address, remote address, state (01 = established),
+            // tx_queue:rx_queue
+            let (addr, state, queues) = (fields.get(1)?, fields.get(3)?, fields.get(4)?);
+            if !addr.ends_with(&local) || *state != "01" {
+                return None;
+            }
+            u64::from_str_radix(queues.split_once(':')?.1, 16).ok()
+        })
+        .sum()
+}
+
+/// Waits until requests of `n` times the size of the first one are queued
+/// unread at the (stopped) server at `port`: the first one and its retries.
+/// Polls the kernel's counters (a server that is stopped sends no events);
+/// guards against a hang only.
+pub async fn wait_unread_requests(port: u16, n: u64) {
+    let wait = async {
+        let mut first = 0;
+        loop {
+            let unread = unread_request_bytes(port);
+            if first == 0 {
+                first = unread;
+            }
+            if first > 0 && unread >= n * first {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(120), wait)
+        .await
+        .unwrap_or_else(|_| panic!("{n} requests never reached the server on port {port}"));
+}
