@@ -542,10 +542,12 @@ async fn abandon_once(
 /// request without saying whether it was applied. The failed attempt is
 /// cleaned up (its lease retired if a write may still land) and a new one
 /// starts, with backoff, while such failures last no longer than two
-/// request timeouts.
+/// request timeouts. Failures further apart than that (an attempt that
+/// waited in line in between) start a new count.
 struct Retry {
     give_up: std::time::Duration,
     failing_since: Option<std::time::Instant>,
+    last_failure: Option<std::time::Instant>,
     backoff: std::time::Duration,
     /// The failure to report when giving up: the last one, except that an
     /// answer from a server (such as "no leader") is kept over a later
@@ -558,6 +560,7 @@ impl Retry {
         Retry {
             give_up: config.request_timeout() * 2,
             failing_since: None,
+            last_failure: None,
             backoff: FIRST_BACKOFF,
             report: None,
         }
@@ -566,12 +569,16 @@ impl Retry {
     /// The pause before the next attempt after `err` (which may pass on a
     /// retry if `again`), or the error to report.
     fn after(&mut self, err: Error, again: bool) -> Result<std::time::Duration> {
-        if !again {
+        if !again || err.is_gave_up() {
             return Err(err);
         }
-        let since = *self
-            .failing_since
-            .get_or_insert_with(std::time::Instant::now);
+        let now = std::time::Instant::now();
+        if self.last_failure.is_none_or(|t| now - t > self.give_up) {
+            (self.failing_since, self.report) = (Some(now), None);
+            self.backoff = FIRST_BACKOFF;
+        }
+        self.last_failure = Some(now);
+        let since = self.failing_since.unwrap_or(now);
         let keep = self
             .report
             .as_ref()
