@@ -8,7 +8,8 @@ use std::io::{BufRead, BufReader, Write};
 
 use std::process::{Child, Command, Output, Stdio};
 
-const BIN: &str = env!("CARGO_BIN_EXE_fairlock");
+use support::cli::{BIN, assert_no_overlap, run, spawn_holder, text};
+use support::signal;
 
 /// A `fairlock` command on the shared test etcd, under its own prefix.
 fn fairlock(prefix: &str) -> Command {
@@ -19,12 +20,8 @@ fn fairlock(prefix: &str) -> Command {
     cmd
 }
 
-fn run(cmd: &mut Command) -> Output {
-    cmd.stdin(Stdio::null()).output().expect("run fairlock")
-}
-
 fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
+    text(&out.stderr)
 }
 
 /// A holder whose command waits for a line on stdin, then exits.
@@ -33,22 +30,7 @@ fn hold(
     key: &str,
     extra: &[&str],
 ) -> (Child, std::io::Lines<BufReader<std::process::ChildStdout>>) {
-    let mut child = fairlock(prefix)
-        .arg("lock")
-        .args(extra)
-        .args([
-            key,
-            "--",
-            "sh",
-            "-c",
-            "echo HOLDING $FAIRLOCK_TOKEN; read _",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn holder");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let first = lines.next().expect("holder output").expect("line");
+    let (child, first, lines) = spawn_holder(fairlock(prefix).arg("lock").args(extra), key);
     assert!(first.starts_with("HOLDING "), "{first}");
     (child, lines)
 }
@@ -69,43 +51,13 @@ async fn wait_clean(prefix: &str) {
     support::wait_for_count(&mut client, prefix, 0, true).await;
 }
 
-fn signal(pid: u32, sig: &str) {
-    let ok = Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(ok, "kill {sig} {pid}");
-}
-
 /// Concurrent `fairlock lock` processes run a non-atomic read-sleep-write
 /// on a shared file: no overlap, no lost update.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_commands_never_overlap() {
     for (processes, mode) in [(2, "--unfair"), (8, "--fair"), (2, "--fair")] {
         let prefix = support::unique_prefix("cli-mutex");
-        let dir = tempfile::tempdir().expect("tmp");
-        std::fs::write(dir.path().join("count"), "0").expect("init");
-        let section = r#"mkdir "$D/inside" || echo overlap >> "$D/overlaps"
-            n=$(cat "$D/count"); sleep 0.05; echo $((n + 1)) > "$D/count"
-            rmdir "$D/inside""#;
-        let children: Vec<Child> = (0..processes)
-            .map(|_| {
-                fairlock(&prefix)
-                    .args(["lock", mode, "counter", "--", "sh", "-c", section])
-                    .env("D", dir.path())
-                    .spawn()
-                    .expect("spawn")
-            })
-            .collect();
-        for mut c in children {
-            assert!(c.wait().expect("wait").success());
-        }
-        let count = std::fs::read_to_string(dir.path().join("count")).expect("count");
-        assert_eq!(count.trim(), processes.to_string(), "lost updates ({mode})");
-        assert!(
-            !dir.path().join("overlaps").exists(),
-            "critical sections overlapped"
-        );
+        assert_no_overlap(processes, mode, || fairlock(&prefix));
         wait_clean(&prefix).await;
     }
 }
@@ -336,10 +288,7 @@ fn bad_input_is_a_clear_error() {
         assert!(err.contains(says), "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("port")
-        .port();
+    let port = support::free_port();
     let endpoint = format!("127.0.0.1:{port}");
     let out = run(fairlock(&prefix).args(["--endpoints", &endpoint, "lock", "k", "--", "true"]));
     assert_eq!(out.status.code(), Some(69));

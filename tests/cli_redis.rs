@@ -4,15 +4,14 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Output, Stdio};
+use std::io::Write;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use fairlock::redis::{RedisConfig, RedisLocker};
 use fairlock::{Context, Key, Locker};
-use support::redis_server as rs;
-
-const BIN: &str = env!("CARGO_BIN_EXE_fairlock");
+use support::cli::{BIN, assert_no_overlap, run, spawn_holder, text};
+use support::redis_server::{self as rs, wait_clean, wait_queued};
 
 /// A `fairlock` command on `urls`, under its own prefix.
 fn fairlock(urls: &[&str], prefix: &str) -> Command {
@@ -24,26 +23,6 @@ fn fairlock(urls: &[&str], prefix: &str) -> Command {
     cmd
 }
 
-fn run(cmd: &mut Command) -> Output {
-    cmd.stdin(Stdio::null()).output().expect("run fairlock")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-async fn wait_queued(url: &str, prefix: &str, key: &str, n: usize) {
-    let queue = format!("{prefix}{key}/_OWNERS_/queue");
-    rs::wait_until(url, prefix, || async { rs::zcard(url, &queue).await >= n }).await;
-}
-
-async fn wait_clean(url: &str, prefix: &str) {
-    rs::wait_until(url, prefix, || async {
-        rs::keys_left(url, prefix).await.is_empty()
-    })
-    .await;
-}
-
 /// Concurrent `fairlock lock` processes on one Redis run a non-atomic
 /// read-sleep-write on a shared file: no overlap, no lost update.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -51,29 +30,7 @@ async fn concurrent_commands_never_overlap_on_redis() {
     let url = rs::shared().url.as_str();
     for (processes, mode) in [(2, "--unfair"), (6, "--fair")] {
         let prefix = rs::unique_prefix("cli-mutex");
-        let dir = tempfile::tempdir().expect("tmp");
-        std::fs::write(dir.path().join("count"), "0").expect("init");
-        let section = r#"mkdir "$D/inside" || echo overlap >> "$D/overlaps"
-            n=$(cat "$D/count"); sleep 0.05; echo $((n + 1)) > "$D/count"
-            rmdir "$D/inside""#;
-        let children: Vec<Child> = (0..processes)
-            .map(|_| {
-                fairlock(&[url], &prefix)
-                    .args(["lock", mode, "counter", "--", "sh", "-c", section])
-                    .env("D", dir.path())
-                    .spawn()
-                    .expect("spawn")
-            })
-            .collect();
-        for mut c in children {
-            assert!(c.wait().expect("wait").success());
-        }
-        let count = std::fs::read_to_string(dir.path().join("count")).expect("count");
-        assert_eq!(count.trim(), processes.to_string(), "lost updates ({mode})");
-        assert!(
-            !dir.path().join("overlaps").exists(),
-            "critical sections overlapped"
-        );
+        assert_no_overlap(processes, mode, || fairlock(&[url], &prefix));
         wait_clean(url, &prefix).await;
     }
 }
@@ -84,21 +41,7 @@ async fn concurrent_commands_never_overlap_on_redis() {
 async fn status_on_redis_shows_holder_and_queue() {
     let url = rs::shared().url.as_str();
     let prefix = rs::unique_prefix("cli-status");
-    let mut holder = fairlock(&[url], &prefix)
-        .args([
-            "lock",
-            "k",
-            "--",
-            "sh",
-            "-c",
-            "echo HOLDING $FAIRLOCK_TOKEN; read _",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn holder");
-    let mut lines = BufReader::new(holder.stdout.take().expect("stdout")).lines();
-    let first = lines.next().expect("holder output").expect("line");
+    let (mut holder, first, _lines) = spawn_holder(fairlock(&[url], &prefix).arg("lock"), "k");
     let token = first
         .strip_prefix("HOLDING ")
         .expect("holding line")

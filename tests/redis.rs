@@ -5,28 +5,22 @@
 mod conformance;
 mod support;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use conformance::Backend;
 use fairlock::redis::{RedisConfig, RedisLocker};
-use fairlock::{Context, Error, Key, Locker};
-use support::redis_server::{self as rs, RedisServer};
+use fairlock::{Error, Key, Locker};
+use redis_backend::{RedisBackend as Redis, patient, take};
+use support::redis_server::{self as rs, RedisServer, conn};
 
-struct Redis {
-    urls: Vec<String>,
-    base: RedisLocker,
-}
+#[path = "support/redis_backend.rs"]
+mod redis_backend;
 
 async fn connect(urls: Vec<String>, test: &str, ttl: Duration) -> Redis {
-    let config = RedisConfig::new(urls.clone())
+    let config = RedisConfig::new(urls)
         .with_prefix(rs::unique_prefix(test))
         .with_ttl(ttl);
-    Redis {
-        base: RedisLocker::connect(config, false).await.expect("connect"),
-        urls,
-    }
+    Redis::connect(config).await
 }
 
 async fn redis(test: &str) -> Redis {
@@ -38,69 +32,7 @@ async fn redis(test: &str) -> Redis {
     .await
 }
 
-impl Redis {
-    fn prefix(&self) -> &str {
-        self.base.config().prefix()
-    }
-    fn queue(&self, key: &Key) -> String {
-        format!("{}{key}/_OWNERS_/queue", self.prefix())
-    }
-    fn lock_key(&self, key: &Key) -> String {
-        format!("{}{key}", self.prefix())
-    }
-}
-
-#[async_trait]
-impl Backend for Redis {
-    fn locker(&self, fair: bool) -> Arc<dyn Locker> {
-        Arc::new(self.base.locker(fair))
-    }
-    async fn wait_queued(&self, key: &Key, n: usize) {
-        let queue = self.queue(key);
-        let url = &self.urls[0];
-        rs::wait_until(url, self.prefix(), || async {
-            rs::zcard(url, &queue).await >= n
-        })
-        .await;
-    }
-    async fn wait_clean(&self) {
-        for url in &self.urls {
-            rs::wait_until(url, self.prefix(), || async {
-                rs::keys_left(url, self.prefix()).await.is_empty()
-            })
-            .await;
-        }
-    }
-    /// Waits (on keyspace events) until nothing is left: a waiter that
-    /// gave up removes its entry before returning unless Redis is slower
-    /// than the per-node timeout, when the removal goes on in the
-    /// background; a machine under load must not make that a failure.
-    /// Entries that are never removed still fail (the wait panics).
-    async fn is_clean(&self) -> bool {
-        self.wait_clean().await;
-        true
-    }
-    async fn finish(&self) {
-        for url in &self.urls {
-            let left = rs::keys_left(url, self.prefix()).await;
-            assert!(left.is_empty(), "keys left on {url}: {left:?}");
-        }
-    }
-}
-
 conformance_tests!(redis);
-
-fn patient() -> Context {
-    Context::background().with_timeout(Duration::from_secs(120))
-}
-
-async fn conn(url: &str) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(url)
-        .expect("url")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect")
-}
 
 async fn get(url: &str, key: &str) -> Option<String> {
     redis::cmd("GET")
@@ -108,6 +40,27 @@ async fn get(url: &str, key: &str) -> Option<String> {
         .query_async(&mut conn(url).await)
         .await
         .expect("get")
+}
+
+/// Spawns a task in which `locker` waits for `key`, then unlocks it; returns
+/// once it is the `n`th waiter queued.
+async fn queue_waiter(
+    r: &Redis,
+    locker: RedisLocker,
+    key: &Key,
+    n: usize,
+) -> tokio::task::JoinHandle<fairlock::Result<()>> {
+    let k = key.clone();
+    let waiter = tokio::spawn(async move {
+        locker
+            .lock(&patient(), &k)
+            .await
+            .expect("lock")
+            .unlock()
+            .await
+    });
+    r.wait_queued(key, n).await;
+    waiter
 }
 
 /// A holder whose key expired and was taken by another: its watchdog
@@ -119,7 +72,7 @@ async fn release_never_deletes_another_holders_key() {
     let url = &r.urls[0];
     let key = Key::from("k");
     let (a, b) = (r.base.locker(false), r.base.locker(false));
-    let old = a.try_lock(&key).await.expect("try_lock").expect("free");
+    let old = take(&a, &key).await;
     let lost = old.lost_token();
     // The key expires under the holder (as after a long pause) ...
     let lock_key = r.lock_key(&key);
@@ -160,12 +113,7 @@ async fn refused_extend_signals_the_loss() {
     )
     .await;
     let key = Key::from("k");
-    let guard = r
-        .base
-        .try_lock(&key)
-        .await
-        .expect("try_lock")
-        .expect("free");
+    let guard = take(&r.base, &key).await;
     let () = redis::cmd("SET")
         .arg(r.lock_key(&key))
         .arg("999999 someone-else")
@@ -196,12 +144,7 @@ async fn refused_extend_signals_the_loss() {
 async fn stopped_server_makes_the_holder_lose_its_lock() {
     let server = RedisServer::start();
     let r = connect(vec![server.url.clone()], "stopped", Duration::from_secs(1)).await;
-    let guard = r
-        .base
-        .try_lock(&Key::from("k"))
-        .await
-        .expect("try_lock")
-        .expect("free");
+    let guard = take(&r.base, &Key::from("k")).await;
     assert!(guard.is_held());
     server.signal("-STOP");
     tokio::time::timeout(Duration::from_secs(120), guard.lost())
@@ -223,19 +166,9 @@ async fn slow_release_is_not_reported_as_lost() {
     let r = connect(vec![server.url.clone()], "slowrel", Duration::from_secs(60)).await;
     let key = Key::from("k");
     // Warm up: the scripts loaded, the connection up.
-    let warm = r
-        .base
-        .try_lock(&key)
-        .await
-        .expect("try_lock")
-        .expect("free");
+    let warm = take(&r.base, &key).await;
     warm.unlock().await.expect("unlock");
-    let guard = r
-        .base
-        .try_lock(&key)
-        .await
-        .expect("try_lock")
-        .expect("free");
+    let guard = take(&r.base, &key).await;
     let lost = guard.lost_token();
     server.signal("-STOP");
     let unlock = tokio::spawn(guard.unlock());
@@ -286,11 +219,7 @@ async fn fencing_tokens_strictly_increase() {
     let mut last = 0;
     for i in 0..20 {
         let key = Key::from(format!("k{}", i % 3));
-        let g = lockers[i % 2]
-            .try_lock(&key)
-            .await
-            .expect("try_lock")
-            .expect("free");
+        let g = take(&lockers[i % 2], &key).await;
         assert!(
             g.fencing_token() > last,
             "{} after {last}",
@@ -306,10 +235,7 @@ async fn fencing_tokens_strictly_increase() {
 /// connect timeout.
 #[tokio::test]
 async fn unreachable_server_is_named_in_the_error() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("port")
-        .port();
+    let port = support::free_port();
     let url = format!("redis://127.0.0.1:{port}");
     let config = RedisConfig::new([url.clone()]).with_connect_timeout(Duration::from_secs(1));
     let err = RedisLocker::connect(config, true)
@@ -360,26 +286,13 @@ async fn status_shows_holder_and_queue_in_order() {
     .await;
     let key = Key::from("k");
     let holder = r.base.locker(true);
-    let guard = holder
-        .try_lock(&key)
-        .await
-        .expect("try_lock")
-        .expect("free");
+    let guard = take(&holder, &key).await;
     let mut waiters = Vec::new();
     let mut ids = Vec::new();
     for i in 0..3 {
         let locker = r.base.locker(i != 1);
         ids.push(locker.id().to_owned());
-        let k = key.clone();
-        waiters.push(tokio::spawn(async move {
-            locker
-                .lock(&patient(), &k)
-                .await
-                .expect("lock")
-                .unlock()
-                .await
-        }));
-        r.wait_queued(&key, i + 1).await;
+        waiters.push(queue_waiter(&r, locker, &key, i + 1).await);
     }
     let () = redis::cmd("PEXPIRE")
         .arg(r.lock_key(&key))
@@ -431,25 +344,11 @@ async fn status_shows_holder_and_queue_in_order() {
 async fn waiters_share_one_subscription() {
     let r = redis("pubsub").await;
     let key = Key::from("k");
-    let guard = r
-        .base
-        .try_lock(&key)
-        .await
-        .expect("try_lock")
-        .expect("free");
+    let guard = take(&r.base, &key).await;
     let mut waiters = Vec::new();
     for i in 0..10 {
         let locker = r.base.locker(true);
-        let k = key.clone();
-        waiters.push(tokio::spawn(async move {
-            locker
-                .lock(&patient(), &k)
-                .await
-                .expect("lock")
-                .unlock()
-                .await
-        }));
-        r.wait_queued(&key, i + 1).await;
+        waiters.push(queue_waiter(&r, locker, &key, i + 1).await);
     }
     let channels: Vec<String> = redis::cmd("PUBSUB")
         .arg("CHANNELS")
@@ -478,11 +377,7 @@ async fn registry_hands_out_redis_lockers() {
         .expect("register");
     let locker = fairlock::get_locker(true).expect("locker");
     assert!(locker.is_fair());
-    let guard = locker
-        .try_lock(&Key::from("k"))
-        .await
-        .expect("try_lock")
-        .expect("free");
+    let guard = take(&*locker, &Key::from("k")).await;
     guard.unlock().await.expect("unlock");
     assert!(rs::keys_left(&rs::shared().url, &prefix).await.is_empty());
 }

@@ -5,85 +5,30 @@
 mod conformance;
 mod support;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use conformance::Backend;
 use fairlock::redis::{RedisConfig, RedisLocker};
 use fairlock::{Context, Error, Key, Locker};
-use support::redis_server::{self as rs, RedisServer};
+use redis_backend::{RedisBackend as Redlock, patient, take};
+use support::redis_server::{self as rs, RedisServer, conn};
 
-struct Redlock {
-    urls: Vec<String>,
-    base: RedisLocker,
-}
+#[path = "support/redis_backend.rs"]
+mod redis_backend;
 
 fn urls(servers: &[RedisServer]) -> Vec<String> {
     servers.iter().map(|s| s.url.clone()).collect()
 }
 
 async fn connect(servers: &[RedisServer], test: &str) -> Redlock {
-    let config = RedisConfig::new(urls(servers)).with_prefix(rs::unique_prefix(test));
-    Redlock {
-        base: RedisLocker::connect(config, false).await.expect("connect"),
-        urls: urls(servers),
-    }
+    Redlock::connect(RedisConfig::new(urls(servers)).with_prefix(rs::unique_prefix(test))).await
 }
 
 async fn redlock(test: &str) -> Redlock {
     connect(rs::shared_five(), test).await
 }
 
-impl Redlock {
-    fn prefix(&self) -> &str {
-        self.base.config().prefix()
-    }
-}
-
-#[async_trait]
-impl Backend for Redlock {
-    fn locker(&self, fair: bool) -> Arc<dyn Locker> {
-        Arc::new(self.base.locker(fair))
-    }
-    async fn wait_queued(&self, key: &Key, n: usize) {
-        let queue = format!("{}{key}/_OWNERS_/queue", self.prefix());
-        let url = &self.urls[0];
-        rs::wait_until(url, self.prefix(), || async {
-            rs::zcard(url, &queue).await >= n
-        })
-        .await;
-    }
-    async fn wait_clean(&self) {
-        for url in &self.urls {
-            rs::wait_until(url, self.prefix(), || async {
-                rs::keys_left(url, self.prefix()).await.is_empty()
-            })
-            .await;
-        }
-    }
-    /// Waits (on keyspace events) until nothing is left: see the same in
-    /// tests/redis.rs.
-    async fn is_clean(&self) -> bool {
-        self.wait_clean().await;
-        true
-    }
-    async fn finish(&self) {
-        for url in &self.urls {
-            let left = rs::keys_left(url, self.prefix()).await;
-            assert!(left.is_empty(), "keys left on {url}: {left:?}");
-        }
-    }
-    fn supports_fair(&self) -> bool {
-        false
-    }
-}
-
 conformance_tests!(redlock);
-
-fn patient() -> Context {
-    Context::background().with_timeout(Duration::from_secs(120))
-}
 
 /// A lock with five masters, two of them killed, is still granted; with
 /// three killed it is a clear error naming how many answered, at once
@@ -143,11 +88,7 @@ async fn holder_learns_of_loss_when_a_majority_dies() {
         .with_prefix(rs::unique_prefix("majority"))
         .with_ttl(Duration::from_secs(1));
     let locker = RedisLocker::connect(config, false).await.expect("connect");
-    let guard = locker
-        .try_lock(&Key::from("k"))
-        .await
-        .expect("try_lock")
-        .expect("free");
+    let guard = take(&locker, &Key::from("k")).await;
     assert!(guard.is_held());
     for s in &servers[..3] {
         s.stop();
@@ -206,35 +147,19 @@ async fn raise_keeps_tokens_growing_without_the_high_nodes() {
     }
     let key = Key::from("k");
     let locker = r.base.locker(false);
-    let guard = locker
-        .try_lock(&key)
-        .await
-        .expect("try_lock")
-        .expect("free");
+    let guard = take(&locker, &key).await;
     let first = guard.fencing_token();
     assert!(first > 100, "{first}");
     guard.unlock().await.expect("unlock");
     servers[0].stop();
     servers[1].stop();
-    let guard = locker
-        .try_lock(&key)
-        .await
-        .expect("try_lock")
-        .expect("free");
+    let guard = take(&locker, &key).await;
     assert!(
         guard.fencing_token() > first,
         "token went back: {} after {first}",
         guard.fencing_token()
     );
     guard.unlock().await.expect("unlock");
-}
-
-async fn conn(url: &str) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(url)
-        .expect("url")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect")
 }
 
 /// A round that fails (two grants, two nodes held by another) also gives
@@ -251,11 +176,7 @@ async fn failed_round_releases_where_the_answer_was_late() {
     let prefix = locker.config().prefix().to_owned();
     let key = Key::from("k");
     // Warm up (scripts loaded everywhere).
-    let warm = locker
-        .try_lock(&key)
-        .await
-        .expect("try_lock")
-        .expect("free");
+    let warm = take(&locker, &key).await;
     warm.unlock().await.expect("unlock");
     let lock_key = format!("{prefix}k");
     for s in &servers[1..3] {
@@ -271,10 +192,7 @@ async fn failed_round_releases_where_the_answer_was_late() {
     assert!(locker.try_lock(&key).await.expect("try_lock").is_none());
     servers[0].signal("-CONT");
     for s in [&servers[0], &servers[3], &servers[4]] {
-        rs::wait_until(&s.url, &prefix, || async {
-            rs::keys_left(&s.url, &prefix).await.is_empty()
-        })
-        .await;
+        rs::wait_clean(&s.url, &prefix).await;
     }
     for s in &servers[1..3] {
         let left = rs::keys_left(&s.url, &prefix).await;
@@ -292,10 +210,7 @@ async fn failed_round_releases_where_the_answer_was_late() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_honours_the_context_while_a_subscription_is_down() {
     let live = rs::shared_five();
-    let down = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("port")
-        .port();
+    let down = support::free_port();
     let config = RedisConfig::new([
         live[0].url.clone(),
         live[1].url.clone(),
@@ -306,7 +221,7 @@ async fn lock_honours_the_context_while_a_subscription_is_down() {
     .with_node_timeout(Duration::from_secs(600));
     let base = RedisLocker::connect(config, false).await.expect("connect");
     let key = Key::from("k");
-    let held = base.try_lock(&key).await.expect("try_lock").expect("free");
+    let held = take(&base, &key).await;
     let ctx = Context::background().with_timeout(Duration::from_millis(200));
     let waiter = base.locker(false);
     let err = tokio::time::timeout(Duration::from_secs(120), waiter.lock(&ctx, &key))
@@ -315,9 +230,6 @@ async fn lock_honours_the_context_while_a_subscription_is_down() {
         .expect_err("held by another");
     assert!(matches!(err, Error::Timeout { .. }), "{err}");
     held.unlock().await.expect("unlock");
-    let r = Redlock {
-        urls: vec![live[0].url.clone(), live[1].url.clone()],
-        base,
-    };
+    let r = Redlock::new(base, vec![live[0].url.clone(), live[1].url.clone()]);
     r.wait_clean().await;
 }

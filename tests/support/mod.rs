@@ -14,6 +14,10 @@ use std::time::Duration;
 
 use etcd_client::{Client, GetOptions, WatchOptions};
 
+// Only in test binaries: examples/faults includes this module too, and
+// CARGO_BIN_EXE_fairlock is set for integration tests alone.
+#[cfg(all(test, feature = "cli"))]
+pub mod cli;
 pub mod cluster;
 #[cfg(feature = "redis")]
 pub mod redis_server;
@@ -22,18 +26,22 @@ pub mod redis_server;
 pub struct Etcd {
     pub endpoint: String,
     pid: u32,
-    wrapper: Mutex<Option<(Child, ChildStdin)>>,
+    wrapper: Wrapper,
 }
 
-fn free_port() -> u16 {
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("no free loopback port")
 }
 
-fn etcd_bin() -> String {
-    let bin = std::env::var("ETCD_BIN").unwrap_or_else(|_| "etcd".into());
+/// The server binary named by the environment variable `var`, else
+/// `default` from PATH; panics saying how to install it (`package`) when it
+/// does not run.
+fn server_bin(var: &str, default: &str, what: &str, package: &str) -> String {
+    let bin = std::env::var(var).unwrap_or_else(|_| default.into());
     let found = Command::new(&bin)
         .arg("--version")
         .stdout(Stdio::null())
@@ -42,11 +50,48 @@ fn etcd_bin() -> String {
         .is_ok_and(|s| s.success());
     assert!(
         found,
-        "the tests need a real etcd server binary, and `{bin}` was not found. \
-         Install it with `apt-get install etcd-server` (Debian/Ubuntu), or set ETCD_BIN \
+        "the tests need a real {what} binary, and `{bin}` was not found. \
+         Install it with `apt-get install {package}` (Debian/Ubuntu), or set {var} \
          to its path. scripts/test.sh installs it for you."
     );
     bin
+}
+
+fn etcd_bin() -> String {
+    server_bin("ETCD_BIN", "etcd", "etcd server", "etcd-server")
+}
+
+/// Our end of a server's shell wrapper (see the module docs): stopping it,
+/// or dropping it, kills the server and waits for the wrapper to be gone.
+struct Wrapper(Mutex<Option<(Child, ChildStdin)>>);
+
+impl Wrapper {
+    fn new(child: Child, stdin: ChildStdin) -> Wrapper {
+        Wrapper(Mutex::new(Some((child, stdin))))
+    }
+
+    fn stop(&self) {
+        if let Some((mut child, mut stdin)) = self.0.lock().unwrap().take() {
+            let _ = stdin.write_all(b"stop\n");
+            drop(stdin);
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Wrapper {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Sends `sig` (e.g. "-STOP", "-CONT") to process `pid`.
+pub fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill {sig} {pid}");
 }
 
 impl Etcd {
@@ -124,7 +169,7 @@ impl Etcd {
         Etcd {
             endpoint: format!("127.0.0.1:{client}"),
             pid,
-            wrapper: Mutex::new(Some((child, stdin))),
+            wrapper: Wrapper::new(child, stdin),
         }
     }
 
@@ -135,23 +180,13 @@ impl Etcd {
 
     /// Kills etcd and waits for it to be gone.
     pub fn stop(&self) {
-        if let Some((mut child, mut stdin)) = self.wrapper.lock().unwrap().take() {
-            let _ = stdin.write_all(b"stop\n");
-            drop(stdin);
-            let _ = child.wait();
-        }
+        self.wrapper.stop();
     }
 
     pub async fn client(&self) -> Client {
         Client::connect([&self.endpoint], None)
             .await
             .expect("connect to test etcd")
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        self.stop();
     }
 }
 

@@ -8,36 +8,25 @@
 //! helpers below wait on (events, not sleeps).
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::{Mutex, OnceLock, mpsc};
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::{OnceLock, mpsc};
 use std::time::Duration;
 
 use futures_util::StreamExt;
+
+use super::Wrapper;
 
 /// A running redis-server.
 pub struct RedisServer {
     pub url: String,
     pub port: u16,
     pid: u32,
-    wrapper: Mutex<Option<(Child, ChildStdin)>>,
+    wrapper: Wrapper,
 }
 
 fn redis_bin() -> String {
-    let bin = std::env::var("REDIS_BIN").unwrap_or_else(|_| "redis-server".into());
-    let found = Command::new(&bin)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        found,
-        "the tests need a real redis-server binary, and `{bin}` was not found. \
-         Install it with `apt-get install redis-server` (Debian/Ubuntu), or set REDIS_BIN \
-         to its path. scripts/test.sh installs it for you."
-    );
-    bin
+    super::server_bin("REDIS_BIN", "redis-server", "redis-server", "redis-server")
 }
 
 impl RedisServer {
@@ -110,7 +99,7 @@ impl RedisServer {
             url: format!("redis://127.0.0.1:{port}"),
             port,
             pid: pid.unwrap_or_default(),
-            wrapper: Mutex::new(Some((child, stdin))),
+            wrapper: Wrapper::new(child, stdin),
         }
     }
 
@@ -121,30 +110,16 @@ impl RedisServer {
 
     /// Sends `sig` (e.g. "-STOP", "-CONT") to the server.
     pub fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .args([sig, &self.pid.to_string()])
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(ok, "kill {sig} {}", self.pid);
+        super::signal(self.pid, sig);
     }
 
     /// Kills the server (-9) and waits for it to be gone.
     pub fn stop(&self) {
-        if let Some((mut child, mut stdin)) = self.wrapper.lock().unwrap().take() {
-            let _ = stdin.write_all(b"stop\n");
-            drop(stdin);
-            let _ = child.wait();
-        }
+        self.wrapper.stop();
     }
 
     pub fn client(&self) -> redis::Client {
         redis::Client::open(self.url.as_str()).expect("redis url")
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        self.stop();
     }
 }
 
@@ -171,6 +146,15 @@ pub fn start_many(n: usize) -> Vec<RedisServer> {
         .collect()
 }
 
+/// A new connection to the server at `url`.
+pub async fn conn(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect")
+}
+
 /// A key prefix no other test uses.
 pub fn unique_prefix(test: &str) -> String {
     format!("fairlock-test:{test}-{}:", uuid::Uuid::new_v4().simple())
@@ -179,11 +163,7 @@ pub fn unique_prefix(test: &str) -> String {
 /// The keys under `prefix` on the server at `url`, except the fencing
 /// counter (which outlives every lock by design).
 pub async fn keys_left(url: &str, prefix: &str) -> Vec<String> {
-    let client = redis::Client::open(url).expect("url");
-    let mut conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect");
+    let mut conn = conn(url).await;
     let fence = format!("{prefix}_OWNERS_/fence");
     let mut left = Vec::new();
     let mut cursor = "0".to_string();
@@ -207,16 +187,32 @@ pub async fn keys_left(url: &str, prefix: &str) -> Vec<String> {
 
 /// Number of members of the sorted set `key`.
 pub async fn zcard(url: &str, key: &str) -> usize {
-    let client = redis::Client::open(url).expect("url");
-    let mut conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect");
     redis::cmd("ZCARD")
         .arg(key)
-        .query_async(&mut conn)
+        .query_async(&mut conn(url).await)
         .await
         .expect("zcard")
+}
+
+/// The Redis key of the fair queue of `key` under `prefix`.
+pub fn queue_key(prefix: &str, key: impl std::fmt::Display) -> String {
+    format!("{prefix}{key}/_OWNERS_/queue")
+}
+
+/// Waits (on keyspace events) until at least `n` waiters are queued on
+/// `key` under `prefix` on the server at `url`.
+pub async fn wait_queued(url: &str, prefix: &str, key: impl std::fmt::Display, n: usize) {
+    let queue = queue_key(prefix, key);
+    wait_until(url, prefix, || async { zcard(url, &queue).await >= n }).await;
+}
+
+/// Waits (on keyspace events) until no key is left under `prefix` on the
+/// server at `url` (but the fencing counter).
+pub async fn wait_clean(url: &str, prefix: &str) {
+    wait_until(url, prefix, || async {
+        keys_left(url, prefix).await.is_empty()
+    })
+    .await;
 }
 
 /// Waits until `done()` holds, re-checking on every keyspace event under
