@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::{Error, Result, parse_duration};
+use crate::{Error, Result};
 
 /// The smallest TTL etcd honours (it raises smaller ones to about 2 s).
 pub const MIN_TTL: Duration = Duration::from_secs(2);
@@ -59,25 +59,23 @@ impl EtcdConfig {
 
     /// Reads the environment: `FAIRLOCK_ENDPOINTS` (comma separated, default
     /// `127.0.0.1:2379`), `FAIRLOCK_PREFIX`, `FAIRLOCK_TTL` (e.g. `10s`,
-    /// `1500ms`, `2m`, or plain seconds).
+    /// `1500ms`, `2m`, or plain seconds), as [`crate::BackendConfig::from_env`]
+    /// does for every backend.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] when `FAIRLOCK_TTL` does not parse.
+    /// [`Error::InvalidConfig`] when `FAIRLOCK_TTL` does not parse, or the
+    /// endpoints are not etcd endpoints (e.g. `redis://` URLs) or are
+    /// malformed.
     pub fn from_env() -> Result<Self> {
-        let endpoints = std::env::var("FAIRLOCK_ENDPOINTS")
-            .ok()
-            .filter(|s| !s.trim().is_empty())
-            .unwrap_or_else(|| DEFAULT_ENDPOINT.to_string());
-        let mut config = EtcdConfig::new(endpoints.split(',').map(|s| s.trim().to_string()));
-        if let Ok(prefix) = std::env::var("FAIRLOCK_PREFIX") {
-            config = config.with_prefix(prefix);
+        match crate::BackendConfig::from_env()? {
+            crate::BackendConfig::Etcd(config) => Ok(config),
+            #[allow(unreachable_patterns)]
+            other => Err(Error::InvalidConfig(format!(
+                "FAIRLOCK_ENDPOINTS={:?} are not etcd endpoints; set e.g. \
+                 FAIRLOCK_ENDPOINTS=127.0.0.1:2379",
+                other.endpoints().join(",")
+            ))),
         }
-        if let Ok(ttl) = std::env::var("FAIRLOCK_TTL") {
-            let ttl = parse_duration(&ttl)
-                .map_err(|e| Error::InvalidConfig(format!("FAIRLOCK_TTL={ttl:?}: {e}")))?;
-            config = config.with_ttl(ttl);
-        }
-        Ok(config)
     }
 
     /// Sets the key prefix under which all lock keys live. A trailing `/` is
