@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use fairlock::etcd::{EtcdConfig, EtcdLocker};
 use fairlock::{Context, Error, Key, Locker};
+use support::chain;
 use support::cluster::Cluster;
 
 /// A deadline that only guards against a hang; never reached when correct.
@@ -194,18 +195,6 @@ async fn a_cluster_without_a_leader_is_an_error_until_it_has_one() {
         .await
         .expect("connect");
     support::wait_for_count(&mut client, &prefix, 0, true).await;
-}
-
-/// An error with its sources, on one line.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
 
 /// A waiter whose session lease cannot be renewed for a TTL (the only

@@ -12,6 +12,7 @@ use fairlock::{CancellationToken, Context, Error, Key, LockGuard, Locker};
 
 use crate::BoxError;
 use crate::events::{Ev, Kind};
+use crate::support::chain;
 
 /// The lock every worker of a phase contends for.
 pub const LOCK_KEY: &str = "k";
@@ -236,16 +237,4 @@ async fn finish(guard: LockGuard, watcher: tokio::task::JoinHandle<()>, token: u
         Err(e) => format!("err {}", chain(&e)),
     };
     Ev::new(Kind::Unl, token, 0, outcome).emit();
-}
-
-/// An error with its sources, on one line.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }

@@ -259,3 +259,15 @@ pub async fn wait_for_count(client: &mut Client, prefix: &str, want: i64, at_mos
         .await
         .unwrap_or_else(|_| panic!("keys under {prefix} never reached {want}"));
 }
+
+/// An error with its sources, on one line.
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
