@@ -14,6 +14,7 @@ use super::keys::{Layout, owner_value};
 use super::release::{self, Held, Next};
 use super::session::{FIRST_BACKOFF, Lease, MAX_BACKOFF, Session};
 use super::shared_watch::SharedWatches;
+use super::slots::{Slot, Slots};
 use super::watch::WatchHub;
 use super::{
     etcd_err, is_lease_not_found, is_server_answer, is_server_answer_etcd, is_transient,
@@ -55,6 +56,8 @@ pub(crate) struct Inner {
     /// Names this locker's level in the queue (`_OWNERS_/<id>/...`).
     pub id: String,
     pub session: Session,
+    /// The queue entry names in use (see `slots.rs`).
+    pub slots: Arc<Slots>,
     pub hub: Arc<WatchHub>,
     pub shared: SharedWatches,
 }
@@ -141,6 +144,7 @@ impl EtcdLocker {
                 session: Session::new(client.clone(), config.ttl_secs(), config.request_timeout()),
                 shared: SharedWatches::new(Arc::clone(&hub), config.request_timeout()),
                 hub,
+                slots: Arc::default(),
                 id: uuid::Uuid::new_v4().simple().to_string(),
                 client,
                 config,
@@ -281,6 +285,8 @@ pub(crate) struct Attempt {
     pub layout: Layout,
     pub value: Vec<u8>,
     pub queue_key: Option<Vec<u8>>,
+    /// The slot naming `queue_key`.
+    slot: Option<Slot>,
     /// The lease its writes used; none means nothing was written.
     lease: Option<Arc<Lease>>,
     /// A write whose outcome is not known yet.
@@ -296,8 +302,12 @@ impl Attempt {
         let layout = inner.layout(key);
         let mode = if inner.fair { 'f' } else { 'u' };
         let attempt = format!("{mode}{}", uuid::Uuid::new_v4().simple());
+        let slot = queued.then(|| inner.slots.take(&layout.lock));
         Attempt {
-            queue_key: queued.then(|| layout.waiter(&inner.id, &attempt)),
+            queue_key: slot
+                .as_ref()
+                .map(|s| layout.waiter(&inner.id, inner.fair, s.number())),
+            slot,
             value: owner_value(&attempt),
             inner: Arc::clone(inner),
             key: key.clone(),
@@ -385,7 +395,16 @@ impl Attempt {
         self.armed = false;
         let lost = lease.lost.child_token();
         let expiry = lease.expiry.clone();
-        let held = Held::new(&self, token, queue_rev, lease, next);
+        // A holder without a queue revision has no queue key: it never
+        // wrote one, or deleted it in the txn that took the lock.
+        let slot = match (self.slot.take(), queue_rev) {
+            (Some(slot), None) if !self.unanswered => {
+                slot.free();
+                None
+            }
+            (slot, _) => slot,
+        };
+        let held = Held::new(&self, token, queue_rev, lease, next, slot);
         LockGuard::new(
             self.key.clone(),
             u64::try_from(token).unwrap_or_default(),
@@ -418,6 +437,7 @@ impl Attempt {
             layout: self.layout.clone(),
             value: std::mem::take(&mut self.value),
             queue_key: self.queue_key.take(),
+            slot: self.slot.take(),
             lease: self.lease.take(),
         };
         Some(rt.spawn(abandon(
@@ -435,6 +455,7 @@ struct Written {
     layout: Layout,
     value: Vec<u8>,
     queue_key: Option<Vec<u8>>,
+    slot: Option<Slot>,
     /// The lease its writes used; none means nothing was written.
     lease: Option<Arc<Lease>>,
 }
@@ -465,9 +486,11 @@ async fn abandon(
         layout,
         value,
         queue_key,
+        mut slot,
         lease,
     } = written;
     let Some(lease) = lease else {
+        slot.map(Slot::free);
         return Ok(()); // nothing was written
     };
     if unanswered {
@@ -478,12 +501,24 @@ async fn abandon(
         inner.session.forget(lease.id, false).await;
     }
     let mut backoff = FIRST_BACKOFF;
+    // Set once a cleanup request failed: it may still be applied later, so
+    // the slot is retired rather than reused.
+    let mut uncertain = unanswered;
     loop {
-        let result = abandon_once(&inner, &key, &layout, &value, &queue_key, &lease).await;
+        let result =
+            abandon_once(&inner, &key, &layout, &value, &queue_key, &mut slot, &lease).await;
         match result {
-            Ok(()) => return Ok(()),
+            Ok(()) => {
+                if let Some(slot) = slot.filter(|_| !uncertain) {
+                    slot.free();
+                }
+                return Ok(());
+            }
             Err(e) if lease.lost.is_cancelled() => return Err(e),
-            Err(_) => lease.pause(&mut backoff).await,
+            Err(_) => {
+                uncertain = true;
+                lease.pause(&mut backoff).await;
+            }
         }
     }
 }
@@ -494,6 +529,7 @@ async fn abandon_once(
     layout: &Layout,
     value: &[u8],
     queue_key: &Option<Vec<u8>>,
+    slot: &mut Option<Slot>,
     lease: &Arc<Lease>,
 ) -> Result<()> {
     let mut then = vec![TxnOp::get(layout.lock.clone(), None)];
@@ -529,6 +565,7 @@ async fn abandon_once(
         queue_key.clone().zip(queue_rev),
         Arc::clone(lease),
         Next::LookUp,
+        slot.take(),
     );
     release::release(held).await.or_else(|e| match e {
         Error::LockLost { .. } => Ok(()),

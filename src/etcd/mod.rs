@@ -11,7 +11,8 @@
 //! - `watch.rs`, `shared_watch.rs`: watches multiplexed on one stream, and
 //!   the long-lived ones reused across waits.
 //! - `status.rs`: [`EtcdLocker::status`], who holds and who waits.
-//! - `keys.rs`: the key layout.
+//! - `keys.rs`: the key layout; `slots.rs`: the queue entry names a
+//!   locker reuses, so waiting leaves no new key names behind.
 //!
 //! # How a lock works here
 //! The lock key `<prefix><key>` is held by whoever wrote it: a txn creates it
@@ -37,6 +38,7 @@ mod queue;
 mod release;
 mod session;
 mod shared_watch;
+mod slots;
 mod status;
 mod watch;
 

@@ -31,15 +31,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, GetOptions, GetResponse, SortOrder, SortTarget, Txn, TxnOp};
 
-use super::keys::prefix_end;
+use super::keys::{is_waiter, prefix_end};
 use super::locker::{Attempt, Inner, put_leased, range_at, revision};
 use super::release::{Next, passed_along};
 use super::session::{FIRST_BACKOFF, Lease};
 use super::shared_watch::Listener;
 use super::watch::{Subscription, Target, WatchMsg};
 use crate::{Error, LockGuard, Result};
+
+/// How many queue entries ahead one read looks at for the nearest waiter.
+const AHEAD_BATCH: i64 = 8;
 
 /// How long a waiter waits before it also watches its predecessor.
 pub(crate) fn patience(ttl: Duration) -> Duration {
@@ -117,11 +120,14 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
             tokio::select! {
                 msg = own.recv() => match msg {
                     WatchMsg::Events { events } => {
-                        for ev in events.iter().filter(|e| e.key == queue_key) {
+                        // Our queue key's name may have been used before
+                        // (see `slots.rs`): only changes after our enqueue
+                        // are ours.
+                        for ev in events.iter().filter(|e| e.key == queue_key && e.mod_revision > my_rev) {
                             if !ev.put {
                                 return Err(session_lost(a));
                             }
-                            if ev.mod_revision > ev.create_revision {
+                            if ev.create_revision == my_rev {
                                 if fair {
                                     let next = passed_along(&a.layout, &a.value, &ev.value);
                                     break 'granted (ev.mod_revision, Some(my_rev), Next::Known(next));
@@ -313,29 +319,53 @@ impl Waiter<'_> {
             .await
     }
 
+    /// The queue entries created before `below`, nearest first, names
+    /// and leases only.
+    fn ahead(&self, below: i64) -> (Vec<u8>, GetOptions) {
+        let opts = GetOptions::new()
+            .with_prefix()
+            .with_max_create_revision((below - 1).max(1))
+            .with_sort(SortTarget::Create, SortOrder::Descend)
+            .with_limit(AHEAD_BATCH)
+            .with_keys_only();
+        (self.a.layout.queue.clone(), opts)
+    }
+
+    /// Our predecessor: the nearest fairlock waiter ahead of us in
+    /// `first_batch` (read by [`Waiter::ahead`]), reading further while
+    /// entries that are not waiters (see `keys::is_waiter`) fill a batch.
+    async fn predecessor(&self, first_batch: Option<GetResponse>) -> Result<Option<Vec<u8>>> {
+        let queue = &self.a.layout.queue;
+        let mut batch = first_batch;
+        loop {
+            let kvs = batch.as_ref().map_or(&[][..], |g| g.kvs());
+            if let Some(pred) = kvs.iter().find(|kv| is_waiter(queue, kv.key(), kv.lease())) {
+                return Ok(Some(pred.key().to_vec()));
+            }
+            match kvs.last() {
+                Some(oldest) if kvs.len() as i64 == AHEAD_BATCH => {
+                    let (key, opts) = self.ahead(oldest.create_revision());
+                    batch = Some(self.inner().get("queue check", key, opts).await?);
+                }
+                _ => return Ok(None),
+            }
+        }
+    }
+
     /// Re-reads our queue key, the lock key and our predecessor in one
     /// read-only txn.
     async fn check(&self) -> Result<State> {
         let layout = &self.a.layout;
+        let (queue, ahead) = self.ahead(self.my_rev);
         let read = Txn::new().and_then([
             TxnOp::get(self.queue_key()?.to_vec(), None),
             TxnOp::get(layout.lock.clone(), None),
-            TxnOp::get(
-                layout.queue.clone(),
-                Some(
-                    GetOptions::new()
-                        .with_prefix()
-                        .with_max_create_revision((self.my_rev - 1).max(1))
-                        .with_sort(SortTarget::Create, SortOrder::Descend)
-                        .with_limit(1)
-                        .with_keys_only(),
-                ),
-            ),
+            TxnOp::get(queue, Some(ahead)),
         ]);
         let resp = self.inner().txn("queue check", read).await?;
         let since = revision(&resp);
         let first = |i| range_at(&resp, i).and_then(|g| g.kvs().first().cloned());
-        let Some(mine) = first(0) else {
+        let Some(mine) = first(0).filter(|kv| kv.create_revision() == self.my_rev) else {
             return Ok(State::Gone);
         };
         let lock = first(1);
@@ -348,9 +378,9 @@ impl Waiter<'_> {
         if lock.is_none() && !self.inner().fair {
             return Ok(State::Free); // unfair: take it from any place in line
         }
-        if let Some(pred) = first(2) {
+        if let Some(pred) = self.predecessor(range_at(&resp, 2)).await? {
             return Ok(State::Wait {
-                target: pred.key().to_vec(),
+                target: pred,
                 since,
             });
         }
@@ -377,22 +407,22 @@ impl Waiter<'_> {
         }
     }
 
-    /// The txn that creates the lock key if it is still free (fair: and we
-    /// are still first in line); unfair also leaves the queue in it.
+    /// The txn that creates the lock key if it is still free and we are
+    /// still queued; unfair also leaves the queue in it.
+    ///
+    /// A fair waiter takes it only after a read (at or after its enqueue)
+    /// found no waiter ahead of it, and that stays true: whatever queues
+    /// later is behind it. So the txn needs no compare on the queue, and
+    /// entries that are not waiters cannot block it.
     fn take(&self) -> Result<Txn> {
         let l = &self.a.layout;
         let queue_key = self.queue_key()?;
-        let mut when = vec![
+        let when = [
             Compare::create_revision(l.lock.clone(), CompareOp::Equal, 0),
             Compare::create_revision(queue_key.to_vec(), CompareOp::Equal, self.my_rev),
         ];
         let mut then = vec![put_leased(&l.lock, &self.a.value, self.lease.id)];
-        if self.inner().fair {
-            when.push(
-                Compare::create_revision(l.queue.clone(), CompareOp::Greater, self.my_rev - 1)
-                    .with_prefix(),
-            );
-        } else {
+        if !self.inner().fair {
             then.push(TxnOp::delete(queue_key.to_vec(), None));
         }
         Ok(Txn::new().when(when).and_then(then))

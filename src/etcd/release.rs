@@ -31,9 +31,10 @@ use etcd_client::{
 use tokio::task::{AbortHandle, JoinHandle};
 use tokio_util::sync::CancellationToken;
 
-use super::keys::Layout;
+use super::keys::{Layout, is_waiter};
 use super::locker::{Attempt, Inner, put_leased, range_at};
 use super::session::{FIRST_BACKOFF, Lease};
+use super::slots::Slot;
 use super::watch::{Target, WatchMsg};
 use crate::{Error, GuardRelease, Key, Result};
 
@@ -85,6 +86,8 @@ pub(crate) struct Held {
     next: Ahead,
     /// The watch on the lock key, once the owner asked for loss signals.
     watcher: std::sync::Mutex<Option<AbortHandle>>,
+    /// The slot naming our queue key, freed once the release deleted it.
+    slot: Option<Slot>,
 }
 
 impl Held {
@@ -94,6 +97,7 @@ impl Held {
         queue_rev: Option<i64>,
         lease: Arc<Lease>,
         next: Next,
+        slot: Option<Slot>,
     ) -> Self {
         let queue = attempt.queue_key.clone().zip(queue_rev);
         Held::from_parts(
@@ -104,11 +108,13 @@ impl Held {
             queue,
             lease,
             next,
+            slot,
         )
     }
 
     /// A held lock; with [`Next::LookUp`] the successors are looked up now,
     /// while the caller works, so the release needs no read.
+    #[allow(clippy::too_many_arguments)]
     pub fn from_parts(
         inner: Arc<Inner>,
         key: Key,
@@ -117,6 +123,7 @@ impl Held {
         queue: Option<(Vec<u8>, i64)>,
         lease: Arc<Lease>,
         next: Next,
+        slot: Option<Slot>,
     ) -> Self {
         let after = queue.as_ref().map_or(0, |q| q.1);
         let next = match next {
@@ -125,7 +132,7 @@ impl Held {
             Next::LookUp | Next::Known(_) => {
                 let (inner, queue_prefix) = (Arc::clone(&inner), layout.queue.clone());
                 Ahead::Pending(tokio::spawn(async move {
-                    lookup(&inner, queue_prefix, after).await
+                    lookup(&inner, &queue_prefix, after).await
                 }))
             }
         };
@@ -138,6 +145,7 @@ impl Held {
             lease,
             next,
             watcher: std::sync::Mutex::new(None),
+            slot,
         }
     }
 
@@ -227,14 +235,18 @@ async fn watch_lock_key(inner: Arc<Inner>, lock: Vec<u8>, token: i64, lost: Canc
     }
 }
 
-/// The first [`LOOKAHEAD`] waiters queued after revision `after`
-/// (serializable: a stale answer is caught by the release txn's compares).
-async fn lookup(inner: &Inner, queue_prefix: Vec<u8>, after: i64) -> Vec<Successor> {
+/// The waiters among the first [`LOOKAHEAD`] queue entries after revision
+/// `after` (serializable: a stale answer is caught by the release txn's
+/// compares).
+async fn lookup(inner: &Inner, queue_prefix: &[u8], after: i64) -> Vec<Successor> {
     let opts = successor_query()
         .with_min_create_revision(after + 1)
         .with_serializable();
-    match inner.get("successor lookup", queue_prefix, opts).await {
-        Ok(resp) => successors(&resp),
+    match inner
+        .get("successor lookup", queue_prefix.to_vec(), opts)
+        .await
+    {
+        Ok(resp) => successors(queue_prefix, &resp).0,
         Err(_) => Vec::new(),
     }
 }
@@ -246,16 +258,23 @@ fn successor_query() -> GetOptions {
         .with_limit(LOOKAHEAD as i64)
 }
 
-fn successors(resp: &GetResponse) -> Vec<Successor> {
-    resp.kvs()
+/// The waiters in a queue read, in order, and the create revision of the
+/// last entry read, waiter or not (see `keys::is_waiter`: entries someone
+/// else wrote are skipped, never served).
+fn successors(queue_prefix: &[u8], resp: &GetResponse) -> (Vec<Successor>, Option<i64>) {
+    let waiters = resp
+        .kvs()
         .iter()
+        .filter(|kv| is_waiter(queue_prefix, kv.key(), kv.lease()))
         .map(|kv| Successor {
             key: kv.key().to_vec(),
             create_revision: kv.create_revision(),
             lease: kv.lease(),
             value: kv.value().to_vec(),
         })
-        .collect()
+        .collect();
+    let last = resp.kvs().last().map(|kv| kv.create_revision());
+    (waiters, last)
 }
 
 /// The touch that grants the lock to fair successor `s`: its value gains
@@ -341,7 +360,7 @@ pub(crate) async fn release(mut held: Held) -> Result<()> {
         // when we looked, look again: a read is cheaper than the wasted
         // write of a release txn whose "nobody waits" compare fails.
         Ahead::Pending(early) => match early.await.unwrap_or_default() {
-            none if none.is_empty() => lookup(&held.inner, held.layout.queue.clone(), after).await,
+            none if none.is_empty() => lookup(&held.inner, &held.layout.queue, after).await,
             found => found,
         },
         Ahead::Known(list) => list,
@@ -350,8 +369,19 @@ pub(crate) async fn release(mut held: Held) -> Result<()> {
     let mut backoff = FIRST_BACKOFF;
     // Set once an attempt ended without an answer: it may still be applied.
     let mut uncertain = false;
+    // Entries up to this create revision are ours or not waiters.
+    let mut skip = after;
     loop {
-        match release_once(&held, &mut next).await {
+        let outcome = release_once(&held, &mut next, &mut skip).await;
+        if !uncertain && matches!(outcome, Ok(()) | Err(Error::LockLost { .. })) {
+            // Both branches of the release txn deleted our queue key, and no
+            // earlier attempt can still write: its name may be reused.
+            // Otherwise the slot is retired when `held` drops.
+            if let Some(slot) = held.slot.take() {
+                slot.free();
+            }
+        }
+        match outcome {
             Ok(()) => return Ok(()),
             // Our lease is alive, so the key cannot have expired: the token
             // compare failed because an earlier, unanswered attempt of this
@@ -377,7 +407,10 @@ pub(crate) async fn release(mut held: Held) -> Result<()> {
 }
 
 /// One release attempt: up to [`MAX_ROUNDS`] txns while the queue changes.
-async fn release_once(held: &Held, next: &mut Vec<Successor>) -> Result<()> {
+/// `skip`: the queue entries up to this create revision are ours or not
+/// waiters; it moves past entries a re-read finds that are not waiters, so
+/// that they cannot keep the "nobody waits" compare failing.
+async fn release_once(held: &Held, next: &mut Vec<Successor>, skip: &mut i64) -> Result<()> {
     let Held {
         inner,
         key,
@@ -386,16 +419,16 @@ async fn release_once(held: &Held, next: &mut Vec<Successor>) -> Result<()> {
         queue,
         ..
     } = held;
-    let after = queue.as_ref().map_or(0, |q| q.1);
-    let reread = TxnOp::get(
-        layout.queue.clone(),
-        Some(successor_query().with_min_create_revision(after + 1)),
-    );
     let delete_mine: Vec<TxnOp> = queue
         .iter()
         .map(|(q, _)| TxnOp::delete(q.clone(), None))
         .collect();
     for _ in 0..MAX_ROUNDS {
+        let after = *skip;
+        let reread = TxnOp::get(
+            layout.queue.clone(),
+            Some(successor_query().with_min_create_revision(after + 1)),
+        );
         let mut then = delete_mine.clone();
         let step = match next.split_first() {
             Some((s, rest)) => {
@@ -422,7 +455,7 @@ async fn release_once(held: &Held, next: &mut Vec<Successor>) -> Result<()> {
                 .with_prefix()])
             }
         };
-        let step = step.and_then(then).or_else([reread.clone()]);
+        let step = step.and_then(then).or_else([reread]);
         let txn = Txn::new()
             .when([Compare::mod_revision(
                 layout.lock.clone(),
@@ -450,10 +483,15 @@ async fn release_once(held: &Held, next: &mut Vec<Successor>) -> Result<()> {
         if step.succeeded() {
             return Ok(());
         }
-        *next = range_at(&step, 0)
-            .as_ref()
-            .map(successors)
+        let (waiters, last) = range_at(&step, 0)
+            .map(|g| successors(&layout.queue, &g))
             .unwrap_or_default();
+        if waiters.is_empty()
+            && let Some(last) = last
+        {
+            *skip = last; // only entries that are not waiters
+        }
+        *next = waiters;
     }
     Err(Error::Backend {
         backend: "etcd",
@@ -483,7 +521,9 @@ pub(crate) async fn serve_if_free(inner: &Inner, layout: &Layout) {
     if range_at(&resp, 0).is_none_or(|g| g.count() > 0) {
         return;
     }
-    let Some(first) = range_at(&resp, 1).and_then(|g| successors(&g).into_iter().next()) else {
+    let Some(first) =
+        range_at(&resp, 1).and_then(|g| successors(&layout.queue, &g).0.into_iter().next())
+    else {
         return;
     };
     let mut then = vec![touch(&first.key)];
@@ -532,7 +572,7 @@ mod tests {
 
     fn waiter(layout: &Layout, attempt: &str, rev: i64) -> Successor {
         Successor {
-            key: layout.waiter("0123abcd", attempt),
+            key: layout.waiter("0123abcd", true, u32::try_from(rev).unwrap_or_default()),
             create_revision: rev,
             lease: 0x7f00 + rev,
             value: format!("{attempt} pid=7 host=h-1 at=1700000000000").into_bytes(),

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use etcd_client::{GetOptions, SortOrder, SortTarget};
 
-use super::keys::prefix_end;
+use super::keys::{entry_name, prefix_end};
 use super::locker::EtcdLocker;
 use crate::{Key, Owner, RESERVED_SEGMENT, Result};
 
@@ -18,6 +18,11 @@ pub struct LockStatus {
     pub holder: Option<Holder>,
     /// Waiters in queue order (fair mode grants in this order).
     pub waiters: Vec<Waiter>,
+    /// Keys under the lock's queue that fairlock did not write (no lease,
+    /// or a name that is not `<locker id>/<f|u><slot>`), as full etcd keys.
+    /// They are never granted the lock and do not block the queue; remove
+    /// them with `etcdctl del <key>`.
+    pub foreign: Vec<String>,
 }
 
 /// The holder of a lock.
@@ -127,27 +132,29 @@ fn group(prefix: &str, kvs: Vec<(Vec<u8>, Vec<u8>, i64, i64)>) -> Vec<LockStatus
             key: lock.to_owned(),
             holder: None,
             waiters: Vec::new(),
+            foreign: Vec::new(),
         });
         // A fair holder's queue key may carry more lines after its grant:
         // the waiters behind it (see `release.rs`).
         let first = value.split(|&b| b == b'\n').next().unwrap_or_default();
         let owner = Owner::parse(&String::from_utf8_lossy(first));
-        match waiter.and_then(|w| w.split_once('/')) {
-            Some((locker, attempt)) => {
+        let queue = format!("{prefix}{lock}{marker}");
+        match waiter.map(|_| entry_name(queue.as_bytes(), key.as_bytes()).filter(|_| lease != 0)) {
+            Some(Some(name)) => {
                 entry.waiters.push(Waiter {
                     owner,
-                    locker: locker.to_owned(),
-                    fair: !attempt.starts_with('u'),
+                    locker: name.locker.to_owned(),
+                    fair: name.fair,
                 });
             }
-            None if waiter.is_none() => {
+            Some(None) => entry.foreign.push(key.clone().into_owned()),
+            None => {
                 entry.holder = Some(Holder {
                     owner,
                     fencing_token: u64::try_from(mod_revision).unwrap_or_default(),
                     lease,
                 });
             }
-            None => {}
         }
     }
     // A fair holder's own queue key stays until it releases, and may sort
@@ -176,14 +183,16 @@ mod tests {
             vec![
                 // Granted with the waiters behind it passed along.
                 kv(
-                    "/p/a/_OWNERS_/L1/fx",
-                    "x pid=1 host=h at=1000\n4 7 L2/fy y pid=2 host=h at=2000",
+                    "/p/a/_OWNERS_/L1/f0",
+                    "x pid=1 host=h at=1000\n4 7 L2/f0 y pid=2 host=h at=2000",
                     3,
                 ),
                 kv("/p/a", "x pid=1 host=h at=1000", 5),
-                kv("/p/a/_OWNERS_/L2/fy", "y pid=2 host=h at=2000", 4),
-                kv("/p/a/_OWNERS_/L3/uz", "z pid=3", 6),
-                kv("/p/b/_OWNERS_/L4/fw", "w", 8),
+                kv("/p/a/_OWNERS_/L2/f0", "y pid=2 host=h at=2000", 4),
+                kv("/p/a/_OWNERS_/L3/u1", "z pid=3", 6),
+                kv("/p/a/_OWNERS_/foreign", "not-a-fairlock-value", 7),
+                ("/p/a/_OWNERS_/L5/f2".into(), "no lease".into(), 9, 0),
+                kv("/p/b/_OWNERS_/L4/f0", "w", 8),
             ],
         );
         assert_eq!(locks.len(), 2);
@@ -202,6 +211,7 @@ mod tests {
             .map(|w| (w.locker.as_str(), w.fair))
             .collect();
         assert_eq!(waiters, [("L2", true), ("L3", false)]);
+        assert_eq!(a.foreign, ["/p/a/_OWNERS_/foreign", "/p/a/_OWNERS_/L5/f2"]);
         assert_eq!(locks[1].key, "b");
         assert!(locks[1].holder.is_none());
         assert_eq!(locks[1].waiters[0].owner.describe(), "w");

@@ -18,6 +18,8 @@ pub struct LockView {
     pub key: String,
     pub holder: Option<HolderView>,
     pub waiters: Vec<WaiterView>,
+    /// etcd: keys under the queue that fairlock did not write.
+    pub foreign: Vec<String>,
 }
 
 pub struct HolderView {
@@ -90,6 +92,7 @@ impl Conn {
                             fair: w.fair,
                         })
                         .collect(),
+                    foreign: s.foreign,
                 })
                 .collect()),
             Conn::Redis(l) => {
@@ -115,6 +118,7 @@ impl Conn {
                                 fair: w.fair,
                             })
                             .collect(),
+                        foreign: Vec::new(),
                     })
                     .collect())
             }

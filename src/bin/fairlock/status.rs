@@ -81,6 +81,20 @@ fn table(locks: &[LockStatus]) -> String {
                 let _ = writeln!(out, "{}: free", lock.key);
             }
         }
+        if lock.holder.as_ref().is_some_and(|h| h.lease == Some(0)) {
+            let _ = writeln!(
+                out,
+                "  ! the lock key has no lease: fairlock did not write it, and nobody will \
+                 release it; if no process of yours wrote it, remove it with etcdctl del"
+            );
+        }
+        for key in &lock.foreign {
+            let _ = writeln!(
+                out,
+                "  ! {key:?} is not a fairlock waiter (no lease, or an unknown name): it is \
+                 ignored; remove it with: etcdctl del '{key}'"
+            );
+        }
         for (n, w) in lock.waiters.iter().enumerate() {
             let _ = writeln!(
                 out,
