@@ -7,13 +7,18 @@
 //! ```
 //! Without `--endpoints` it starts its own single-member etcd (from PATH or
 //! `ETCD_BIN`), with its data on disk. The Go peer (etcd's own
-//! `concurrency.Mutex`) is built with `../shared/peers/go-mutex/build.sh`
-//! when that exists (or taken from `FAIRLOCK_GO_PEER`); `--no-go` skips it.
+//! `concurrency.Mutex`, `go-peer/`) is built with `scripts/build-go-peer.sh`
+//! (or taken from `FAIRLOCK_GO_PEER`); `--no-go` skips it. `cost.rs` adds
+//! etcd CPU and proposals per cycle on many keys, the raw-etcd token ring
+//! (the fair handoff floor) and a soak without compaction (`--soak-secs N`,
+//! default 600, 60 with `--quick`; `--soak-only` runs just the soak).
 //! The Redis rows (`redis_rows.rs`) start their own redis-servers (one, and
 //! five for Redlock) and include the `rslock` crate as the peer;
 //! `--no-redis` skips them, `--redis-only` runs only them.
 
+mod cost;
 mod redis_rows;
+mod report;
 mod server;
 #[path = "../../tests/support/mod.rs"]
 mod support;
@@ -23,6 +28,7 @@ use std::process::{Command, ExitCode};
 use std::time::Duration;
 
 use fairlock::{Context, Key, Locker};
+use report::{Row, median, print};
 use server::Metrics;
 use workloads::{Res, Run};
 
@@ -33,6 +39,8 @@ struct Opts {
     go: bool,
     redis: bool,
     redis_only: bool,
+    soak_only: bool,
+    soak_secs: Option<u64>,
     rss_child: Option<(String, usize)>,
 }
 
@@ -44,6 +52,8 @@ fn parse() -> Result<Opts, String> {
         go: true,
         redis: true,
         redis_only: false,
+        soak_only: false,
+        soak_secs: None,
         rss_child: None,
     };
     let mut args = std::env::args().skip(1);
@@ -55,6 +65,14 @@ fn parse() -> Result<Opts, String> {
             "--no-go" => o.go = false,
             "--no-redis" => o.redis = false,
             "--redis-only" => o.redis_only = true,
+            "--soak-only" => o.soak_only = true,
+            "--soak-secs" => {
+                let v = args.next().ok_or("--soak-secs needs a number of seconds")?;
+                o.soak_secs = Some(
+                    v.parse()
+                        .map_err(|_| format!("--soak-secs {v:?}: not a number"))?,
+                );
+            }
             "--rss-child" => {
                 let what = args.next().ok_or("--rss-child needs held|waiting")?;
                 let n = args
@@ -65,59 +83,13 @@ fn parse() -> Result<Opts, String> {
             }
             "-h" | "--help" => {
                 return Err("usage: bench [--endpoints E] [--quick] [--json] [--no-go] \
-                            [--no-redis] [--redis-only]"
+                            [--no-redis] [--redis-only] [--soak-only] [--soak-secs N]"
                     .into());
             }
             other => return Err(format!("unknown argument {other:?}; see --help")),
         }
     }
     Ok(o)
-}
-
-/// One line of the report.
-struct Row {
-    name: String,
-    mode: &'static str,
-    clients: usize,
-    keys: usize,
-    ops: usize,
-    ops_per_s: f64,
-    p50_us: u64,
-    p99_us: u64,
-    ratio: Option<f64>,
-    ratio_of: &'static str,
-    writes_per_op: Option<f64>,
-    requests_per_op: Option<f64>,
-}
-
-impl Row {
-    fn of(name: &str, mode: &'static str, clients: usize, keys: usize, run: &Run) -> Row {
-        Row {
-            name: name.into(),
-            mode,
-            clients,
-            keys,
-            ops: run.ops(),
-            ops_per_s: run.per_s(),
-            p50_us: run.pct_us(0.5),
-            p99_us: run.pct_us(0.99),
-            ratio: None,
-            ratio_of: "",
-            writes_per_op: None,
-            requests_per_op: None,
-        }
-    }
-    fn ratio(mut self, r: f64, of: &'static str) -> Row {
-        self.ratio = Some(r);
-        self.ratio_of = of;
-        self
-    }
-    fn cost(mut self, before: &Metrics, after: &Metrics, ops: usize) -> Row {
-        let n = ops.max(1) as f64;
-        self.writes_per_op = Some((after.writes() - before.writes()) / n);
-        self.requests_per_op = Some((after.requests() - before.requests()) / n);
-        self
-    }
 }
 
 fn main() -> ExitCode {
@@ -147,18 +119,13 @@ fn main() -> ExitCode {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 async fn run(o: &Opts) -> Res<()> {
     if o.redis_only {
         let dur = Duration::from_millis(if o.quick { 1500 } else { 4000 });
         print(&redis_rows::rows(o.quick, dur).await?, o.json);
         return Ok(());
     }
-    let (_own, ep) = match &o.endpoints {
+    let (own, ep) = match &o.endpoints {
         Some(e) => (None, e.split(',').next().unwrap_or_default().to_string()),
         None => {
             let etcd = support::Etcd::start(); // data on disk, removed at exit
@@ -166,7 +133,15 @@ async fn run(o: &Opts) -> Res<()> {
             (Some(etcd), ep)
         }
     };
+    let etcd_pid = own.as_ref().map(support::Etcd::pid);
     let go_peer = if o.go { build_go_peer() } else { None };
+    if o.soak_only {
+        let mut summary = Vec::new();
+        let rows = soak_rows(o, &ep, etcd_pid, go_peer.as_deref(), &mut summary).await?;
+        print(&rows, o.json);
+        print_summary(&summary, o.json);
+        return Ok(());
+    }
     let (seq_n, batches, batch_n) = if o.quick {
         (200, 4, 50)
     } else {
@@ -352,6 +327,14 @@ async fn run(o: &Opts) -> Res<()> {
         rows.push(go.named("peer: Go concurrency.Mutex 32 clients on 32 keys", 32));
     }
 
+    // 5b. what a lock costs etcd, and the ring floor
+    let mut summary = Vec::new();
+    let fair_at = |clients| ops_of(&rows, "fairlock contended, 1 key", "fair", clients);
+    let fair_handoffs = [(4, fair_at(4)), (16, fair_at(16))];
+    let go = go_peer.as_deref();
+    rows.extend(cost_rows(o, &ep, etcd_pid, go, dur, &fair_handoffs, &mut summary).await?);
+    rows.extend(soak_rows(o, &ep, etcd_pid, go, &mut summary).await?);
+
     // 6. cost of a release with 100 queued waiters
     rows.push(release_with_waiters(&ep, 100, 20).await?);
 
@@ -393,7 +376,216 @@ async fn run(o: &Opts) -> Res<()> {
     }
 
     print(&rows, o.json);
+    print_summary(&summary, o.json);
     Ok(())
+}
+
+/// The ratios the targets are stated in, from rows of this run.
+fn print_summary(summary: &[String], json: bool) {
+    if json {
+        return;
+    }
+    println!();
+    for line in summary {
+        println!("{line}");
+    }
+}
+
+fn ops_of(rows: &[Row], name: &str, mode: &str, clients: usize) -> f64 {
+    rows.iter()
+        .find(|r| r.name == name && r.mode == mode && r.clients == clients)
+        .map_or(0.0, |r| r.ops_per_s)
+}
+
+/// etcd CPU and proposals per cycle on many keys (fairlock on one
+/// connection, and the Go recipe), and the token ring against fair
+/// handoffs.
+async fn cost_rows(
+    o: &Opts,
+    ep: &str,
+    pid: Option<u32>,
+    go: Option<&str>,
+    dur: Duration,
+    fair_handoffs: &[(usize, f64)],
+    summary: &mut Vec<String>,
+) -> Res<Vec<Row>> {
+    let cpu = cost::EtcdCpu::new(pid);
+    let mut rows = Vec::new();
+    let before = rows.len();
+    for tasks in [4, 32, 128] {
+        let mut mine = Vec::new();
+        for fair in [true, false] {
+            let meter = cost::Meter::start(&cpu, ep)?;
+            let run = cost::many_keys(ep, fair, tasks, dur).await?;
+            let mode = if fair { "fair" } else { "unfair" };
+            let row = Row::of(
+                "cost: fairlock, own key per task, 1 conn",
+                mode,
+                tasks,
+                tasks,
+                &run,
+            );
+            mine.push((mode, run.per_s(), run.ops()));
+            rows.push(meter.finish(row, run.ops())?);
+        }
+        let Some(bin) = go else { continue };
+        let n = tasks * if o.quick { 40 } else { 150 };
+        let meter = cost::Meter::start(&cpu, ep)?;
+        let go_run = go_run(bin, ep, "keys", tasks, n)?;
+        let row = go_run.named("cost: Go concurrency.Mutex, own key per task", tasks);
+        rows.push(meter.finish(row, go_run.ops)?);
+        for (mode, per_s, _) in mine {
+            summary.push(format!(
+                "many keys, {tasks} tasks: fairlock {mode} / Go Mutex = {:.2} cycles/s",
+                per_s / go_run.ops_per_s.max(1e-9)
+            ));
+        }
+    }
+    let cpu_of = |rows: &[Row], name: &str, mode: &str, tasks: usize| {
+        rows.iter()
+            .find(|r| r.name.starts_with(name) && r.mode == mode && r.clients == tasks)
+            .and_then(|r| r.ratio)
+    };
+    for tasks in [4, 32, 128] {
+        let go_cpu = cpu_of(&rows[before..], "cost: Go", "fair", tasks);
+        for mode in ["fair", "unfair"] {
+            if let (Some(ours), Some(go_cpu)) = (
+                cpu_of(&rows[before..], "cost: fairlock", mode, tasks),
+                go_cpu,
+            ) {
+                summary.push(format!(
+                    "etcd CPU per cycle, {tasks} keys: fairlock {mode} {ours:.0} us, Go Mutex \
+                     {go_cpu:.0} us ({:.2}x)",
+                    ours / go_cpu
+                ));
+            }
+        }
+    }
+    for &(clients, fair) in fair_handoffs {
+        let meter = cost::Meter::start(&cpu, ep)?;
+        let run = cost::ring(ep, clients, dur).await?;
+        let row = Row::of(
+            "floor: raw etcd token ring (1 put + 1 event)",
+            "-",
+            clients,
+            1,
+            &run,
+        );
+        rows.push(meter.finish(row, run.ops())?);
+        summary.push(format!(
+            "fair handoffs, {clients} clients: {:.2}x the token ring",
+            fair / run.per_s().max(1e-9)
+        ));
+    }
+    Ok(rows)
+}
+
+/// The soak, fairlock fair and the Go recipe, each for `secs` on a fresh
+/// history of its own key names (etcd is not compacted).
+async fn soak_rows(
+    o: &Opts,
+    ep: &str,
+    pid: Option<u32>,
+    go: Option<&str>,
+    summary: &mut Vec<String>,
+) -> Res<Vec<Row>> {
+    let secs = o.soak_secs.unwrap_or(if o.quick { 60 } else { 600 });
+    if secs == 0 {
+        return Ok(Vec::new());
+    }
+    let cpu = cost::EtcdCpu::new(pid);
+    let dur = Duration::from_secs(secs);
+    let window = Duration::from_secs(if secs >= 600 { 60 } else { (secs / 6).max(1) });
+    let mut rows = Vec::new();
+    for fair in [true, false] {
+        let soak = cost::soak(ep, fair, (16, 4), dur, window, &cpu).await?;
+        let last = soak.windows.len().saturating_sub(1);
+        let mode = if fair { "fair" } else { "unfair" };
+        let run = Run {
+            lat: Vec::new(),
+            elapsed: dur,
+        };
+        let mut row = Row::of(
+            "soak: 16 own keys + 4 on one key, 1 conn",
+            mode,
+            20,
+            17,
+            &run,
+        );
+        row.ops = soak.windows.iter().sum();
+        row.ops_per_s = row.ops as f64 / dur.as_secs_f64();
+        rows.push(row.ratio(
+            soak.per_s(last) / soak.per_s(0).max(1e-9),
+            "last / first window",
+        ));
+        let cpu_line = match (soak.cpu_us_per_cycle(0), soak.cpu_us_per_cycle(last)) {
+            (Some(a), Some(b)) => format!("; etcd CPU per cycle {a:.0} -> {b:.0} us"),
+            _ => String::new(),
+        };
+        summary.push(format!(
+            "soak fairlock {mode}, {secs} s, no compaction: {:.0} cycles/s in the first {}s window, \
+             {:.0} in the last ({:.2}x){cpu_line}",
+            soak.per_s(0),
+            window.as_secs(),
+            soak.per_s(last),
+            soak.per_s(last) / soak.per_s(0).max(1e-9)
+        ));
+    }
+    if let Some(bin) = go {
+        let out = Command::new(bin)
+            .args([
+                "-endpoints",
+                ep,
+                "-mode",
+                "soak",
+                "-clients",
+                "16",
+                "-contended",
+                "4",
+            ])
+            .args([
+                "-duration",
+                &format!("{secs}s"),
+                "-window",
+                &format!("{}s", window.as_secs()),
+            ])
+            .output()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let field = |k: &str| {
+            text.split_whitespace()
+                .find_map(|w| w.strip_prefix(&format!("{k}=")))
+                .and_then(|v| v.parse::<f64>().ok())
+        };
+        if let (Some(first), Some(last), Some(ops)) =
+            (field("first_per_s"), field("last_per_s"), field("ops"))
+        {
+            let run = Run {
+                lat: Vec::new(),
+                elapsed: dur,
+            };
+            let mut row = Row::of(
+                "soak: Go concurrency.Mutex, same workload",
+                "fair",
+                20,
+                17,
+                &run,
+            );
+            row.ops = ops as usize;
+            row.ops_per_s = ops / dur.as_secs_f64();
+            rows.push(row.ratio(last / first.max(1e-9), "last / first window"));
+            summary.push(format!(
+                "soak Go Mutex, {secs} s: {first:.0} cycles/s in the first window, {last:.0} in the \
+                 last ({:.2}x)",
+                last / first.max(1e-9)
+            ));
+        } else {
+            eprintln!(
+                "bench: Go soak gave no figures: {text} {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+    Ok(rows)
 }
 
 /// Holds a key, queues `waiters` fair waiters (each its own locker on one
@@ -462,17 +654,14 @@ async fn release_with_waiters(ep: &str, waiters: usize, releases: usize) -> Res<
     .cost(&m0, &m1, releases))
 }
 
-/// Builds (or finds) the Go peer binary.
+/// Builds (or finds) the Go peer binary: etcd's own
+/// `concurrency.Mutex`, built from `examples/bench/go-peer` by
+/// `scripts/build-go-peer.sh`, or named by `FAIRLOCK_GO_PEER`.
 fn build_go_peer() -> Option<String> {
     if let Ok(bin) = std::env::var("FAIRLOCK_GO_PEER") {
         return Some(bin);
     }
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/peers/go-mutex/build.sh");
-    if !script.exists() {
-        eprintln!("bench: no Go peer ({} not found)", script.display());
-        return None;
-    }
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-go-peer.sh");
     eprintln!("bench: building the Go peer (etcd's concurrency.Mutex)...");
     let out = Command::new("bash").arg(&script).output().ok()?;
     if !out.status.success() {
@@ -626,51 +815,4 @@ async fn rss_child(ep: &str, what: &str, n: usize) -> Res<()> {
     drop(held);
     let _ = other.close().await;
     Ok(())
-}
-
-fn print(rows: &[Row], json: bool) {
-    if json {
-        for r in rows {
-            let opt = |v: Option<f64>| v.map_or("null".to_string(), |x| format!("{x:.3}"));
-            println!(
-                "{{\"name\":{:?},\"mode\":{:?},\"clients\":{},\"keys\":{},\"ops\":{},\"ops_per_s\":{:.1},\
-                 \"p50_us\":{},\"p99_us\":{},\"ratio\":{},\"ratio_of\":{:?},\"writes_per_op\":{},\"requests_per_op\":{}}}",
-                r.name,
-                r.mode,
-                r.clients,
-                r.keys,
-                r.ops,
-                r.ops_per_s,
-                r.p50_us,
-                r.p99_us,
-                opt(r.ratio),
-                r.ratio_of,
-                opt(r.writes_per_op),
-                opt(r.requests_per_op)
-            );
-        }
-        return;
-    }
-    println!(
-        "{:<48} {:<6} {:>4} {:>5} {:>7} {:>9} {:>7} {:>8} {:>7} {:>7}  ratio",
-        "what", "mode", "cli", "keys", "ops", "ops/s", "p50us", "p99us", "wr/op", "req/op"
-    );
-    for r in rows {
-        let opt = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.2}"));
-        println!(
-            "{:<48} {:<6} {:>4} {:>5} {:>7} {:>9.0} {:>7} {:>8} {:>7} {:>7}  {}",
-            r.name,
-            r.mode,
-            r.clients,
-            r.keys,
-            r.ops,
-            r.ops_per_s,
-            r.p50_us,
-            r.p99_us,
-            opt(r.writes_per_op),
-            opt(r.requests_per_op),
-            r.ratio
-                .map_or(String::new(), |x| format!("{x:.2} {}", r.ratio_of))
-        );
-    }
 }

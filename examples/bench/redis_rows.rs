@@ -9,7 +9,7 @@ use std::time::Duration;
 use fairlock::redis::{RedisConfig, RedisLocker};
 use fairlock::{Context, Key, Locker};
 
-use crate::Row;
+use crate::report::Row;
 use crate::support::redis_server::{self, RedisServer};
 use crate::workloads::{Fut2, Res, Run, sequential, spread};
 

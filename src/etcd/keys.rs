@@ -74,11 +74,13 @@ pub(crate) fn entry_name<'a>(queue: &[u8], key: &'a [u8]) -> Option<EntryName<'a
         "u" => false,
         _ => return None,
     };
-    let alnum = |s: &str, max: usize| {
-        !s.is_empty() && s.len() <= max && s.bytes().all(|b| b.is_ascii_alphanumeric())
-    };
-    (alnum(locker, 64) && alnum(number, 10) && number.bytes().all(|b| b.is_ascii_digit()))
-        .then_some(EntryName { locker, fair })
+    // A locker id is a simple UUID: 32 lowercase hex digits.
+    let id = locker.len() == 32
+        && locker
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    let slot = (1..=10).contains(&number.len()) && number.bytes().all(|b| b.is_ascii_digit());
+    (id && slot).then_some(EntryName { locker, fair })
 }
 
 /// `true` if queue key `key` (bound to `lease`) is a fairlock waiter: named
@@ -123,13 +125,14 @@ mod tests {
     #[test]
     fn entry_names_round_trip_and_strays_do_not_parse() {
         let a = Layout::new("/p/", &Key::from("a"));
+        let id = "0123456789abcdef0123456789abcdef";
         for (fair, slot) in [(true, 0), (false, 12), (true, u32::MAX)] {
-            let key = a.waiter("0123abcd", fair, slot);
+            let key = a.waiter(id, fair, slot);
             let name = entry_name(&a.queue, &key).expect("parses");
             assert_eq!(
                 name,
                 EntryName {
-                    locker: "0123abcd",
+                    locker: id,
                     fair
                 }
             );
@@ -138,6 +141,9 @@ mod tests {
         }
         for stray in [
             "foreign",
+            "0123abcd/f1",
+            "0123456789ABCDEF0123456789ABCDEF/f1",
+            "0123456789abcdef0123456789abcdef/x1",
             "L/x1",
             "L/f",
             "L/f1x",

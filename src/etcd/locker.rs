@@ -5,12 +5,12 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, GetResponse, PutOptions, Txn, TxnOp,
-    TxnOpResponse, TxnResponse,
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, GetResponse, PutOptions, SortOrder,
+    SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse,
 };
 
 use super::config::EtcdConfig;
-use super::keys::{Layout, owner_value};
+use super::keys::{Layout, is_waiter, owner_value};
 use super::release::{self, Held, Next};
 use super::session::{FIRST_BACKOFF, Lease, MAX_BACKOFF, Session};
 use super::shared_watch::SharedWatches;
@@ -22,6 +22,11 @@ use super::{
 };
 use crate::{Context, Error, Key, LockGuard, Locker, Result};
 use tokio::task::JoinHandle;
+
+/// How many queue entries a fair `try_lock` looks at when the lock is free
+/// but the queue is not empty (to tell entries fairlock did not write from
+/// waiters); with more, it answers "held".
+const FOREIGN_SCAN: i64 = 16;
 
 /// A fair or unfair locker on etcd, with its own session lease.
 ///
@@ -490,7 +495,9 @@ async fn abandon(
         lease,
     } = written;
     let Some(lease) = lease else {
-        slot.map(Slot::free);
+        if let Some(slot) = slot {
+            slot.free();
+        }
         return Ok(()); // nothing was written
     };
     if unanswered {
@@ -651,18 +658,66 @@ impl EtcdLocker {
             );
         }
         let value = attempt.value.clone();
+        // Fair: if the lock is free but the queue is not empty, read whether
+        // anyone in it is a waiter (see `keys::is_waiter`).
+        let reads = if self.inner.fair {
+            vec![
+                TxnOp::get(
+                    layout.lock.clone(),
+                    Some(GetOptions::new().with_count_only()),
+                ),
+                TxnOp::get(
+                    layout.queue.clone(),
+                    Some(
+                        GetOptions::new()
+                            .with_prefix()
+                            .with_sort(SortTarget::Create, SortOrder::Ascend)
+                            .with_limit(FOREIGN_SCAN)
+                            .with_keys_only(),
+                    ),
+                ),
+            ]
+        } else {
+            Vec::new()
+        };
         let (resp, lease) = attempt
             .write_with_lease("try_lock", |lease| {
                 Txn::new()
                     .when(when.clone())
                     .and_then([put_leased(&layout.lock, &value, lease)])
+                    .or_else(reads.clone())
             })
             .await?;
-        if !resp.succeeded() {
-            attempt.disarm();
-            return Ok(None);
+        if resp.succeeded() {
+            return Ok(Some(attempt.granted(revision(&resp), None, lease, false)));
         }
-        Ok(Some(attempt.granted(revision(&resp), None, lease, false)))
+        // Free, and queued only by entries fairlock did not write: take it
+        // if nothing newer has queued since.
+        let free = range_at(&resp, 0).is_some_and(|g| g.count() == 0);
+        let queue = range_at(&resp, 1);
+        let only_foreign = queue.as_ref().is_some_and(|g| {
+            (g.kvs().len() as i64) < FOREIGN_SCAN
+                && !g
+                    .kvs()
+                    .iter()
+                    .any(|kv| is_waiter(&layout.queue, kv.key(), kv.lease()))
+        });
+        let newest = queue.and_then(|g| g.kvs().last().map(|kv| kv.create_revision()));
+        if let (true, true, Some(newest)) = (free, only_foreign, newest) {
+            let txn = Txn::new()
+                .when([
+                    Compare::create_revision(layout.lock.clone(), CompareOp::Equal, 0),
+                    Compare::create_revision(layout.queue.clone(), CompareOp::Less, newest + 1)
+                        .with_prefix(),
+                ])
+                .and_then([put_leased(&layout.lock, &value, lease.id)]);
+            let resp = attempt.write("try_lock", &lease, txn).await?;
+            if resp.succeeded() {
+                return Ok(Some(attempt.granted(revision(&resp), None, lease, false)));
+            }
+        }
+        attempt.disarm();
+        Ok(None)
     }
 
     /// One attempt of `lock`: queue, wait, and on failure remove what it

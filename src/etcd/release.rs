@@ -572,7 +572,11 @@ mod tests {
 
     fn waiter(layout: &Layout, attempt: &str, rev: i64) -> Successor {
         Successor {
-            key: layout.waiter("0123abcd", true, u32::try_from(rev).unwrap_or_default()),
+            key: layout.waiter(
+                "0123456789abcdef0123456789abcdef",
+                true,
+                u32::try_from(rev).unwrap_or_default(),
+            ),
             create_revision: rev,
             lease: 0x7f00 + rev,
             value: format!("{attempt} pid=7 host=h-1 at=1700000000000").into_bytes(),

@@ -183,16 +183,29 @@ mod tests {
             vec![
                 // Granted with the waiters behind it passed along.
                 kv(
-                    "/p/a/_OWNERS_/L1/f0",
-                    "x pid=1 host=h at=1000\n4 7 L2/f0 y pid=2 host=h at=2000",
+                    "/p/a/_OWNERS_/00000000000000000000000000000001/f0",
+                    "x pid=1 host=h at=1000\n4 7 00000000000000000000000000000002/f0 y pid=2 host=h at=2000",
                     3,
                 ),
                 kv("/p/a", "x pid=1 host=h at=1000", 5),
-                kv("/p/a/_OWNERS_/L2/f0", "y pid=2 host=h at=2000", 4),
-                kv("/p/a/_OWNERS_/L3/u1", "z pid=3", 6),
+                kv(
+                    "/p/a/_OWNERS_/00000000000000000000000000000002/f0",
+                    "y pid=2 host=h at=2000",
+                    4,
+                ),
+                kv(
+                    "/p/a/_OWNERS_/00000000000000000000000000000003/u1",
+                    "z pid=3",
+                    6,
+                ),
                 kv("/p/a/_OWNERS_/foreign", "not-a-fairlock-value", 7),
-                ("/p/a/_OWNERS_/L5/f2".into(), "no lease".into(), 9, 0),
-                kv("/p/b/_OWNERS_/L4/f0", "w", 8),
+                (
+                    "/p/a/_OWNERS_/00000000000000000000000000000005/f2".into(),
+                    "no lease".into(),
+                    9,
+                    0,
+                ),
+                kv("/p/b/_OWNERS_/00000000000000000000000000000004/f0", "w", 8),
             ],
         );
         assert_eq!(locks.len(), 2);
@@ -210,8 +223,15 @@ mod tests {
             .iter()
             .map(|w| (w.locker.as_str(), w.fair))
             .collect();
-        assert_eq!(waiters, [("L2", true), ("L3", false)]);
-        assert_eq!(a.foreign, ["/p/a/_OWNERS_/foreign", "/p/a/_OWNERS_/L5/f2"]);
+        let id = |n: u8| format!("{n:032x}");
+        assert_eq!(waiters, [(id(2).as_str(), true), (id(3).as_str(), false)]);
+        assert_eq!(
+            a.foreign,
+            [
+                "/p/a/_OWNERS_/foreign".to_string(),
+                format!("/p/a/_OWNERS_/{}/f2", id(5))
+            ]
+        );
         assert_eq!(locks[1].key, "b");
         assert!(locks[1].holder.is_none());
         assert_eq!(locks[1].waiters[0].owner.describe(), "w");

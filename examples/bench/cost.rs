@@ -1,0 +1,249 @@
+//! What a lock costs etcd (issue: a lock must not slow etcd down): etcd CPU
+//! and raft proposals per cycle on many keys, against etcd's own Go recipe
+//! in the same run; the raw-etcd token ring, the floor of a fair handoff;
+//! and a soak that shows whether cycles/s stay flat as history grows
+//! without compaction.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use etcd_client::{EventType, WatchOptions};
+use fairlock::etcd::{EtcdConfig, EtcdLocker};
+use fairlock::{Context, Key, Locker};
+
+use crate::report::Row;
+use crate::server::Metrics;
+use crate::workloads::{self, Fut2, Res, Run, spread};
+
+/// etcd's CPU time (user + system) from `/proc/<pid>/stat`, in seconds.
+pub struct EtcdCpu {
+    pid: Option<u32>,
+    tick: f64,
+}
+
+impl EtcdCpu {
+    /// Without a pid (an etcd the bench did not start) nothing is measured.
+    pub fn new(pid: Option<u32>) -> Self {
+        let hz = std::process::Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+            })
+            .unwrap_or(100.0);
+        EtcdCpu {
+            pid,
+            tick: 1.0 / hz,
+        }
+    }
+
+    pub fn seconds(&self) -> Option<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid?)).ok()?;
+        let fields: Vec<&str> = stat.get(stat.rfind(')')? + 2..)?.split(' ').collect();
+        let ticks = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+        Some(ticks * self.tick)
+    }
+}
+
+/// CPU, proposals and requests before a phase.
+pub struct Meter<'a> {
+    cpu: &'a EtcdCpu,
+    ep: &'a str,
+    cpu0: Option<f64>,
+    m0: Metrics,
+}
+
+impl<'a> Meter<'a> {
+    pub fn start(cpu: &'a EtcdCpu, ep: &'a str) -> Res<Self> {
+        Ok(Meter {
+            cpu,
+            ep,
+            cpu0: cpu.seconds(),
+            m0: Metrics::scrape(ep)?,
+        })
+    }
+
+    /// `row` with the writes and requests per op, and etcd CPU per op in
+    /// microseconds as its ratio.
+    pub fn finish(self, row: Row, ops: usize) -> Res<Row> {
+        let m1 = Metrics::scrape(self.ep)?;
+        let row = row.cost(&self.m0, &m1, ops);
+        Ok(match (self.cpu0, self.cpu.seconds()) {
+            (Some(a), Some(b)) => row.ratio((b - a) * 1e6 / ops.max(1) as f64, "us etcd CPU/op"),
+            _ => row,
+        })
+    }
+}
+
+/// `n` lockers on one connection, as `get_locker` hands them out after one
+/// `register`.
+pub async fn shared_lockers(ep: &str, fair: bool, n: usize) -> Res<Vec<EtcdLocker>> {
+    let prefix = format!("/bench/keys-{}/", uuid::Uuid::new_v4().simple());
+    let config = EtcdConfig::new([ep]).with_prefix(prefix);
+    let client = workloads::connect(ep).await?;
+    Ok((0..n)
+        .map(|_| EtcdLocker::from_client(client.clone(), config.clone(), fair))
+        .collect())
+}
+
+/// `tasks` tasks, each locking its own key with its own locker, over one
+/// connection.
+pub async fn many_keys(ep: &str, fair: bool, tasks: usize, dur: Duration) -> Res<Run> {
+    let lockers = shared_lockers(ep, fair, tasks).await?;
+    let workers = lockers
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let (l, key) = (l.clone(), Key::from(format!("k{i}")));
+            move || {
+                let (l, key) = (l.clone(), key.clone());
+                Box::pin(async move {
+                    l.lock(&Context::background(), &key).await?.unlock().await?;
+                    Ok(())
+                }) as Fut2<()>
+            }
+        })
+        .collect();
+    let run = spread(dur, workers).await;
+    for l in lockers {
+        l.close().await?;
+    }
+    run
+}
+
+/// The fair handoff floor on raw etcd: `clients` connections pass a token
+/// round a ring. Each waits for an event on its own key on a long-lived
+/// watch, then puts the next client's key: one write and one event per
+/// handoff.
+pub async fn ring(ep: &str, clients: usize, dur: Duration) -> Res<Run> {
+    let prefix = format!("/bench/ring-{}/", uuid::Uuid::new_v4().simple());
+    let handoffs = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let mut tasks = Vec::new();
+    let mut first = None;
+    for i in 0..clients {
+        let mut c = workloads::connect(ep).await?;
+        let mine = format!("{prefix}{i}");
+        let next = format!("{prefix}{}", (i + 1) % clients);
+        let mut events = c
+            .watch_client()
+            .watch(mine.clone(), Some(WatchOptions::new()))
+            .await?;
+        events.message().await?; // created
+        if i == 0 {
+            first = Some((c.clone(), mine.clone()));
+        }
+        let (handoffs, stop) = (Arc::clone(&handoffs), Arc::clone(&stop));
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let msg = tokio::select! {
+                    msg = events.message() => msg?,
+                    () = stop.notified() => return Ok::<_, etcd_client::Error>(()),
+                };
+                let Some(msg) = msg else { return Ok(()) };
+                for _ in msg
+                    .events()
+                    .iter()
+                    .filter(|e| e.event_type() == EventType::Put)
+                {
+                    handoffs.fetch_add(1, Ordering::Relaxed);
+                    c.put(next.clone(), "t", None).await?;
+                }
+            }
+        }));
+    }
+    let (mut c, key) = first.ok_or("no clients")?;
+    let start = Instant::now();
+    c.put(key, "t", None).await?;
+    tokio::time::sleep(dur).await;
+    let n = handoffs.load(Ordering::Relaxed);
+    let elapsed = start.elapsed();
+    stop.notify_waiters();
+    for t in tasks {
+        t.abort();
+    }
+    Ok(Run {
+        lat: vec![elapsed / n.max(1) as u32; n],
+        elapsed,
+    })
+}
+
+/// Cycles per window of a soak.
+pub struct Soak {
+    pub windows: Vec<usize>,
+    pub window: Duration,
+    /// etcd CPU seconds per window, when measured.
+    pub cpu: Vec<Option<f64>>,
+}
+
+impl Soak {
+    pub fn per_s(&self, i: usize) -> f64 {
+        self.windows.get(i).copied().unwrap_or(0) as f64 / self.window.as_secs_f64()
+    }
+    pub fn cpu_us_per_cycle(&self, i: usize) -> Option<f64> {
+        Some(self.cpu.get(i).copied()?? * 1e6 / self.windows.get(i).copied()?.max(1) as f64)
+    }
+}
+
+/// One process, one connection: `keys` tasks on their own keys plus
+/// `contended` tasks on one shared key, for `dur`, counted per `window`.
+/// etcd is never compacted meanwhile: a lock whose cost grows with etcd's
+/// history shows here as falling cycles/s.
+pub async fn soak(
+    ep: &str,
+    fair: bool,
+    (keys, contended): (usize, usize),
+    dur: Duration,
+    window: Duration,
+    cpu: &EtcdCpu,
+) -> Res<Soak> {
+    let lockers = shared_lockers(ep, fair, keys + contended).await?;
+    let count = Arc::new(AtomicUsize::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for (i, l) in lockers.iter().enumerate() {
+        let key = Key::from(if i < keys {
+            format!("k{i}")
+        } else {
+            "shared".into()
+        });
+        let (l, count) = (l.clone(), Arc::clone(&count));
+        tasks.push(tokio::spawn(async move {
+            while start.elapsed() < dur {
+                l.lock(&Context::background(), &key).await?.unlock().await?;
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok::<_, fairlock::Error>(())
+        }));
+    }
+    let (mut windows, mut cpus) = (Vec::new(), Vec::new());
+    let (mut last, mut last_cpu) = (0, cpu.seconds());
+    for w in 1..=(dur.as_secs_f64() / window.as_secs_f64()) as u32 {
+        tokio::time::sleep_until((start + window * w).into()).await;
+        let (now, now_cpu) = (count.load(Ordering::Relaxed), cpu.seconds());
+        windows.push(now - last);
+        cpus.push(now_cpu.zip(last_cpu).map(|(b, a)| b - a));
+        eprintln!(
+            "bench: soak {} window {w}: {:.0} cycles/s",
+            if fair { "fair" } else { "unfair" },
+            (now - last) as f64 / window.as_secs_f64()
+        );
+        (last, last_cpu) = (now, now_cpu);
+    }
+    for t in tasks {
+        t.await??;
+    }
+    for l in lockers {
+        l.close().await?;
+    }
+    Ok(Soak {
+        windows,
+        window,
+        cpu: cpus,
+    })
+}

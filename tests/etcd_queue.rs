@@ -1,0 +1,320 @@
+//! The etcd queue over a long life: waiting reuses a few key names (etcd
+//! keeps an index entry for every name ever written until it compacts), and
+//! data under a lock's prefix that fairlock did not write never blocks or
+//! takes the lock.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{Client, EventType, GetOptions, PutOptions, WatchOptions};
+use fairlock::etcd::{EtcdConfig, EtcdLocker};
+use fairlock::{Context, Error, Key, Locker};
+
+async fn setup(test: &str) -> (Client, EtcdConfig) {
+    let server = support::shared();
+    let config =
+        EtcdConfig::new([server.endpoint.clone()]).with_prefix(support::unique_prefix(test));
+    (server.client().await, config)
+}
+
+fn patient() -> Context {
+    Context::background().with_timeout(Duration::from_secs(120))
+}
+
+/// Every queue key name created under `queue` from revision `from` on, and
+/// how many creations there were, read from etcd's own history: a watch
+/// replays it from `from` up to a marker key written under `prefix` now.
+async fn names_created(
+    client: &mut Client,
+    prefix: &str,
+    queue: &str,
+    from: i64,
+) -> (BTreeSet<Vec<u8>>, usize) {
+    let opts = WatchOptions::new().with_prefix().with_start_revision(from);
+    let mut stream = client
+        .watch_client()
+        .watch(prefix, Some(opts))
+        .await
+        .expect("watch");
+    let marker = format!("{prefix}marker");
+    client
+        .put(marker.as_str(), "end", None)
+        .await
+        .expect("marker");
+    let (mut names, mut creates) = (BTreeSet::new(), 0);
+    loop {
+        let resp = stream.message().await.expect("watch").expect("open");
+        for ev in resp.events() {
+            let kv = ev.kv().expect("kv");
+            if kv.key() == marker.as_bytes() {
+                client.delete(marker.as_str(), None).await.expect("marker");
+                return (names, creates);
+            }
+            let created =
+                ev.event_type() == EventType::Put && kv.create_revision() == kv.mod_revision();
+            if created && kv.key().starts_with(queue.as_bytes()) {
+                names.insert(kv.key().to_vec());
+                creates += 1;
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_reuses_a_few_queue_key_names() {
+    for fair in [true, false] {
+        let (mut client, config) = setup(if fair { "names-fair" } else { "names-unfair" }).await;
+        let key = Key::from("busy");
+        let queue = format!("{}busy/_OWNERS_/", config.prefix());
+        let locker = |f| Arc::new(EtcdLocker::from_client(client.clone(), config.clone(), f));
+        let (holder, a, b) = (locker(fair), locker(fair), locker(fair));
+        let start = client
+            .get("x", None)
+            .await
+            .expect("read")
+            .header()
+            .expect("h")
+            .revision();
+        let rounds = 15;
+        for _ in 0..rounds {
+            // Two waiters queue behind a holder, then get the lock in turn.
+            let guard = holder.lock(&patient(), &key).await.expect("hold");
+            let waiters: Vec<_> = [&a, &b]
+                .into_iter()
+                .map(|l| {
+                    let (l, key) = (Arc::clone(l), key.clone());
+                    tokio::spawn(async move { l.lock(&patient(), &key).await?.unlock().await })
+                })
+                .collect();
+            support::wait_for_count(&mut client, &queue, 2, false).await;
+            guard.unlock().await.expect("unlock");
+            for w in waiters {
+                w.await.expect("join").expect("waiter");
+            }
+        }
+        let (names, creates) = names_created(&mut client, config.prefix(), &queue, start + 1).await;
+        assert!(
+            creates >= 2 * rounds,
+            "only {creates} queue entries were written"
+        );
+        // One name per waiting locker (the holder's own lock() took the free
+        // lock or queued at most once per round): never one per attempt.
+        assert!(
+            names.len() <= 3,
+            "{creates} waits wrote {} distinct queue key names: {:?}",
+            names.len(),
+            names
+                .iter()
+                .map(|n| String::from_utf8_lossy(n))
+                .collect::<Vec<_>>()
+        );
+        support::wait_for_count(&mut client, config.prefix(), 0, true).await;
+    }
+}
+
+/// Puts `value` at `key` with no lease, as another program might.
+async fn put_foreign(client: &mut Client, key: &str, value: &[u8]) {
+    client.put(key, value, None).await.expect("put");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_entries_fairlock_did_not_write_never_block_or_take_the_lock() {
+    for fair in [true, false] {
+        let (mut client, config) = setup(if fair { "stray-fair" } else { "stray-unfair" }).await;
+        let key = Key::from("h4");
+        let queue = format!("{}h4/_OWNERS_/", config.prefix());
+        // Entries nobody renews: no lease, a foreign name, a fairlock-like
+        // name without a lease, and one with a lease and a name that is not
+        // fairlock's.
+        put_foreign(
+            &mut client,
+            &format!("{queue}foreign"),
+            b"not-a-fairlock-value",
+        )
+        .await;
+        put_foreign(
+            &mut client,
+            &format!("{queue}0123abcd/f0"),
+            &[0xff, 0, b'\n', 7],
+        )
+        .await;
+        let lease = client.lease_grant(60, None).await.expect("lease").id();
+        let opts = PutOptions::new().with_lease(lease);
+        client
+            .put(format!("{queue}x/y/z"), "odd", Some(opts))
+            .await
+            .expect("put");
+        let locker = EtcdLocker::from_client(client.clone(), config.clone(), fair);
+        let other = EtcdLocker::from_client(client.clone(), config.clone(), fair);
+
+        // A waiter behind the strays is granted the lock, with its own lease.
+        let guard = locker.lock(&patient(), &key).await.expect("lock");
+        let lock_key = format!("{}h4", config.prefix());
+        let held = client.get(lock_key.as_str(), None).await.expect("get");
+        let kv = held.kvs().first().expect("lock key");
+        assert_eq!(kv.lease(), locker.lease_id().await.expect("lease"));
+
+        // A second waiter queues behind the holder and is handed the lock
+        // on release, with the strays still there.
+        let waiter = {
+            let (other, key) = (other.clone(), key.clone());
+            tokio::spawn(async move { other.lock(&patient(), &key).await })
+        };
+        support::wait_for_count(&mut client, &queue, 4, false).await;
+        let status = locker.status(Some(&key)).await.expect("status");
+        assert_eq!(status[0].foreign.len(), 3, "{:?}", status[0].foreign);
+        assert_eq!(status[0].waiters.len(), 1);
+        guard.unlock().await.expect("unlock");
+        let second = waiter.await.expect("join").expect("second lock");
+        second.unlock().await.expect("unlock");
+
+        // With nobody holding it, the lock stays free: nothing is handed to
+        // the strays.
+        let resp = client.get(lock_key.as_str(), None).await.expect("get");
+        assert!(
+            resp.kvs().is_empty(),
+            "the lock key was handed to a stray entry"
+        );
+        assert!(locker.try_lock(&key).await.expect("try").is_some_and(|g| {
+            drop(g);
+            true
+        }));
+        client
+            .delete(
+                queue.as_str(),
+                Some(etcd_client::DeleteOptions::new().with_prefix()),
+            )
+            .await
+            .expect("del");
+        client.lease_revoke(lease).await.expect("revoke");
+        locker.close().await.expect("close");
+        other.close().await.expect("close");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_key_fairlock_did_not_write_is_held_by_someone_else() {
+    let (mut client, config) = setup("foreign-holder").await;
+    let key = Key::from("taken");
+    let lock_key = format!("{}taken", config.prefix());
+    put_foreign(&mut client, &lock_key, &[0xde, 0xad, b'\n', 0xbe, 0xef]).await;
+    for fair in [true, false] {
+        let locker = EtcdLocker::from_client(client.clone(), config.clone(), fair);
+        assert!(locker.try_lock(&key).await.expect("try_lock").is_none());
+        let ctx = Context::background().with_timeout(Duration::from_millis(300));
+        match locker.lock(&ctx, &key).await {
+            Err(Error::Timeout { .. }) => {}
+            other => panic!(
+                "expected a timeout, got {:?}",
+                other.map(|g| g.fencing_token())
+            ),
+        }
+        let status = locker.status(Some(&key)).await.expect("status");
+        assert_eq!(status[0].holder.as_ref().map(|h| h.lease), Some(0));
+        // The waiter that gave up left nothing behind.
+        let queue = format!("{lock_key}/_OWNERS_/");
+        support::wait_for_count(&mut client, &queue, 0, true).await;
+        locker.close().await.expect("close");
+    }
+    client.delete(lock_key.as_str(), None).await.expect("del");
+}
+
+/// A small seeded generator (xorshift), so a failure can be replayed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn bytes(&mut self, max: u64) -> Vec<u8> {
+        (0..self.below(max + 1))
+            .map(|_| self.next() as u8)
+            .collect()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_foreign_data_under_the_prefix_never_panics_or_hangs() {
+    let seed = std::env::var("FAIRLOCK_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5eed_f00d_u64);
+    let (mut client, config) = setup("random-data").await;
+    let mut rng = Rng(seed);
+    let lease = client.lease_grant(60, None).await.expect("lease").id();
+    for round in 0..12 {
+        let name = format!("r{round}");
+        let (lock_key, queue) = (
+            format!("{}{name}", config.prefix()),
+            format!("{}{name}/_OWNERS_/", config.prefix()),
+        );
+        let hostile_holder = rng.below(3) == 0;
+        if hostile_holder {
+            put_foreign(&mut client, &lock_key, &rng.bytes(40)).await;
+        }
+        for _ in 0..rng.below(6) {
+            let suffix = match rng.below(4) {
+                0 => String::from_utf8_lossy(&rng.bytes(12)).into_owned(),
+                1 => format!("{:x}/f{}", rng.next(), rng.below(5)),
+                2 => format!("{:x}/u{}", rng.next(), rng.below(5)),
+                _ => format!("{:x}", rng.next()),
+            };
+            let opts = (rng.below(2) == 0).then(|| PutOptions::new().with_lease(lease));
+            client
+                .put(format!("{queue}{suffix}"), rng.bytes(64), opts)
+                .await
+                .expect("put");
+        }
+        let fair = rng.below(2) == 0;
+        let locker = EtcdLocker::from_client(client.clone(), config.clone(), fair);
+        let key = Key::from(name.as_str());
+        // Behind a foreign holder the wait can only end by its deadline;
+        // otherwise the deadline only guards against a hang.
+        let wait = if hostile_holder { 300 } else { 60_000 };
+        let ctx = Context::background().with_timeout(Duration::from_millis(wait));
+        let outcome = locker.lock(&ctx, &key).await;
+        let status = locker.status(Some(&key)).await.expect("status never fails");
+        match outcome {
+            Ok(guard) => {
+                assert!(
+                    !hostile_holder,
+                    "seed {seed} round {round}: granted over a foreign holder"
+                );
+                guard.unlock().await.expect("unlock");
+            }
+            Err(Error::Timeout { .. }) => assert!(
+                hostile_holder,
+                "seed {seed} round {round}: timed out behind foreign queue entries: {status:?}"
+            ),
+            Err(e) => panic!("seed {seed} round {round}: {e}"),
+        }
+        let _ = locker.try_lock(&key).await.expect("try_lock answers");
+        locker.close().await.expect("close");
+    }
+    client.lease_revoke(lease).await.expect("revoke");
+    let all = GetOptions::new().with_prefix();
+    client
+        .delete(
+            config.prefix(),
+            Some(etcd_client::DeleteOptions::new().with_prefix()),
+        )
+        .await
+        .expect("clean up");
+    assert_eq!(
+        client
+            .get(config.prefix(), Some(all.with_count_only()))
+            .await
+            .expect("count")
+            .count(),
+        0
+    );
+}
