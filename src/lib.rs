@@ -18,6 +18,8 @@
 //!   masters (feature `redis`, on by default).
 //! - [`BackendConfig`], [`register_from_env`], [`connect_from_env`]: the
 //!   backend named by `FAIRLOCK_ENDPOINTS`, by scheme (`backend.rs`).
+//! - [`TlsConfig`]: CA bundle, client certificate and server name for TLS
+//!   connections to either backend (`tls.rs`).
 //! - [`memory`]: an in-process backend with the same semantics, for tests.
 //! - The `fairlock` command (feature `cli`, on by default) is built from
 //!   `src/bin/fairlock/` on top of this API.
@@ -32,6 +34,8 @@ mod key;
 mod locker;
 mod owner;
 mod registry;
+#[cfg(any(feature = "etcd", feature = "redis"))]
+mod tls;
 
 #[cfg(feature = "etcd")]
 pub mod etcd;
@@ -50,4 +54,6 @@ pub use key::{Key, MAX_KEY_LEN, RESERVED_SEGMENT};
 pub use locker::{GuardRelease, LockGuard, Locker};
 pub use owner::Owner;
 pub use registry::{LockerProvider, Registry, get_locker, register_locker_provider};
+#[cfg(any(feature = "etcd", feature = "redis"))]
+pub use tls::TlsConfig;
 pub use tokio_util::sync::CancellationToken;
