@@ -221,6 +221,7 @@ impl fmt::Debug for TlsConfig {
 /// What to do about a failed TLS handshake whose cause is somewhere in
 /// `err`'s chain, or `None` when no TLS error is in it.
 pub(crate) fn diagnose(err: &(dyn std::error::Error + 'static)) -> Option<String> {
+    use rustls::{AlertDescription as A, CertificateError as C, Error as E};
     let mut cur = Some(err);
     while let Some(e) = cur {
         if let Some(tls) = e.downcast_ref::<rustls::Error>() {
@@ -233,7 +234,38 @@ pub(crate) fn diagnose(err: &(dyn std::error::Error + 'static)) -> Option<String
         }
         cur = e.source();
     }
-    None
+    // Some clients (redis) keep only the text of the rustls error.
+    let text = chain_text(err);
+    let by_text = [
+        ("UnknownIssuer", E::InvalidCertificate(C::UnknownIssuer)),
+        (
+            "not valid for name",
+            E::InvalidCertificate(C::NotValidForName),
+        ),
+        ("certificate expired", E::InvalidCertificate(C::Expired)),
+        (
+            "certificate not valid yet",
+            E::InvalidCertificate(C::NotValidYet),
+        ),
+        (
+            "alert: CertificateRequired",
+            E::AlertReceived(A::CertificateRequired),
+        ),
+        (
+            "alert: HandshakeFailure",
+            E::AlertReceived(A::HandshakeFailure),
+        ),
+        ("alert: BadCertificate", E::AlertReceived(A::BadCertificate)),
+        ("alert: UnknownCA", E::AlertReceived(A::UnknownCA)),
+        (
+            "alert: CertificateExpired",
+            E::AlertReceived(A::CertificateExpired),
+        ),
+    ];
+    by_text
+        .iter()
+        .find(|(needle, _)| text.contains(needle))
+        .map(|(_, e)| explain(e))
 }
 
 fn explain(err: &rustls::Error) -> String {
