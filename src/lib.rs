@@ -25,6 +25,8 @@
 //!   `src/bin/fairlock/` on top of this API.
 
 #[cfg(any(feature = "etcd", feature = "redis"))]
+mod access;
+#[cfg(any(feature = "etcd", feature = "redis"))]
 mod backend;
 mod context;
 mod duration;
@@ -43,6 +45,8 @@ pub mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
 
+#[cfg(any(feature = "etcd", feature = "redis"))]
+pub use access::Access;
 #[cfg(any(feature = "etcd", feature = "redis"))]
 pub use backend::{BackendConfig, connect_from_env, register_from_env};
 
