@@ -117,6 +117,8 @@ fn make() -> Certs {
         .tempdir()
         .expect("temp dir")
         .keep();
+    // The wrapper is meant to outlive this process (it cleans up after it).
+    #[allow(clippy::zombie_processes)]
     let mut child = Command::new("bash")
         .arg("-c")
         .arg(r#"read -r _ || true; rm -rf "$DIR""#)
