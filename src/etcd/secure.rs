@@ -121,7 +121,10 @@ pub(crate) fn tls_failure(config: &EtcdConfig, err: &etcd_client::Error) -> Opti
             .endpoints()
             .iter()
             .any(|e| e.to_ascii_lowercase().starts_with("https://"));
-    let closed = crate::tls::chain_text(inner).contains("connection closed");
+    let text = crate::tls::chain_text(inner).to_ascii_lowercase();
+    let closed = ["connection closed", "connection reset", "broken pipe"]
+        .iter()
+        .any(|w| text.contains(w));
     (tls && no_identity && closed).then(|| {
         "the server closed the connection during the TLS handshake: it most likely \
          requires a client certificate; pass --cert FILE and --key FILE (FAIRLOCK_CERT, \
