@@ -2,7 +2,7 @@
 # Shared helpers for scripts/test.sh, scripts/demo.sh and .ci/run.
 # Source this file; do not run it.
 #
-#   ensure_prereqs  make sure etcd, etcdctl, redis-server, protoc, python3 and
+#   ensure_prereqs  make sure etcd, etcdctl, redis-server, protoc, python3, openssl and
 #                   cargo exist
 #                   (installs the Debian packages when running as root)
 #   start_etcd      start a throwaway single-node etcd on free loopback ports,
@@ -20,10 +20,10 @@ ensure_prereqs() {
   # command -> Debian package providing it
   local -A pkg_of=(
     [etcd]=etcd-server [etcdctl]=etcd-client [redis-server]=redis-server
-    [protoc]=protobuf-compiler [python3]=python3
+    [protoc]=protobuf-compiler [python3]=python3 [openssl]=openssl
   )
   local cmd pkgs=()
-  for cmd in etcd etcdctl redis-server protoc python3; do
+  for cmd in etcd etcdctl redis-server protoc python3 openssl; do
     command -v "$cmd" >/dev/null 2>&1 || pkgs+=("${pkg_of[$cmd]}")
   done
 

@@ -134,7 +134,51 @@ impl BackendConfig {
                 .map_err(|e| Error::InvalidConfig(format!("FAIRLOCK_TTL={ttl:?}: {e}")))?;
             config = config.with_ttl(ttl);
         }
-        Ok(config)
+        config.with_access(crate::Access::from_env())
+    }
+
+    /// Applies TLS files and credentials: on etcd a user needs a password;
+    /// on Redis they apply to URLs without credentials of their own (a
+    /// password alone is for the `default` user).
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a user without a password, or a
+    /// password without a user on etcd.
+    pub fn with_access(self, access: crate::Access) -> Result<Self> {
+        let tls = access.tls();
+        let credentials = access.credentials()?;
+        Ok(match self {
+            #[cfg(feature = "etcd")]
+            BackendConfig::Etcd(mut c) => {
+                if let Some(tls) = tls {
+                    c = c.with_tls(tls);
+                }
+                match credentials {
+                    Some((Some(user), password)) => c = c.with_user(user, password),
+                    Some((None, _)) => {
+                        return Err(Error::InvalidConfig(
+                            "FAIRLOCK_PASSWORD is set but no etcd user is given; pass --user \
+                             NAME (FAIRLOCK_USER)"
+                                .into(),
+                        ));
+                    }
+                    None => {}
+                }
+                BackendConfig::Etcd(c)
+            }
+            #[cfg(feature = "redis")]
+            BackendConfig::Redis(mut c) => {
+                if let Some(tls) = tls {
+                    c = c.with_tls(tls);
+                }
+                match credentials {
+                    Some((Some(user), password)) => c = c.with_user(user, password),
+                    Some((None, password)) => c = c.with_password(password),
+                    None => {}
+                }
+                BackendConfig::Redis(c)
+            }
+        })
     }
 
     /// Sets the key prefix.

@@ -52,6 +52,54 @@ pub enum Error {
         source: BoxError,
     },
 
+    /// A TLS connection to the backend failed: a certificate was not
+    /// trusted, not valid for the server's name or expired, or the server
+    /// wanted a client certificate. Fix the TLS settings; retrying does not
+    /// help.
+    #[error("TLS connection to {backend} at {endpoints} failed: {reason}")]
+    Tls {
+        /// Which backend ("etcd", ...).
+        backend: &'static str,
+        /// The endpoints tried, comma separated (passwords replaced).
+        endpoints: String,
+        /// What is wrong and what to do.
+        reason: String,
+        /// The underlying failure.
+        #[source]
+        source: BoxError,
+    },
+
+    /// The backend refused the credentials: a wrong password, an unknown
+    /// user, or none given where one is needed. Fix the configuration;
+    /// retrying does not help.
+    #[error("{backend} refused to authenticate: {reason}")]
+    Auth {
+        /// Which backend ("etcd", ...).
+        backend: &'static str,
+        /// What is wrong and what to do.
+        reason: String,
+        /// The server's answer.
+        #[source]
+        source: BoxError,
+    },
+
+    /// The backend denied the authenticated user a request (etcd's
+    /// "permission denied", Redis' `NOPERM`): the user's role or ACL does
+    /// not cover the key prefix or the command. Fix the permissions;
+    /// retrying does not help.
+    #[error("{backend} denied permission during {op}: {reason}")]
+    PermissionDenied {
+        /// Which backend ("etcd", ...).
+        backend: &'static str,
+        /// The operation that failed.
+        op: &'static str,
+        /// What to grant.
+        reason: String,
+        /// The server's answer.
+        #[source]
+        source: BoxError,
+    },
+
     /// The context's deadline passed before the lock was acquired.
     #[error("timed out waiting for lock {key}")]
     Timeout {
@@ -132,5 +180,26 @@ impl Error {
     #[must_use]
     pub fn is_gave_up(&self) -> bool {
         matches!(self, Error::Timeout { .. } | Error::Cancelled { .. })
+    }
+
+    /// `true` for errors that retrying cannot fix, only a change of the
+    /// configuration or of the server's users and permissions:
+    /// [`Error::InvalidConfig`], [`Error::Tls`], [`Error::Auth`],
+    /// [`Error::PermissionDenied`].
+    ///
+    /// # Examples
+    /// ```
+    /// let err = fairlock::Error::InvalidConfig("no endpoints".into());
+    /// assert!(err.needs_config_fix());
+    /// ```
+    #[must_use]
+    pub fn needs_config_fix(&self) -> bool {
+        matches!(
+            self,
+            Error::InvalidConfig(_)
+                | Error::Tls { .. }
+                | Error::Auth { .. }
+                | Error::PermissionDenied { .. }
+        )
     }
 }

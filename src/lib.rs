@@ -18,10 +18,14 @@
 //!   masters (feature `redis`, on by default).
 //! - [`BackendConfig`], [`register_from_env`], [`connect_from_env`]: the
 //!   backend named by `FAIRLOCK_ENDPOINTS`, by scheme (`backend.rs`).
+//! - [`TlsConfig`]: CA bundle, client certificate and server name for TLS
+//!   connections to either backend (`tls.rs`).
 //! - [`memory`]: an in-process backend with the same semantics, for tests.
 //! - The `fairlock` command (feature `cli`, on by default) is built from
 //!   `src/bin/fairlock/` on top of this API.
 
+#[cfg(any(feature = "etcd", feature = "redis"))]
+mod access;
 #[cfg(any(feature = "etcd", feature = "redis"))]
 mod backend;
 mod context;
@@ -32,6 +36,8 @@ mod key;
 mod locker;
 mod owner;
 mod registry;
+#[cfg(any(feature = "etcd", feature = "redis"))]
+mod tls;
 
 #[cfg(feature = "etcd")]
 pub mod etcd;
@@ -39,6 +45,8 @@ pub mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
 
+#[cfg(any(feature = "etcd", feature = "redis"))]
+pub use access::Access;
 #[cfg(any(feature = "etcd", feature = "redis"))]
 pub use backend::{BackendConfig, connect_from_env, register_from_env};
 
@@ -50,4 +58,6 @@ pub use key::{Key, MAX_KEY_LEN, RESERVED_SEGMENT};
 pub use locker::{GuardRelease, LockGuard, Locker};
 pub use owner::Owner;
 pub use registry::{LockerProvider, Registry, get_locker, register_locker_provider};
+#[cfg(any(feature = "etcd", feature = "redis"))]
+pub use tls::TlsConfig;
 pub use tokio_util::sync::CancellationToken;

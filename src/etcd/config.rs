@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::{Error, Result};
+use crate::{Error, Result, TlsConfig};
 
 /// The smallest TTL etcd honours (it raises smaller ones to about 2 s).
 pub const MIN_TTL: Duration = Duration::from_secs(2);
@@ -35,6 +35,7 @@ pub struct EtcdConfig {
     connect_timeout: Duration,
     request_timeout: Duration,
     user: Option<(String, String)>,
+    tls: Option<TlsConfig>,
 }
 
 impl EtcdConfig {
@@ -54,12 +55,15 @@ impl EtcdConfig {
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(5),
             user: None,
+            tls: None,
         }
     }
 
     /// Reads the environment: `FAIRLOCK_ENDPOINTS` (comma separated, default
     /// `127.0.0.1:2379`), `FAIRLOCK_PREFIX`, `FAIRLOCK_TTL` (e.g. `10s`,
-    /// `1500ms`, `2m`, or plain seconds), as [`crate::BackendConfig::from_env`]
+    /// `1500ms`, `2m`, or plain seconds), `FAIRLOCK_CACERT`,
+    /// `FAIRLOCK_CERT`, `FAIRLOCK_KEY` (TLS) and `FAIRLOCK_USER`,
+    /// `FAIRLOCK_PASSWORD` (etcd auth), as [`crate::BackendConfig::from_env`]
     /// does for every backend.
     ///
     /// # Errors
@@ -113,11 +117,47 @@ impl EtcdConfig {
     }
 
     /// Authenticates as `name` (etcd auth). The password never appears in
-    /// `Debug` output.
+    /// `Debug` output. The client renews its token when etcd lets it expire
+    /// (`--auth-token-ttl`), so held locks outlive tokens.
     #[must_use]
     pub fn with_user(mut self, name: impl Into<String>, password: impl Into<String>) -> Self {
         self.user = Some((name.into(), password.into()));
         self
+    }
+
+    /// Connects over TLS: `https://` endpoints (a `host:port` endpoint is
+    /// reached with `https://`), trusting the configured CA (or the system's
+    /// roots), presenting the client certificate if set (mutual TLS). An
+    /// `https://` endpoint without this uses TLS with the system's roots.
+    ///
+    /// # Examples
+    /// ```
+    /// use fairlock::{TlsConfig, etcd::EtcdConfig};
+    ///
+    /// let config = EtcdConfig::new(["https://etcd-1:2379"]).with_tls(
+    ///     TlsConfig::new()
+    ///         .with_ca_file("ca.pem")
+    ///         .with_cert_file("client.pem")
+    ///         .with_key_file("client.key"),
+    /// );
+    /// assert!(config.validate().is_ok());
+    /// ```
+    #[must_use]
+    pub fn with_tls(mut self, tls: TlsConfig) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// The TLS settings, if set.
+    #[must_use]
+    pub fn tls(&self) -> Option<&TlsConfig> {
+        self.tls.as_ref()
+    }
+
+    /// The user name, if set (the password stays private).
+    #[must_use]
+    pub fn user_name(&self) -> Option<&str> {
+        self.user.as_ref().map(|(name, _)| name.as_str())
     }
 
     /// The endpoints.
@@ -183,6 +223,28 @@ impl EtcdConfig {
                  or \"http://host:port\""
             ));
         }
+        if let Some(tls) = &self.tls {
+            tls.validate()?;
+            if let Some(e) = self
+                .endpoints
+                .iter()
+                .find(|e| e.to_ascii_lowercase().starts_with("http://"))
+            {
+                return bad(format!(
+                    "etcd endpoint {e:?} is plain http://, but TLS options (--cacert, --cert, \
+                     --key) are given; use https://host:port for a TLS server, or drop the \
+                     TLS options"
+                ));
+            }
+        }
+        if let Some((name, _)) = &self.user
+            && (name.is_empty() || name.contains(':'))
+        {
+            return bad(format!(
+                "etcd user name {name:?} is empty or contains ':'; give the name alone and \
+                 the password in FAIRLOCK_PASSWORD"
+            ));
+        }
         if self.prefix.trim_matches('/').is_empty() {
             return bad(format!(
                 "key prefix {:?} is empty; use e.g. \"/fairlock/\" so locks do not \
@@ -228,6 +290,7 @@ impl fmt::Debug for EtcdConfig {
                 "user",
                 &self.user.as_ref().map(|(name, _)| (name, "<redacted>")),
             )
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -238,9 +301,15 @@ mod tests {
 
     #[test]
     fn debug_hides_password() {
-        let c = EtcdConfig::default().with_user("root", "hunter2");
+        let c = EtcdConfig::default()
+            .with_user("root", "hunter2")
+            .with_tls(TlsConfig::new().with_key_pem("-----BEGIN PRIVATE KEY-----secret"));
         let dbg = format!("{c:?}");
         assert!(dbg.contains("root") && !dbg.contains("hunter2"), "{dbg}");
+        assert!(
+            dbg.contains("redacted PEM") && !dbg.contains("secret"),
+            "{dbg}"
+        );
     }
 
     #[test]
@@ -251,6 +320,15 @@ mod tests {
         assert!(err(EtcdConfig::default().with_ttl(Duration::from_secs(1))).contains("minimum"));
         assert!(err(EtcdConfig::default().with_ttl(Duration::from_secs(7200))).contains("over"));
         assert!(err(EtcdConfig::default().with_prefix("/")).contains("prefix"));
+        let tls = || EtcdConfig::new(["http://a:2379"]).with_tls(TlsConfig::new());
+        assert!(err(tls()).contains("plain http://"), "{}", err(tls()));
+        let half = EtcdConfig::new(["https://a:2379"])
+            .with_tls(TlsConfig::new().with_key_file("client.key"));
+        assert!(err(half).contains("without its certificate"));
+        EtcdConfig::new(["https://a:2379", "b:2379"])
+            .with_tls(TlsConfig::new())
+            .validate()
+            .unwrap();
         EtcdConfig::default().validate().unwrap();
         assert_eq!(
             EtcdConfig::default()

@@ -71,12 +71,8 @@ pub(crate) struct Inner {
 pub(crate) async fn connect(config: &EtcdConfig) -> Result<Client> {
     config.validate()?;
     let timeout = config.connect_timeout();
-    let fail = |source: crate::BoxError| Error::Connect {
-        backend: "etcd",
-        endpoints: config.endpoints().join(","),
-        timeout,
-        source,
-    };
+    use super::secure::{connect_error, tls_failure};
+    let fail = |source: crate::BoxError| connect_error(config, source);
     let mut options = ConnectOptions::new()
         .with_connect_timeout(timeout)
         .with_keep_alive(std::time::Duration::from_secs(2), config.request_timeout())
@@ -85,7 +81,14 @@ pub(crate) async fn connect(config: &EtcdConfig) -> Result<Client> {
         // instead of leaving them silent.
         .with_require_leader(true);
     if let Some((name, password)) = config.user() {
-        options = options.with_user(name.clone(), password.clone());
+        // etcd lets an unused token expire (`--auth-token-ttl`): requests
+        // refused for that re-authenticate once and are sent again.
+        options = options
+            .with_user(name.clone(), password.clone())
+            .with_auto_token_refresh(true);
+    }
+    if let Some(tls) = super::secure::tls_options(config)? {
+        options = options.with_tls(tls);
     }
     // Some endpoints may be down: the client's balancer can route the
     // first request to one of them, so retry until the connect timeout.
@@ -96,7 +99,8 @@ pub(crate) async fn connect(config: &EtcdConfig) -> Result<Client> {
         loop {
             match client.status().await {
                 Ok(_) => return Ok::<_, etcd_client::Error>(client),
-                Err(e) if is_transient_etcd(&e) => {
+                // A failed handshake fails the same way on every retry.
+                Err(e) if is_transient_etcd(&e) && tls_failure(config, &e).is_none() => {
                     {
                         let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
                         // An answer from a server ("no leader") tells more

@@ -13,6 +13,8 @@
 //! - `status.rs`: [`EtcdLocker::status`], who holds and who waits.
 //! - `keys.rs`: the key layout; `slots.rs`: the queue entry names a
 //!   locker reuses, so waiting leaves no new key names behind.
+//! - `secure.rs`: TLS options, and telling TLS, authentication and
+//!   permission failures from the rest.
 //!
 //! # How a lock works here
 //! The lock key `<prefix><key>` is held by whoever wrote it: a txn creates it
@@ -36,6 +38,7 @@ mod keys;
 mod locker;
 mod queue;
 mod release;
+mod secure;
 mod session;
 mod shared_watch;
 mod slots;
@@ -84,12 +87,16 @@ pub async fn register(config: EtcdConfig) -> Result<()> {
     Ok(())
 }
 
-/// Wraps an etcd-client error for `op`.
+/// Wraps an etcd-client error for `op`: refused credentials and denied
+/// permissions as [`Error::Auth`] and [`Error::PermissionDenied`], the rest
+/// as [`Error::Backend`].
 pub(crate) fn etcd_err(op: &'static str) -> impl Fn(etcd_client::Error) -> Error {
-    move |e| Error::Backend {
-        backend: "etcd",
-        op,
-        source: Box::new(e),
+    move |e| {
+        secure::refused(op, e).unwrap_or_else(|e| Error::Backend {
+            backend: "etcd",
+            op,
+            source: Box::new(e),
+        })
     }
 }
 

@@ -3,7 +3,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::{Error, Result};
+use super::url::check_url;
+pub(crate) use super::url::redact;
+use crate::{Error, Result, TlsConfig};
 
 /// The smallest TTL accepted: the watchdog extends every TTL/3 and each
 /// extend may take a per-node timeout, so shorter TTLs expire under load.
@@ -20,7 +22,8 @@ pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
 ///
 /// One URL is a single Redis instance; several are independent masters
 /// locked together with Redlock (a lock is held when a majority of them
-/// grant it). URLs are `redis://[user:password@]host[:port][/db]`.
+/// grant it). URLs are `redis://[user:password@]host[:port][/db]`, or
+/// `rediss://...` for TLS (see [`RedisConfig::with_tls`]).
 ///
 /// # Examples
 /// ```
@@ -44,6 +47,10 @@ pub struct RedisConfig {
     retry_delay: Duration,
     max_retry_delay: Duration,
     drift_factor: f64,
+    tls: Option<TlsConfig>,
+    /// (user, password) for URLs that carry no credentials; no user means
+    /// Redis' `default` user.
+    credentials: Option<(Option<String>, String)>,
 }
 
 impl RedisConfig {
@@ -65,12 +72,16 @@ impl RedisConfig {
             retry_delay: Duration::from_millis(50),
             max_retry_delay: Duration::from_secs(1),
             drift_factor: DEFAULT_DRIFT_FACTOR,
+            tls: None,
+            credentials: None,
         }
     }
 
     /// Reads the environment: `FAIRLOCK_ENDPOINTS` (comma separated
-    /// `redis://` URLs), `FAIRLOCK_PREFIX`, `FAIRLOCK_TTL` (e.g. `10s`,
-    /// `1500ms`, `2m`, or plain seconds).
+    /// `redis://` or `rediss://` URLs), `FAIRLOCK_PREFIX`, `FAIRLOCK_TTL`
+    /// (e.g. `10s`, `1500ms`, `2m`, or plain seconds), `FAIRLOCK_CACERT`,
+    /// `FAIRLOCK_CERT`, `FAIRLOCK_KEY` (TLS), `FAIRLOCK_USER` and
+    /// `FAIRLOCK_PASSWORD` (an ACL user, for URLs without credentials).
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] when `FAIRLOCK_ENDPOINTS` is unset or holds
@@ -137,6 +148,54 @@ impl RedisConfig {
     pub fn with_drift_factor(mut self, factor: f64) -> Self {
         self.drift_factor = factor;
         self
+    }
+
+    /// TLS settings for `rediss://` URLs: the CA to trust (else the
+    /// system's roots) and a client certificate for servers that demand one
+    /// (`tls-auth-clients yes`). The server name checked is the URL's host.
+    ///
+    /// # Examples
+    /// ```
+    /// use fairlock::{TlsConfig, redis::RedisConfig};
+    ///
+    /// let config = RedisConfig::new(["rediss://locks:secret@redis-1:6380"])
+    ///     .with_tls(TlsConfig::new().with_ca_file("ca.pem"));
+    /// assert!(config.validate().is_ok());
+    /// ```
+    #[must_use]
+    pub fn with_tls(mut self, tls: TlsConfig) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Authenticates as the ACL user `name` on every URL that carries no
+    /// credentials of its own. The password never appears in `Debug`
+    /// output or errors.
+    #[must_use]
+    pub fn with_user(mut self, name: impl Into<String>, password: impl Into<String>) -> Self {
+        self.credentials = Some((Some(name.into()), password.into()));
+        self
+    }
+
+    /// Authenticates as Redis' `default` user with `password` (`requirepass`)
+    /// on every URL that carries no credentials of its own.
+    #[must_use]
+    pub fn with_password(mut self, password: impl Into<String>) -> Self {
+        self.credentials = Some((None, password.into()));
+        self
+    }
+
+    /// The TLS settings, if set.
+    #[must_use]
+    pub fn tls(&self) -> Option<&TlsConfig> {
+        self.tls.as_ref()
+    }
+
+    /// The user and password for URLs without credentials.
+    pub(crate) fn credentials(&self) -> Option<(Option<&str>, &str)> {
+        self.credentials
+            .as_ref()
+            .map(|(user, password)| (user.as_deref(), password.as_str()))
     }
 
     /// The URLs, one per Redis master.
@@ -239,6 +298,17 @@ impl RedisConfig {
         for url in &self.urls {
             check_url(url)?;
         }
+        if let Some(tls) = &self.tls {
+            tls.validate()?;
+            if let Some(url) = self.urls.iter().find(|u| !u.starts_with("rediss://")) {
+                return bad(format!(
+                    "Redis URL {:?} is plain redis://, but TLS options (--cacert, --cert, \
+                     --key) are given; use rediss://host:port for a TLS server, or drop the \
+                     TLS options",
+                    redact(url)
+                ));
+            }
+        }
         let mut seen = self.urls.clone();
         seen.sort();
         seen.dedup();
@@ -316,29 +386,6 @@ impl RedisConfig {
     }
 }
 
-/// Checks that `url` is a `redis://` URL the client can use.
-fn check_url(url: &str) -> Result<()> {
-    let bad = |why: &str| {
-        Err(Error::InvalidConfig(format!(
-            "Redis URL {url:?} {why}; use redis://host:port, e.g. redis://127.0.0.1:6379"
-        )))
-    };
-    if url.starts_with("rediss://") {
-        return bad("asks for TLS, which this build does not include");
-    }
-    let Some(rest) = url.strip_prefix("redis://") else {
-        return bad("does not start with redis://");
-    };
-    let host = rest.rsplit('@').next().unwrap_or_default();
-    if host.is_empty() || host.starts_with(['/', ':']) || url.contains(char::is_whitespace) {
-        return bad("has no host or contains spaces");
-    }
-    if let Err(e) = ::redis::Client::open(url) {
-        return bad(&format!("does not parse ({e})"));
-    }
-    Ok(())
-}
-
 impl fmt::Debug for RedisConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisConfig")
@@ -353,21 +400,15 @@ impl fmt::Debug for RedisConfig {
             .field("retry_delay", &self.retry_delay)
             .field("max_retry_delay", &self.max_retry_delay)
             .field("drift_factor", &self.drift_factor)
+            .field("tls", &self.tls)
+            .field(
+                "credentials",
+                &self
+                    .credentials
+                    .as_ref()
+                    .map(|(user, _)| (user, "<redacted>")),
+            )
             .finish()
-    }
-}
-
-/// The URL with any password replaced, for logs and error messages.
-pub(crate) fn redact(url: &str) -> String {
-    let Some(rest) = url.strip_prefix("redis://") else {
-        return url.to_string();
-    };
-    match rest.rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split_once(':').map_or("", |(u, _)| u);
-            format!("redis://{user}:<redacted>@{host}")
-        }
-        None => url.to_string(),
     }
 }
 
@@ -382,7 +423,15 @@ mod tests {
         assert!(err(RedisConfig::new(Vec::<String>::new())).contains("no Redis URLs"));
         assert!(err(RedisConfig::new(["127.0.0.1:6379"])).contains("redis://"));
         assert!(err(RedisConfig::new(["redis://"])).contains("no host"));
-        assert!(err(RedisConfig::new(["rediss://h:1"])).contains("TLS"));
+        one().with_tls(TlsConfig::new()).validate().unwrap_err();
+        RedisConfig::new(["rediss://h:1"]).validate().unwrap();
+        RedisConfig::new(["rediss://h:1"])
+            .with_tls(TlsConfig::new())
+            .validate()
+            .unwrap();
+        let half =
+            RedisConfig::new(["rediss://h:1"]).with_tls(TlsConfig::new().with_cert_file("c.pem"));
+        assert!(err(half).contains("without its key"));
         assert!(err(RedisConfig::new(["redis://a:1", "redis://a:1"])).contains("twice"));
         assert!(err(one().with_ttl(Duration::from_millis(200))).contains("minimum"));
         assert!(err(one().with_ttl(Duration::from_secs(7200))).contains("over"));
@@ -432,5 +481,16 @@ mod tests {
         let c = RedisConfig::new(["redis://app:hunter2@10.0.0.1:6379"]);
         let dbg = format!("{c:?}");
         assert!(dbg.contains("app") && !dbg.contains("hunter2"), "{dbg}");
+        let c = RedisConfig::new(["rediss://app:hunt@er2@10.0.0.1:6379/0"]).with_user("u", "pw42");
+        let dbg = format!("{c:?}");
+        assert!(
+            dbg.contains("rediss://app:<redacted>@10.0.0.1:6379/0"),
+            "{dbg}"
+        );
+        assert!(!dbg.contains("hunt") && !dbg.contains("pw42"), "{dbg}");
+        let bad = RedisConfig::new(["rediss://app:hunter2@"])
+            .validate()
+            .unwrap_err();
+        assert!(!bad.to_string().contains("hunter2"), "{bad}");
     }
 }

@@ -12,6 +12,9 @@
 //! - `watchdog.rs`: extending held locks, loss signals, release.
 //! - `status.rs`: [`RedisLocker::status`], who holds and who waits.
 //! - `keys.rs`: the key layout.
+//! - `url.rs`: checking URLs, and redacting their passwords.
+//! - `secure.rs`: TLS and credentials of the connections, and telling
+//!   TLS, authentication and permission failures from the rest.
 //!
 //! # How a lock works here
 //! The lock key `<prefix><key>` holds `"<token> <owner>"`, written with
@@ -97,7 +100,9 @@ mod keys;
 mod locker;
 mod node;
 mod scripts;
+mod secure;
 mod status;
+mod url;
 mod wake;
 mod watchdog;
 

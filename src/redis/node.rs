@@ -11,6 +11,7 @@ use redis::{FromRedisValue, Script};
 
 use super::config::{RedisConfig, redact};
 use super::keys::wake_prefix;
+use super::secure::{self, NodeError};
 use super::wake::Hub;
 use crate::{BoxError, Error, Result};
 
@@ -43,7 +44,10 @@ impl Node {
         let mut conn = self.conn.clone();
         match tokio::time::timeout(self.timeout, invocation.invoke_async(&mut conn)).await {
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => Err(format!("{}: {e}", self.name).into()),
+            Ok(Err(error)) => Err(Box::new(NodeError {
+                node: self.name.clone(),
+                error,
+            })),
             Err(_) => Err(format!("{}: no answer within {:?}", self.name, self.timeout).into()),
         }
     }
@@ -55,7 +59,10 @@ impl Node {
         let ping = cmd.query_async::<String>(&mut conn);
         match tokio::time::timeout(timeout, ping).await {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(Box::new(e)),
+            Ok(Err(error)) => Err(Box::new(NodeError {
+                node: self.name.clone(),
+                error,
+            })),
             Err(_) => Err(format!("no answer within {timeout:?}").into()),
         }
     }
@@ -65,7 +72,10 @@ impl Node {
         let mut conn = self.conn.clone();
         match tokio::time::timeout(self.timeout, cmd.query_async(&mut conn)).await {
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => Err(format!("{}: {e}", self.name).into()),
+            Ok(Err(error)) => Err(Box::new(NodeError {
+                node: self.name.clone(),
+                error,
+            })),
             Err(_) => Err(format!("{}: no answer within {:?}", self.name, self.timeout).into()),
         }
     }
@@ -93,8 +103,7 @@ impl Nodes {
         let mut list = Vec::new();
         for url in config.urls() {
             let name = redact(url);
-            let client =
-                redis::Client::open(url.as_str()).map_err(|e| fail(name.clone(), Box::new(e)))?;
+            let client = secure::client(config, url)?;
             let manager = ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(config.connect_timeout()))
                 .set_response_timeout(None)
@@ -115,23 +124,51 @@ impl Nodes {
             list,
         };
         let pings = join_all(nodes.list.iter().map(|n| n.ping(config.connect_timeout()))).await;
-        let failed: Vec<(String, BoxError)> = nodes
+        let mut failed: Vec<(String, BoxError)> = nodes
             .list
             .iter()
             .zip(pings)
             .filter_map(|(n, r)| r.err().map(|e| (n.name.clone(), e)))
             .collect();
-        if nodes.list.len() - failed.len() < nodes.quorum {
-            let names: Vec<&str> = failed.iter().map(|(n, _)| n.as_str()).collect();
-            let why = failed
+        // Wrong TLS settings or credentials fail the same way on every
+        // retry: report them even when a quorum answered.
+        if let Some((name, e)) = failed
+            .iter()
+            .find(|(_, e)| secure::tls_failure(config, e).is_some())
+        {
+            let reason = secure::tls_failure(config, e).unwrap_or_default();
+            let at = failed.iter().position(|(n, _)| n == name).unwrap_or(0);
+            let (endpoints, source) = failed.swap_remove(at);
+            return Err(Error::Tls {
+                backend: "redis",
+                endpoints,
+                reason,
+                source,
+            });
+        }
+        let mut errors: Vec<BoxError> = Vec::new();
+        let mut names = Vec::new();
+        for (name, e) in failed {
+            names.push(name);
+            errors.push(e);
+        }
+        if let Some(refusal) = secure::refused("connect", &mut errors) {
+            return Err(refusal);
+        }
+        if nodes.list.len() - errors.len() < nodes.quorum {
+            let why = names
                 .iter()
-                .map(|(n, e)| format!("{n}: {e}"))
+                .zip(&errors)
+                .map(|(n, e)| match e.downcast_ref::<NodeError>() {
+                    Some(_) => e.to_string(),
+                    None => format!("{n}: {e}"),
+                })
                 .collect::<Vec<_>>()
                 .join("; ");
             let source: BoxError = if nodes.list.len() > 1 {
                 format!(
                     "{} of {} nodes answered, {} needed ({why})",
-                    nodes.list.len() - failed.len(),
+                    nodes.list.len() - errors.len(),
                     nodes.list.len(),
                     nodes.quorum
                 )
@@ -167,7 +204,10 @@ impl Nodes {
 
     /// The error for a request that too few nodes answered: the node's own
     /// error on a single instance, a quorum error on Redlock.
-    pub fn unavailable(&self, op: &'static str, errors: Vec<BoxError>) -> Error {
+    pub fn unavailable(&self, op: &'static str, mut errors: Vec<BoxError>) -> Error {
+        if let Some(refusal) = secure::refused(op, &mut errors) {
+            return refusal;
+        }
         let answered = self.list.len() - errors.len();
         let mut errors = errors.into_iter();
         let first = errors.next().unwrap_or_else(|| "no node answered".into());

@@ -8,6 +8,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
+use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Mutex, OnceLock, mpsc};
 use std::time::Duration;
@@ -21,13 +22,18 @@ pub mod cli;
 pub mod cluster;
 #[cfg(feature = "redis")]
 pub mod redis_server;
+pub mod tls;
 
 /// A running etcd.
 pub struct Etcd {
     pub endpoint: String,
     pid: u32,
     wrapper: Wrapper,
+    /// Receivers of every log line etcd writes after it serves clients.
+    log: LogTap,
 }
+
+type LogTap = std::sync::Arc<Mutex<Vec<mpsc::Sender<String>>>>;
 
 /// A loopback port that was free a moment ago.
 pub fn free_port() -> u16 {
@@ -97,6 +103,18 @@ pub fn signal(pid: u32, sig: &str) {
 impl Etcd {
     /// Starts a fresh single-member etcd and waits until it serves clients.
     pub fn start() -> Etcd {
+        Etcd::start_with(None, &[])
+    }
+
+    /// Starts a fresh single-member etcd serving clients over TLS
+    /// (`https://127.0.0.1:port`) with the certificate and key `server`,
+    /// trusting `ca` for client certificates, and `extra` arguments (e.g.
+    /// `--client-cert-auth`, `--auth-token simple,ttl=...`... see etcd's).
+    pub fn start_tls(server: (&Path, &Path), ca: &Path, extra: &[&str]) -> Etcd {
+        Etcd::start_with(Some((server, ca)), extra)
+    }
+
+    fn start_with(tls: Option<((&Path, &Path), &Path)>, extra: &[&str]) -> Etcd {
         let bin = etcd_bin();
         let (client, peer) = (free_port(), free_port());
         let dir = tempfile::Builder::new()
@@ -104,7 +122,14 @@ impl Etcd {
             .tempdir()
             .expect("temp dir")
             .keep();
-        let curl = format!("http://127.0.0.1:{client}");
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let curl = format!("{scheme}://127.0.0.1:{client}");
+        let mut tls_args: Vec<std::ffi::OsString> = Vec::new();
+        if let Some(((cert, key), ca)) = tls {
+            tls_args.extend(["--cert-file".into(), cert.into()]);
+            tls_args.extend(["--key-file".into(), key.into()]);
+            tls_args.extend(["--trusted-ca-file".into(), ca.into()]);
+        }
         let purl = format!("http://127.0.0.1:{peer}");
         let script = r#"
             "$ETCD" "$@" & pid=$!
@@ -133,6 +158,8 @@ impl Etcd {
             ])
             .args(["--initial-cluster", &format!("test={purl}")])
             .args(["--logger", "zap", "--log-level", "info"])
+            .args(&tls_args)
+            .args(extra)
             .env("ETCD", &bin)
             .env("DATA", &dir)
             .stdin(Stdio::piped())
@@ -145,6 +172,8 @@ impl Etcd {
         // Read etcd's log until it says it serves clients; keep draining it
         // afterwards so etcd never blocks on a full pipe.
         let (tx, rx) = mpsc::channel();
+        let log = LogTap::default();
+        let tap = log.clone();
         std::thread::spawn(move || {
             let mut pid = None;
             let mut tail = Vec::new();
@@ -155,8 +184,13 @@ impl Etcd {
                     || line.contains("ready to serve client requests")
                 {
                     let _ = tx.send(Ok(pid.unwrap_or_default()));
-                } else if tail.len() < 50 {
-                    tail.push(line);
+                } else {
+                    tap.lock()
+                        .unwrap()
+                        .retain(|t: &mpsc::Sender<String>| t.send(line.clone()).is_ok());
+                    if tail.len() < 50 {
+                        tail.push(line);
+                    }
                 }
             }
             let _ = tx.send(Err(tail.join("\n")));
@@ -166,11 +200,23 @@ impl Etcd {
             Ok(Err(log)) => panic!("etcd exited before serving clients:\n{log}"),
             Err(_) => panic!("etcd did not report readiness within 60 s"),
         };
+        let endpoint = match tls {
+            Some(_) => curl,
+            None => format!("127.0.0.1:{client}"),
+        };
         Etcd {
-            endpoint: format!("127.0.0.1:{client}"),
+            endpoint,
             pid,
             wrapper: Wrapper::new(child, stdin),
+            log,
         }
+    }
+
+    /// A receiver of every log line etcd writes from now on.
+    pub fn log_lines(&self) -> mpsc::Receiver<String> {
+        let (tx, rx) = mpsc::channel();
+        self.log.lock().unwrap().push(tx);
+        rx
     }
 
     /// The etcd process id (for signals).

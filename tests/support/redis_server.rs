@@ -8,7 +8,9 @@
 //! helpers below wait on (events, not sleeps).
 #![allow(dead_code)]
 
+use std::ffi::OsString;
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{OnceLock, mpsc};
 use std::time::Duration;
@@ -32,8 +34,33 @@ fn redis_bin() -> String {
 impl RedisServer {
     /// Starts a fresh redis-server and waits until it accepts connections.
     pub fn start() -> RedisServer {
+        RedisServer::start_with(None)
+    }
+
+    /// Starts a fresh redis-server that serves TLS only (`--port 0
+    /// --tls-port P`) with `server` (certificate, key), trusting `ca` for
+    /// client certificates (which it demands unless `extra` says
+    /// `--tls-auth-clients no`); its URL is `rediss://127.0.0.1:P`.
+    pub fn start_tls(server: (&Path, &Path), ca: &Path, extra: &[&str]) -> RedisServer {
+        let mut args: Vec<OsString> = vec!["--tls-cert-file".into(), server.0.into()];
+        args.extend(["--tls-key-file".into(), server.1.into()]);
+        args.extend(["--tls-ca-cert-file".into(), ca.into()]);
+        args.extend(extra.iter().map(OsString::from));
+        RedisServer::start_with(Some(args))
+    }
+
+    fn start_with(tls: Option<Vec<OsString>>) -> RedisServer {
         let bin = redis_bin();
         let port = super::free_port();
+        let (scheme, port_args): (&str, Vec<OsString>) = match &tls {
+            Some(extra) => {
+                let mut a: Vec<OsString> = vec!["--port".into(), "0".into()];
+                a.extend(["--tls-port".into(), port.to_string().into()]);
+                a.extend(extra.iter().cloned());
+                ("rediss", a)
+            }
+            None => ("redis", vec!["--port".into(), port.to_string().into()]),
+        };
         let dir = tempfile::Builder::new()
             .prefix("fairlock-test-redis-")
             .tempdir()
@@ -50,7 +77,8 @@ impl RedisServer {
             .arg("-c")
             .arg(script)
             .arg("redis-wrapper")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(&port_args)
+            .args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--dir"])
             .arg(&dir)
             .args(["--notify-keyspace-events", "KA", "--logfile", ""])
@@ -96,7 +124,7 @@ impl RedisServer {
             }
         }
         RedisServer {
-            url: format!("redis://127.0.0.1:{port}"),
+            url: format!("{scheme}://127.0.0.1:{port}"),
             port,
             pid: pid.unwrap_or_default(),
             wrapper: Wrapper::new(child, stdin),
@@ -119,7 +147,7 @@ impl RedisServer {
     }
 
     pub fn client(&self) -> redis::Client {
-        redis::Client::open(self.url.as_str()).expect("redis url")
+        client_for(&self.url)
     }
 }
 
@@ -146,10 +174,28 @@ pub fn start_many(n: usize) -> Vec<RedisServer> {
         .collect()
 }
 
+/// A client for `url`; `rediss://` URLs trust the test CA and present the
+/// test client certificate (tests/support/tls.rs).
+pub fn client_for(url: &str) -> redis::Client {
+    if !url.starts_with("rediss://") {
+        return redis::Client::open(url).expect("redis url");
+    }
+    let c = super::tls::certs();
+    let (cert, key) = c.client();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let certs = redis::TlsCertificates {
+        client_tls: Some(redis::ClientTlsConfig {
+            client_cert: std::fs::read(cert).expect("client cert"),
+            client_key: std::fs::read(key).expect("client key"),
+        }),
+        root_cert: Some(std::fs::read(c.ca()).expect("ca")),
+    };
+    redis::Client::build_with_tls(url, certs).expect("rediss url")
+}
+
 /// A new connection to the server at `url`.
 pub async fn conn(url: &str) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(url)
-        .expect("url")
+    client_for(url)
         .get_multiplexed_async_connection()
         .await
         .expect("connect")
@@ -223,7 +269,7 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let client = redis::Client::open(url).expect("url");
+    let client = client_for(url);
     let mut pubsub = client.get_async_pubsub().await.expect("pubsub");
     pubsub
         .psubscribe(format!("__keyspace@0__:{prefix}*"))

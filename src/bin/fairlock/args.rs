@@ -32,6 +32,14 @@ GLOBAL OPTIONS (before or after the subcommand):
                         mode only) [env FAIRLOCK_ENDPOINTS, default 127.0.0.1:2379]
     --prefix P          key prefix of all locks [env FAIRLOCK_PREFIX, default
                         /fairlock/ on etcd, fairlock: on Redis]
+    --cacert FILE       trust the CA certificates in FILE (PEM) for https:// and
+                        rediss:// endpoints, instead of the system's roots
+                        [env FAIRLOCK_CACERT]
+    --cert FILE         client certificate (PEM) for mutual TLS [env FAIRLOCK_CERT]
+    --key FILE          the client certificate's key (PEM) [env FAIRLOCK_KEY]
+    --user NAME         etcd user, or Redis ACL user; the password comes from
+                        FAIRLOCK_PASSWORD (NAME:PASSWORD also works, but shows it
+                        to other local users) [env FAIRLOCK_USER]
     -h, --help          this help
     -V, --version       the version
 
@@ -63,7 +71,10 @@ DURATIONS: 500ms, 10s, 2m, or plain seconds.
 EXIT STATUS (lock):
     CMD's own exit status (128+N when CMD was killed by signal N), or
       2   usage error
-     69   etcd or Redis unreachable or failing
+     69   etcd or Redis unreachable or failing, or TLS failed (untrusted or
+          expired certificate, wrong server name, client certificate missing)
+     77   authentication failed (wrong user or password) or permission denied
+          (the user's etcd role or Redis ACL does not cover the prefix)
      75   the lock was held (--nonblock) or the wait timed out (--timeout);
           settable with --conflict-exit-code
      76   the lock was lost while CMD ran (lease expired, servers unreachable
@@ -86,6 +97,10 @@ EXAMPLES:
 pub struct Global {
     pub endpoints: Option<String>,
     pub prefix: Option<String>,
+    pub cacert: Option<String>,
+    pub cert: Option<String>,
+    pub key: Option<String>,
+    pub user: Option<String>,
 }
 
 #[derive(Debug)]
@@ -184,6 +199,10 @@ pub fn parse(argv: Vec<String>) -> Result<(Global, Command), Usage> {
         match flag {
             "--endpoints" => global.endpoints = Some(args.value(flag, inline)?),
             "--prefix" => global.prefix = Some(args.value(flag, inline)?),
+            "--cacert" => global.cacert = Some(args.value(flag, inline)?),
+            "--cert" => global.cert = Some(args.value(flag, inline)?),
+            "--key" => global.key = Some(args.value(flag, inline)?),
+            "--user" => global.user = Some(args.value(flag, inline)?),
             "-h" | "--help" => return Ok((global, Command::Help)),
             "-V" | "--version" => return Ok((global, Command::Version)),
             "--" => {

@@ -61,7 +61,7 @@ pub async fn run(config: BackendConfig, a: LockArgs) -> u8 {
         }
         Err(e) => {
             report(&e);
-            return exit::UNAVAILABLE;
+            return exit::of(&e);
         }
     };
     let guard = match acquire(&locker, &key, &a, &mut signals).await {
@@ -96,7 +96,7 @@ async fn acquire(
             }
             Err(e) => {
                 report(&e);
-                Err(exit::UNAVAILABLE)
+                Err(exit::of(&e))
             }
         };
     }
@@ -148,7 +148,7 @@ async fn acquire(
         }
         Err(e) => {
             report(&e);
-            Err(exit::UNAVAILABLE)
+            Err(exit::of(&e))
         }
     }
 }

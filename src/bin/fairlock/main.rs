@@ -26,6 +26,8 @@ pub mod exit {
     pub const USAGE: u8 = 2;
     /// The backend (etcd or Redis) unreachable or failing.
     pub const UNAVAILABLE: u8 = 69;
+    /// Authentication failed, or permission was denied (EX_NOPERM).
+    pub const NOPERM: u8 = 77;
     /// The lock was held (`--nonblock`) or the wait timed out.
     pub const CONFLICT: u8 = 75;
     /// The lock was lost while the command ran.
@@ -34,6 +36,16 @@ pub mod exit {
     pub const NOT_EXECUTABLE: u8 = 126;
     /// The command was not found.
     pub const NOT_FOUND: u8 = 127;
+
+    /// The exit code for a failure to reach or use the backend:
+    /// [`NOPERM`] for refused credentials or permissions, else
+    /// [`UNAVAILABLE`].
+    pub fn of(e: &fairlock::Error) -> u8 {
+        match e {
+            fairlock::Error::Auth { .. } | fairlock::Error::PermissionDenied { .. } => NOPERM,
+            _ => UNAVAILABLE,
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -96,27 +108,34 @@ where
 }
 
 fn config(global: &Global, ttl: Option<std::time::Duration>) -> fairlock::Result<BackendConfig> {
-    let mut config = match &global.endpoints {
-        None => BackendConfig::from_env()?,
-        Some(endpoints) => {
-            // The flag replaces FAIRLOCK_ENDPOINTS; the rest of the
-            // environment still applies.
-            let mut config = BackendConfig::from_endpoints(endpoints.split(','))?;
-            if let Ok(prefix) = std::env::var("FAIRLOCK_PREFIX") {
-                config = config.with_prefix(prefix);
-            }
-            if let Ok(ttl) = std::env::var("FAIRLOCK_TTL") {
-                let ttl = fairlock::parse_duration(&ttl).map_err(|e| {
-                    fairlock::Error::InvalidConfig(format!("FAIRLOCK_TTL={ttl:?}: {e}"))
-                })?;
-                config = config.with_ttl(ttl);
-            }
-            config
-        }
-    };
+    // --endpoints replaces FAIRLOCK_ENDPOINTS; the rest of the environment
+    // still applies.
+    let endpoints = global.endpoints.clone().unwrap_or_else(|| {
+        std::env::var("FAIRLOCK_ENDPOINTS")
+            .ok()
+            .filter(|s| !s.trim().is_empty())
+            .unwrap_or_else(|| fairlock::etcd::DEFAULT_ENDPOINT.to_string())
+    });
+    let mut config = BackendConfig::from_endpoints(endpoints.split(','))?;
+    if let Ok(prefix) = std::env::var("FAIRLOCK_PREFIX") {
+        config = config.with_prefix(prefix);
+    }
+    if let Ok(ttl) = std::env::var("FAIRLOCK_TTL") {
+        let ttl = fairlock::parse_duration(&ttl)
+            .map_err(|e| fairlock::Error::InvalidConfig(format!("FAIRLOCK_TTL={ttl:?}: {e}")))?;
+        config = config.with_ttl(ttl);
+    }
     if let Some(prefix) = &global.prefix {
         config = config.with_prefix(prefix.clone());
     }
+    // Flags replace their FAIRLOCK_* variables one by one.
+    let mut access = fairlock::Access::from_env();
+    let path = |flag: &Option<String>| flag.as_ref().map(std::path::PathBuf::from);
+    access.cacert = path(&global.cacert).or(access.cacert);
+    access.cert = path(&global.cert).or(access.cert);
+    access.key = path(&global.key).or(access.key);
+    access.user = global.user.clone().or(access.user);
+    config = config.with_access(access)?;
     if let Some(ttl) = ttl {
         config = config.with_ttl(ttl);
     }

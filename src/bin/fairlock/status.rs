@@ -21,14 +21,14 @@ pub async fn run(config: BackendConfig, a: StatusArgs) -> u8 {
         Ok(l) => l,
         Err(e) => {
             report(&e);
-            return exit::UNAVAILABLE;
+            return exit::of(&e);
         }
     };
     let locks = match locker.status(key.as_ref()).await {
         Ok(locks) => locks,
         Err(e) => {
             report(&e);
-            return exit::UNAVAILABLE;
+            return exit::of(&e);
         }
     };
     let _ = locker.close().await;

@@ -1,0 +1,135 @@
+//! The client of one Redis URL (TLS, credentials), and telling TLS,
+//! authentication and permission failures apart from the rest.
+
+use std::fmt;
+
+use redis::{ClientTlsConfig, IntoConnectionInfo, TlsCertificates};
+
+use super::config::RedisConfig;
+use super::url::redact;
+use crate::{BoxError, Error, Result};
+
+/// A client for `url`: TLS for `rediss://` (the configured CA and client
+/// certificate), and the configured credentials unless the URL has its own.
+pub(crate) fn client(config: &RedisConfig, url: &str) -> Result<redis::Client> {
+    let invalid = |e: redis::RedisError| {
+        Error::InvalidConfig(format!(
+            "Redis URL {:?} cannot be used ({:?}); use redis://host:port or rediss://host:port",
+            redact(url),
+            e.kind()
+        ))
+    };
+    let mut info = url.into_connection_info().map_err(invalid)?;
+    if let Some((user, password)) = config.credentials()
+        && info.redis_settings().password().is_none()
+    {
+        let mut settings = info.redis_settings().clone().set_password(password);
+        if let Some(user) = user {
+            settings = settings.set_username(user);
+        }
+        info = info.set_redis_settings(settings);
+    }
+    if !url.starts_with("rediss://") {
+        return redis::Client::open(info).map_err(invalid);
+    }
+    // ring is the one provider built in; a process may have chosen its own.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let loaded = config.tls().map(|t| t.load()).transpose()?;
+    let (root_cert, identity) = match loaded {
+        Some(l) => (l.ca, l.identity),
+        None => (None, None),
+    };
+    let certs = TlsCertificates {
+        client_tls: identity.map(|(client_cert, client_key)| ClientTlsConfig {
+            client_cert,
+            client_key,
+        }),
+        root_cert,
+    };
+    redis::Client::build_with_tls(info, certs).map_err(invalid)
+}
+
+/// A failed request to one node, named by its URL without password.
+#[derive(Debug)]
+pub(crate) struct NodeError {
+    pub node: String,
+    pub error: redis::RedisError,
+}
+
+impl fmt::Display for NodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.node, self.error)
+    }
+}
+
+impl std::error::Error for NodeError {}
+
+/// The public error for a refusal (wrong credentials, no permission)
+/// among `errors`, if there is one: retrying would not help.
+pub(crate) fn refused(op: &'static str, errors: &mut Vec<BoxError>) -> Option<Error> {
+    let at = errors.iter().position(|e| {
+        e.downcast_ref::<NodeError>()
+            .is_some_and(|n| is_auth(&n.error) || is_noperm(&n.error))
+    })?;
+    let source = errors.swap_remove(at);
+    let node = source.downcast_ref::<NodeError>()?;
+    Some(if is_noperm(&node.error) {
+        Error::PermissionDenied {
+            backend: "redis",
+            op,
+            reason: "the Redis ACL user may not run this command or touch these keys or \
+                     channels; grant it the commands, ~PREFIX* keys and &PREFIX* channels \
+                     listed in the README's Production section"
+                .into(),
+            source,
+        }
+    } else {
+        Error::Auth {
+            backend: "redis",
+            reason: "the user name or password is wrong, the user does not exist or is \
+                     disabled, or the server needs a password; check the URL's user:password, \
+                     FAIRLOCK_USER and FAIRLOCK_PASSWORD"
+                .into(),
+            source,
+        }
+    })
+}
+
+fn is_auth(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
+}
+
+fn is_noperm(e: &redis::RedisError) -> bool {
+    e.code() == Some("NOPERM")
+}
+
+/// What is wrong with the TLS connection, if `err` is a failed one.
+pub(crate) fn tls_failure(config: &RedisConfig, err: &BoxError) -> Option<String> {
+    let inner: &(dyn std::error::Error + 'static) = match err.downcast_ref::<NodeError>() {
+        Some(n) => &n.error,
+        None => err.as_ref(),
+    };
+    if let Some(reason) = crate::tls::diagnose(inner) {
+        return Some(reason);
+    }
+    // A server that demands a client certificate checks it after a TLS 1.3
+    // handshake has ended for the client, and closes the connection.
+    let tls = config.urls().iter().any(|u| u.starts_with("rediss://"));
+    let no_identity = config.tls().is_none_or(|t| !t.has_client_identity());
+    let text = crate::tls::chain_text(inner);
+    let closed = [
+        "connection reset",
+        "closed",
+        "broken pipe",
+        "unexpected end",
+    ]
+    .iter()
+    .any(|w| text.to_ascii_lowercase().contains(w));
+    (tls && no_identity && closed).then(|| {
+        "the server closed the connection during the TLS handshake: it most likely \
+         requires a client certificate; pass --cert FILE and --key FILE (FAIRLOCK_CERT, \
+         FAIRLOCK_KEY) signed by a CA the server trusts"
+            .into()
+    })
+}

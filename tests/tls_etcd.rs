@@ -1,0 +1,277 @@
+//! etcd over mutual TLS with auth enabled: the conformance suite as a user
+//! whose role covers the lock prefix only, a lock held across auth token
+//! expiries, and one test per TLS or auth failure (see tests/support/tls.rs
+//! for the certificates and the server's users).
+
+mod conformance;
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use conformance::Backend;
+use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
+use fairlock::etcd::{EtcdConfig, EtcdLocker};
+use fairlock::{Context, Error, Key, Locker, TlsConfig};
+use support::tls::{self, ETCD_PREFIX, ETCD_USER, certs, client_tls, secure_etcd};
+
+/// A root client over mutual TLS, for the tests' own checks.
+async fn root_client() -> Client {
+    let c = certs();
+    let (cert, key) = c.client();
+    let tls = TlsOptions::new()
+        .ca_certificate(Certificate::from_pem(std::fs::read(c.ca()).unwrap()))
+        .identity(Identity::from_pem(
+            std::fs::read(cert).unwrap(),
+            std::fs::read(key).unwrap(),
+        ));
+    let (user, password) = tls::ETCD_ROOT.split_once(':').unwrap();
+    let options = ConnectOptions::new()
+        .with_tls(tls)
+        .with_user(user, password)
+        .with_auto_token_refresh(true);
+    Client::connect([&secure_etcd().endpoint], Some(options))
+        .await
+        .expect("root connects")
+}
+
+/// fairlock's configuration as the restricted user, under `prefix`.
+fn app_config(prefix: &str) -> EtcdConfig {
+    let (user, password) = ETCD_USER;
+    EtcdConfig::new([secure_etcd().endpoint.clone()])
+        .with_tls(client_tls())
+        .with_user(user, password)
+        .with_prefix(prefix)
+}
+
+fn unique_prefix(test: &str) -> String {
+    format!("{ETCD_PREFIX}{test}-{}/", uuid::Uuid::new_v4().simple())
+}
+
+struct SecureEtcd {
+    /// root, for checks.
+    root: Client,
+    /// The restricted user's connection, which the lockers share.
+    app: Client,
+    config: EtcdConfig,
+    lockers: Mutex<Vec<EtcdLocker>>,
+}
+
+async fn secure(test: &str) -> SecureEtcd {
+    let config = app_config(&unique_prefix(test));
+    let app = EtcdLocker::connect(config.clone(), false)
+        .await
+        .expect("the restricted user connects over mutual TLS");
+    SecureEtcd {
+        root: root_client().await,
+        app: app.client().clone(),
+        config,
+        lockers: Mutex::new(Vec::new()),
+    }
+}
+
+#[async_trait]
+impl Backend for SecureEtcd {
+    fn locker(&self, fair: bool) -> Arc<dyn Locker> {
+        let locker = EtcdLocker::from_client(self.app.clone(), self.config.clone(), fair);
+        self.lockers.lock().unwrap().push(locker.clone());
+        Arc::new(locker)
+    }
+    async fn wait_queued(&self, key: &Key, n: usize) {
+        let queue = format!("{}{key}/_OWNERS_/", self.config.prefix());
+        support::wait_for_count(&mut self.root.clone(), &queue, n as i64, false).await;
+    }
+    async fn wait_clean(&self) {
+        support::wait_for_count(&mut self.root.clone(), self.config.prefix(), 0, true).await;
+    }
+    async fn is_clean(&self) -> bool {
+        support::count_keys(&mut self.root.clone(), self.config.prefix()).await == 0
+    }
+    async fn finish(&self) {
+        assert!(
+            self.is_clean().await,
+            "keys left under {}",
+            self.config.prefix()
+        );
+        let lockers = std::mem::take(&mut *self.lockers.lock().unwrap());
+        for locker in lockers {
+            let Some(lease) = locker.session_lease().await else {
+                continue;
+            };
+            locker.close().await.expect("close");
+            let ttl = self
+                .root
+                .clone()
+                .lease_time_to_live(lease, None)
+                .await
+                .expect("ttl");
+            assert_eq!(ttl.ttl(), -1, "lease {lease:x} left behind");
+        }
+    }
+}
+
+conformance_tests!(secure);
+
+fn patient() -> Context {
+    Context::background().with_timeout(Duration::from_secs(120))
+}
+
+/// Waits until etcd has let `n` auth tokens expire (it logs each).
+async fn tokens_expired(log: std::sync::mpsc::Receiver<String>, n: usize) {
+    tokio::task::spawn_blocking(move || {
+        let mut seen = 0;
+        while seen < n {
+            let line = log
+                .recv_timeout(Duration::from_secs(120))
+                .expect("etcd never let a token expire");
+            if line.contains("deleted a simple token") {
+                seen += 1;
+            }
+        }
+    })
+    .await
+    .unwrap();
+}
+
+/// A fair lock held while etcd expires the holder's and the waiter's auth
+/// tokens (keepalives running, nothing else sent) is still held, is
+/// released, and is handed to the waiter that queued before the expiries;
+/// the lockers keep working afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_held_across_token_expiries() {
+    let b = secure("token-expiry").await;
+    let (holder, waiter) = (b.locker(true), b.locker(true));
+    let key = Key::from("long");
+    let guard = holder.lock(&patient(), &key).await.expect("lock");
+    let w = tokio::spawn({
+        let (waiter, key) = (Arc::clone(&waiter), key.clone());
+        async move { waiter.lock(&patient(), &key).await }
+    });
+    b.wait_queued(&key, 1).await;
+    // The tokens of the root client and fairlock's each expire: two at
+    // least, and a third round to be sure fairlock's token expired while
+    // the lock was held.
+    let log = secure_etcd().log_lines();
+    tokens_expired(log, 3).await;
+    assert!(guard.is_held(), "the lease lapsed while the token expired");
+    guard.unlock().await.expect("unlock after token expiry");
+    let next = w.await.unwrap().expect("the waiter is granted");
+    next.unlock().await.expect("unlock");
+    let again = holder
+        .try_lock(&key)
+        .await
+        .expect("try_lock")
+        .expect("free");
+    again.unlock().await.expect("unlock");
+    b.finish().await;
+}
+
+/// The error of connecting with `config`.
+async fn connect_err(config: EtcdConfig) -> Error {
+    match EtcdLocker::connect(config, false).await {
+        Ok(_) => panic!("connected, but should not have"),
+        Err(e) => {
+            eprintln!("{e}\n  chain: {}", support::chain(&e));
+            e
+        }
+    }
+}
+
+fn base() -> EtcdConfig {
+    EtcdConfig::new([secure_etcd().endpoint.clone()])
+        .with_prefix(unique_prefix("fail"))
+        .with_connect_timeout(Duration::from_secs(20))
+}
+
+#[tokio::test]
+async fn unknown_ca_is_a_tls_error() {
+    let (cert, key) = certs().client();
+    let tls = TlsConfig::new()
+        .with_ca_file(certs().other_ca())
+        .with_cert_file(cert)
+        .with_key_file(key);
+    let err = connect_err(base().with_tls(tls)).await;
+    assert!(matches!(err, Error::Tls { .. }), "{err:?}");
+    assert!(err.to_string().contains("not signed by a CA"), "{err}");
+}
+
+#[tokio::test]
+async fn wrong_server_name_is_a_tls_error() {
+    let err = connect_err(base().with_tls(client_tls().with_server_name("db.example.com"))).await;
+    assert!(matches!(err, Error::Tls { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains("not valid for the host name"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn missing_client_certificate_is_a_tls_error() {
+    let tls = TlsConfig::new().with_ca_file(certs().ca());
+    let (user, password) = ETCD_USER;
+    let err = connect_err(base().with_tls(tls).with_user(user, password)).await;
+    assert!(matches!(err, Error::Tls { .. }), "{err:?}");
+    assert!(err.to_string().contains("client certificate"), "{err}");
+}
+
+#[tokio::test]
+async fn expired_server_certificate_is_a_tls_error() {
+    let c = certs();
+    let (cert, key) = c.expired();
+    let expired = support::Etcd::start_tls((&cert, &key), &c.ca(), &[]);
+    let config = EtcdConfig::new([expired.endpoint.clone()])
+        .with_tls(TlsConfig::new().with_ca_file(c.ca()))
+        .with_connect_timeout(Duration::from_secs(20));
+    let err = connect_err(config).await;
+    assert!(matches!(err, Error::Tls { .. }), "{err:?}");
+    assert!(err.to_string().contains("expired"), "{err}");
+}
+
+#[tokio::test]
+async fn wrong_password_is_an_auth_error() {
+    let err = connect_err(
+        base()
+            .with_tls(client_tls())
+            .with_user(ETCD_USER.0, "wrong"),
+    )
+    .await;
+    assert!(matches!(err, Error::Auth { .. }), "{err:?}");
+    assert!(err.to_string().contains("password is wrong"), "{err}");
+    assert!(
+        !format!("{err:?}{}", support::chain(&err)).contains("wrong\""),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn unknown_user_is_an_auth_error() {
+    let err = connect_err(base().with_tls(client_tls()).with_user("nobody", "pw")).await;
+    assert!(matches!(err, Error::Auth { .. }), "{err:?}");
+    assert!(err.to_string().contains("does not exist"), "{err}");
+}
+
+#[tokio::test]
+async fn key_outside_the_role_is_permission_denied() {
+    let (user, password) = ETCD_USER;
+    let config = EtcdConfig::new([secure_etcd().endpoint.clone()])
+        .with_tls(client_tls())
+        .with_user(user, password)
+        .with_prefix(format!("/elsewhere-{}/", uuid::Uuid::new_v4().simple()));
+    let locker = EtcdLocker::connect(config, true).await.expect("connect");
+    let err = locker
+        .try_lock(&Key::from("k"))
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    eprintln!("{err}\n  chain: {}", support::chain(&err));
+    assert!(matches!(err, Error::PermissionDenied { .. }), "{err:?}");
+    assert!(err.to_string().contains("grant-permission"), "{err}");
+}
+
+#[tokio::test]
+async fn plain_endpoint_with_tls_options_is_invalid_config() {
+    let config = EtcdConfig::new(["http://127.0.0.1:2379"]).with_tls(client_tls());
+    let err = connect_err(config).await;
+    assert!(matches!(err, Error::InvalidConfig(_)), "{err:?}");
+}
