@@ -68,15 +68,15 @@ impl<'a> Meter<'a> {
         })
     }
 
-    /// `row` with the writes and requests per op, and etcd CPU per op in
-    /// microseconds as its ratio.
+    /// `row` with the writes, requests and etcd CPU per op.
     pub fn finish(self, row: Row, ops: usize) -> Res<Row> {
         let m1 = Metrics::scrape(self.ep)?;
-        let row = row.cost(&self.m0, &m1, ops);
-        Ok(match (self.cpu0, self.cpu.seconds()) {
-            (Some(a), Some(b)) => row.ratio((b - a) * 1e6 / ops.max(1) as f64, "us etcd CPU/op"),
-            _ => row,
-        })
+        let mut row = row.cost(&self.m0, &m1, ops);
+        row.cpu_us_per_op = self
+            .cpu0
+            .zip(self.cpu.seconds())
+            .map(|(a, b)| (b - a) * 1e6 / ops.max(1) as f64);
+        Ok(row)
     }
 }
 

@@ -231,35 +231,29 @@ async fn run(o: &Opts) -> Res<()> {
     unfair_l.close().await?;
 
     // 3. one contended key
+    let cpu = cost::EtcdCpu::new(etcd_pid);
     for &n in counts {
         for fair in [true, false] {
-            let m0 = Metrics::scrape(&ep)?;
+            let meter = cost::Meter::start(&cpu, &ep)?;
             let run = workloads::fairlock_clients(&ep, fair, n, dur, false).await?;
-            let m1 = Metrics::scrape(&ep)?;
             let row = Row::of(
                 "fairlock contended, 1 key",
                 if fair { "fair" } else { "unfair" },
                 n,
                 1,
                 &run,
-            )
-            .cost(&m0, &m1, run.ops());
+            );
+            let row = meter.finish(row, run.ops())?;
             rows.push(if fair {
                 row.ratio(run.per_s() / fair_floor, "x 1/(C+P)")
             } else {
                 row.ratio(run.per_s() / unfair_floor, "x 1/(2C)")
             });
         }
-        let m0 = Metrics::scrape(&ep)?;
+        let meter = cost::Meter::start(&cpu, &ep)?;
         let run = workloads::v3lock_clients(&ep, n, dur).await?;
-        let m1 = Metrics::scrape(&ep)?;
-        rows.push(
-            Row::of("peer: etcd v3lock contended, 1 key", "fair", n, 1, &run).cost(
-                &m0,
-                &m1,
-                run.ops(),
-            ),
-        );
+        let row = Row::of("peer: etcd v3lock contended, 1 key", "fair", n, 1, &run);
+        rows.push(meter.finish(row, run.ops())?);
     }
     let v3_unc = workloads::v3lock_clients(&ep, 1, dur).await?;
     rows.push(Row::of(
@@ -310,6 +304,7 @@ async fn run(o: &Opts) -> Res<()> {
         let go = go_run(bin, &ep, "uncontended", 1, if o.quick { 200 } else { 1000 })?;
         rows.push(go.named("peer: Go concurrency.Mutex uncontended", 1));
         for &n in counts {
+            let meter = cost::Meter::start(&cpu, &ep)?;
             let go = go_run(bin, &ep, "contended", n, n_for(n))?;
             let ours = rows
                 .iter()
@@ -318,7 +313,8 @@ async fn run(o: &Opts) -> Res<()> {
                 })
                 .map_or(0.0, |r| r.ops_per_s);
             let ratio = ours / go.ops_per_s.max(1e-9);
-            rows.push(go.named("peer: Go concurrency.Mutex contended, 1 key", n));
+            let row = go.named("peer: Go concurrency.Mutex contended, 1 key", n);
+            rows.push(meter.finish(row, go.ops)?);
             let last = rows.len() - 1;
             rows[last].ratio = Some(ratio);
             rows[last].ratio_of = "fairlock fair / this";
@@ -444,7 +440,7 @@ async fn cost_rows(
     let cpu_of = |rows: &[Row], name: &str, mode: &str, tasks: usize| {
         rows.iter()
             .find(|r| r.name.starts_with(name) && r.mode == mode && r.clients == tasks)
-            .and_then(|r| r.ratio)
+            .and_then(|r| r.cpu_us_per_op)
     };
     for tasks in [4, 32, 128] {
         let go_cpu = cpu_of(&rows[before..], "cost: Go", "fair", tasks);
@@ -700,6 +696,7 @@ impl GoRun {
             ratio_of: "",
             writes_per_op: None,
             requests_per_op: None,
+            cpu_us_per_op: None,
         }
     }
 }

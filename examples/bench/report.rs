@@ -17,6 +17,8 @@ pub struct Row {
     pub ratio_of: &'static str,
     pub writes_per_op: Option<f64>,
     pub requests_per_op: Option<f64>,
+    /// etcd CPU time per op, in microseconds (when the bench started etcd).
+    pub cpu_us_per_op: Option<f64>,
 }
 
 impl Row {
@@ -34,6 +36,7 @@ impl Row {
             ratio_of: "",
             writes_per_op: None,
             requests_per_op: None,
+            cpu_us_per_op: None,
         }
     }
     pub fn ratio(mut self, r: f64, of: &'static str) -> Row {
@@ -60,7 +63,7 @@ pub fn print(rows: &[Row], json: bool) {
             let opt = |v: Option<f64>| v.map_or("null".to_string(), |x| format!("{x:.3}"));
             println!(
                 "{{\"name\":{:?},\"mode\":{:?},\"clients\":{},\"keys\":{},\"ops\":{},\"ops_per_s\":{:.1},\
-                 \"p50_us\":{},\"p99_us\":{},\"ratio\":{},\"ratio_of\":{:?},\"writes_per_op\":{},\"requests_per_op\":{}}}",
+                 \"p50_us\":{},\"p99_us\":{},\"ratio\":{},\"ratio_of\":{:?},\"writes_per_op\":{},\"requests_per_op\":{},\"etcd_cpu_us_per_op\":{}}}",
                 r.name,
                 r.mode,
                 r.clients,
@@ -72,19 +75,30 @@ pub fn print(rows: &[Row], json: bool) {
                 opt(r.ratio),
                 r.ratio_of,
                 opt(r.writes_per_op),
-                opt(r.requests_per_op)
+                opt(r.requests_per_op),
+                opt(r.cpu_us_per_op)
             );
         }
         return;
     }
     println!(
-        "{:<48} {:<6} {:>4} {:>5} {:>7} {:>9} {:>7} {:>8} {:>7} {:>7}  ratio",
-        "what", "mode", "cli", "keys", "ops", "ops/s", "p50us", "p99us", "wr/op", "req/op"
+        "{:<48} {:<6} {:>4} {:>5} {:>7} {:>9} {:>7} {:>8} {:>7} {:>7} {:>7}  ratio",
+        "what",
+        "mode",
+        "cli",
+        "keys",
+        "ops",
+        "ops/s",
+        "p50us",
+        "p99us",
+        "wr/op",
+        "req/op",
+        "cpu/op"
     );
     for r in rows {
         let opt = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.2}"));
         println!(
-            "{:<48} {:<6} {:>4} {:>5} {:>7} {:>9.0} {:>7} {:>8} {:>7} {:>7}  {}",
+            "{:<48} {:<6} {:>4} {:>5} {:>7} {:>9.0} {:>7} {:>8} {:>7} {:>7} {:>7}  {}",
             r.name,
             r.mode,
             r.clients,
@@ -95,6 +109,8 @@ pub fn print(rows: &[Row], json: bool) {
             r.p99_us,
             opt(r.writes_per_op),
             opt(r.requests_per_op),
+            r.cpu_us_per_op
+                .map_or("-".to_string(), |x| format!("{x:.0}")),
             r.ratio
                 .map_or(String::new(), |x| format!("{x:.2} {}", r.ratio_of))
         );
