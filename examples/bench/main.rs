@@ -41,6 +41,8 @@ struct Opts {
     redis_only: bool,
     soak_only: bool,
     soak_secs: Option<u64>,
+    /// Which fairlock modes the soak runs.
+    soak_modes: Vec<bool>,
     rss_child: Option<(String, usize)>,
 }
 
@@ -54,6 +56,7 @@ fn parse() -> Result<Opts, String> {
         redis_only: false,
         soak_only: false,
         soak_secs: None,
+        soak_modes: vec![true, false],
         rss_child: None,
     };
     let mut args = std::env::args().skip(1);
@@ -66,6 +69,16 @@ fn parse() -> Result<Opts, String> {
             "--no-redis" => o.redis = false,
             "--redis-only" => o.redis_only = true,
             "--soak-only" => o.soak_only = true,
+            "--soak-mode" => {
+                o.soak_modes = match args.next().as_deref() {
+                    Some("fair") => vec![true],
+                    Some("unfair") => vec![false],
+                    Some("both") => vec![true, false],
+                    other => {
+                        return Err(format!("--soak-mode {other:?}: use fair, unfair or both"));
+                    }
+                };
+            }
             "--soak-secs" => {
                 let v = args.next().ok_or("--soak-secs needs a number of seconds")?;
                 o.soak_secs = Some(
@@ -83,7 +96,8 @@ fn parse() -> Result<Opts, String> {
             }
             "-h" | "--help" => {
                 return Err("usage: bench [--endpoints E] [--quick] [--json] [--no-go] \
-                            [--no-redis] [--redis-only] [--soak-only] [--soak-secs N]"
+                            [--no-redis] [--redis-only] [--soak-only] [--soak-secs N] \
+                            [--soak-mode fair|unfair|both]"
                     .into());
             }
             other => return Err(format!("unknown argument {other:?}; see --help")),
@@ -493,7 +507,7 @@ async fn soak_rows(
     let dur = Duration::from_secs(secs);
     let window = Duration::from_secs(if secs >= 600 { 60 } else { (secs / 6).max(1) });
     let mut rows = Vec::new();
-    for fair in [true, false] {
+    for &fair in &o.soak_modes {
         let soak = cost::soak(ep, fair, (16, 4), dur, window, &cpu).await?;
         let last = soak.windows.len().saturating_sub(1);
         let mode = if fair { "fair" } else { "unfair" };
