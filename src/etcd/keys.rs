@@ -129,13 +129,7 @@ mod tests {
         for (fair, slot) in [(true, 0), (false, 12), (true, u32::MAX)] {
             let key = a.waiter(id, fair, slot);
             let name = entry_name(&a.queue, &key).expect("parses");
-            assert_eq!(
-                name,
-                EntryName {
-                    locker: id,
-                    fair
-                }
-            );
+            assert_eq!(name, EntryName { locker: id, fair });
             assert!(is_waiter(&a.queue, &key, 7));
             assert!(!is_waiter(&a.queue, &key, 0), "no lease: not a waiter");
         }
