@@ -424,3 +424,31 @@ async fn status_json_parses() {
     assert!(waiter.wait_with_output().expect("waiter").status.success());
     wait_clean(&prefix).await;
 }
+
+/// With RUST_LOG=fairlock=debug the grant is logged on stderr with its key
+/// and fencing token; without it, stderr stays quiet.
+#[test]
+fn rust_log_shows_the_grant() {
+    let prefix = support::unique_prefix("cli-log");
+    let echo = ["lock", "logged", "--", "sh", "-c", "echo $FAIRLOCK_TOKEN"];
+    let out = run(fairlock(&prefix)
+        .args(echo)
+        .env("RUST_LOG", "fairlock=debug"));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let token = text(&out.stdout).trim().to_owned();
+    let log = stderr(&out);
+    let grant = log
+        .lines()
+        .find(|l| l.contains("granted"))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(
+        grant.contains("key=logged") && grant.contains(&format!("token={token}")),
+        "{log}"
+    );
+    let out = run(fairlock(&prefix).args(echo).env_remove("RUST_LOG"));
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "{}",
+        stderr(&out)
+    );
+}
