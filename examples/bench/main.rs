@@ -12,6 +12,8 @@
 //! etcd CPU and proposals per cycle on many keys, the raw-etcd token ring
 //! (the fair handoff floor) and a soak without compaction (`--soak-secs N`,
 //! default 600, 60 with `--quick`; `--soak-only` runs just the soak).
+//! `--trace` runs only the uncontended cycle without, then with, a tracing
+//! subscriber installed (`trace.rs`).
 //! The Redis rows (`redis_rows.rs`) start their own redis-servers (one, and
 //! five for Redlock) and include the `rslock` crate as the peer;
 //! `--no-redis` skips them, `--redis-only` runs only them.
@@ -22,6 +24,7 @@ mod report;
 mod server;
 #[path = "../../tests/support/mod.rs"]
 mod support;
+mod trace;
 mod workloads;
 
 use std::process::{Command, ExitCode};
@@ -41,6 +44,8 @@ struct Opts {
     redis_only: bool,
     soak_only: bool,
     soak_secs: Option<u64>,
+    /// `--trace`: the uncontended cycle without and with a subscriber.
+    trace: bool,
     rss_child: Option<(String, usize)>,
 }
 
@@ -54,6 +59,7 @@ fn parse() -> Result<Opts, String> {
         redis_only: false,
         soak_only: false,
         soak_secs: None,
+        trace: false,
         rss_child: None,
     };
     let mut args = std::env::args().skip(1);
@@ -64,6 +70,7 @@ fn parse() -> Result<Opts, String> {
             "--json" => o.json = true,
             "--no-go" => o.go = false,
             "--no-redis" => o.redis = false,
+            "--trace" => o.trace = true,
             "--redis-only" => o.redis_only = true,
             "--soak-only" => o.soak_only = true,
             "--soak-secs" => {
@@ -83,7 +90,7 @@ fn parse() -> Result<Opts, String> {
             }
             "-h" | "--help" => {
                 return Err("usage: bench [--endpoints E] [--quick] [--json] [--no-go] \
-                            [--no-redis] [--redis-only] [--soak-only] [--soak-secs N]"
+                            [--no-redis] [--redis-only] [--soak-only] [--soak-secs N] [--trace]"
                     .into());
             }
             other => return Err(format!("unknown argument {other:?}; see --help")),
@@ -133,6 +140,10 @@ async fn run(o: &Opts) -> Res<()> {
             (Some(etcd), ep)
         }
     };
+    if o.trace {
+        print(&trace::rows(&ep, o.quick).await?, o.json);
+        return Ok(());
+    }
     let etcd_pid = own.as_ref().map(support::Etcd::pid);
     let go_peer = if o.go { build_go_peer() } else { None };
     if o.soak_only {
