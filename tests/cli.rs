@@ -452,3 +452,28 @@ fn rust_log_shows_the_grant() {
         stderr(&out)
     );
 }
+
+/// `status --watch` redraws until Ctrl-C (exit 0) or until its stdout is
+/// closed (exit 0).
+#[test]
+fn status_watch_ends_on_ctrl_c_and_on_a_closed_stdout() {
+    let prefix = support::unique_prefix("cli-watch");
+    for how in ["SIGINT", "closed stdout"] {
+        let mut watcher = fairlock(&prefix)
+            .args(["status", "--watch"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let mut lines = BufReader::new(watcher.stdout.take().expect("stdout")).lines();
+        let first = lines.next().expect("a first view").expect("read");
+        assert!(first.contains("fairlock status --watch"), "{first}");
+        match how {
+            "SIGINT" => signal(watcher.id(), "-INT"),
+            _ => drop(lines),
+        }
+        let out = watcher.wait_with_output().expect("exit");
+        assert_eq!(out.status.code(), Some(0), "{how}: {}", stderr(&out));
+        assert!(stderr(&out).is_empty(), "{how}: {}", stderr(&out));
+    }
+}

@@ -6,7 +6,7 @@
 //! - `logging.rs`: `-v`/`RUST_LOG` tracing output on stderr.
 //! - `backend.rs`: etcd or Redis, by the endpoints' scheme, behind one face.
 //! - `lock.rs`: `fairlock lock`, the command runner.
-//! - `status.rs`: `fairlock status`.
+//! - `status.rs`: `fairlock status`; `watch.rs`: `status --watch`.
 //! - `demo.rs`: `fairlock demo`, with `svg.rs` drawing its timeline.
 
 mod args;
@@ -16,6 +16,7 @@ mod lock;
 mod logging;
 mod status;
 mod svg;
+mod watch;
 
 use std::process::ExitCode;
 

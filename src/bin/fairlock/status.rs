@@ -24,6 +24,9 @@ pub async fn run(config: BackendConfig, a: StatusArgs) -> u8 {
             return exit::of(&e);
         }
     };
+    if a.watch {
+        return crate::watch::run(locker, key, prefix).await;
+    }
     let locks = match locker.status(key.as_ref()).await {
         Ok(locks) => locks,
         Err(e) => {
