@@ -20,6 +20,10 @@
 //!   backend named by `FAIRLOCK_ENDPOINTS`, by scheme (`backend.rs`).
 //! - [`TlsConfig`]: CA bundle, client certificate and server name for TLS
 //!   connections to either backend (`tls.rs`).
+//! - With feature `serde`, the status types and [`Owner`] implement
+//!   `serde::Serialize` (`serialize.rs`).
+//! - `observe.rs`: the tracing spans and events, and the `fairlock_*`
+//!   metrics (feature `metrics`), of every backend.
 //! - [`memory`]: an in-process backend with the same semantics, for tests.
 //! - The `fairlock` command (feature `cli`, on by default) is built from
 //!   `src/bin/fairlock/` on top of this API.
@@ -34,8 +38,11 @@ mod error;
 mod expiry;
 mod key;
 mod locker;
+mod observe;
 mod owner;
 mod registry;
+#[cfg(feature = "serde")]
+mod serialize;
 #[cfg(any(feature = "etcd", feature = "redis"))]
 mod tls;
 

@@ -6,7 +6,9 @@ use std::sync::Once;
 
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
+use crate::observe::{self, Holding, Site};
 use crate::{Context, Expiry, Key, Result};
 
 /// A source of distributed locks: one backend, one mode (fair or unfair).
@@ -122,6 +124,8 @@ pub struct LockGuard {
     expiry: Option<Expiry>,
     watch: Once,
     release: Option<Box<dyn GuardRelease>>,
+    /// Metrics and events of a guard from this crate's backends.
+    holding: Option<Holding>,
 }
 
 impl LockGuard {
@@ -135,7 +139,20 @@ impl LockGuard {
             expiry: None,
             watch: Once::new(),
             release: Some(release),
+            holding: None,
         }
+    }
+
+    /// Counts the guard as held from now on, for the metrics and events
+    /// of `site` (see `observe.rs`).
+    pub(crate) fn observed(mut self, site: Site) -> Self {
+        self.holding = Some(Holding::start(site, &self, self.lost.clone()));
+        self
+    }
+
+    /// The lease's local deadline, if the backend gave one.
+    pub(crate) fn expiry(&self) -> Option<&Expiry> {
+        self.expiry.as_ref()
     }
 
     /// Ties the guard to its backend's loss signals: `lost` is cancelled by
@@ -253,16 +270,36 @@ impl LockGuard {
         let Some(release) = self.release.take() else {
             return Ok(());
         };
+        let span = observe::unlock_span(self.holding.as_ref(), &self.key);
+        let released = {
+            let _entered = span.enter();
+            self.holding.as_ref().is_some_and(|h| h.end("unlock"))
+        };
+        let result = Self::run_release(release).instrument(span.clone()).await;
+        if let (true, Err(e @ crate::Error::LockLost { .. }), Some(h)) =
+            (released, &result, &self.holding)
+        {
+            let _entered = span.enter();
+            h.lost_at_unlock(&self.key, e);
+        }
+        result
+    }
+
+    /// Runs a backend's release.
+    async fn run_release(release: Box<dyn GuardRelease>) -> Result<()> {
         // Run the release as its own task, so that dropping this future (a
         // caller's timeout, a select!) does not stop it half way.
         match tokio::runtime::Handle::try_current() {
-            Ok(rt) => rt.spawn(release.release()).await.unwrap_or_else(|e| {
-                Err(crate::Error::Backend {
-                    backend: "fairlock",
-                    op: "unlock",
-                    source: Box::new(e),
-                })
-            }),
+            Ok(rt) => rt
+                .spawn(release.release().instrument(tracing::Span::current()))
+                .await
+                .unwrap_or_else(|e| {
+                    Err(crate::Error::Backend {
+                        backend: "fairlock",
+                        op: "unlock",
+                        source: Box::new(e),
+                    })
+                }),
             Err(_) => release.release().await,
         }
     }
@@ -270,6 +307,9 @@ impl LockGuard {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
+        if let Some(holding) = &self.holding {
+            holding.end("drop");
+        }
         if let Some(release) = self.release.take()
             && let Ok(rt) = tokio::runtime::Handle::try_current()
         {

@@ -319,3 +319,161 @@ fn demo_reports_fair_order_and_draws_it() {
     assert!(picture.starts_with("<svg") && picture.contains("unfair mode"));
     assert_eq!(picture.matches("<rect x=").count(), 12, "one bar per grant");
 }
+
+/// Each subcommand has its own help: `lock --help` lists lock's options and
+/// the global ones, not those of status or demo.
+#[test]
+fn each_subcommand_has_its_own_help() {
+    let out = run(Command::new(BIN).args(["lock", "--help"]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let help = text(&out.stdout);
+    for lock_option in [
+        "--nonblock",
+        "--timeout",
+        "--conflict-exit-code",
+        "--kill-after",
+    ] {
+        assert!(help.contains(lock_option), "{lock_option}: {help}");
+    }
+    for other in ["--processes", "--json", "--svg"] {
+        assert!(!help.contains(other), "{other}: {help}");
+    }
+    assert!(help.contains("--endpoints"), "{help}");
+    let out = run(Command::new(BIN).args(["status", "--help"]));
+    assert!(text(&out.stdout).contains("--watch"));
+    assert!(!text(&out.stdout).contains("--nonblock"));
+    let out = run(Command::new(BIN).arg("--version"));
+    assert_eq!(
+        text(&out.stdout).trim(),
+        format!("fairlock {}", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+/// A mistyped subcommand or option is a usage error with a suggestion.
+#[test]
+fn typos_get_a_suggestion() {
+    let out = run(Command::new(BIN).args(["lcok", "k", "--", "true"]));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("'lock'"), "{}", stderr(&out));
+    let out = run(Command::new(BIN).args(["lock", "--nonblok", "k", "--", "true"]));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--nonblock"), "{}", stderr(&out));
+}
+
+/// `completions bash` prints a script that, sourced by bash, registers a
+/// completion for `fairlock`.
+#[test]
+fn bash_completion_registers() {
+    let out = run(Command::new(BIN).args(["completions", "bash"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let dir = tempfile::tempdir().expect("tmp");
+    let script = dir.path().join("fairlock.bash");
+    std::fs::write(&script, &out.stdout).expect("write script");
+    let out = run(Command::new("bash")
+        .args([
+            "--norc",
+            "--noprofile",
+            "-c",
+            "source \"$1\" && complete -p fairlock",
+            "bash",
+        ])
+        .arg(&script));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        text(&out.stdout).contains("fairlock"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+/// `status --json` prints one JSON object per lock, with the documented
+/// fields.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_json_parses() {
+    let prefix = support::unique_prefix("cli-json");
+    let (holder, _) = hold(&prefix, "jobs/a", &[]);
+    let waiter = fairlock(&prefix)
+        .args(["lock", "jobs/a", "--", "true"])
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    wait_queued(&prefix, "jobs/a", 1).await;
+    let out = run(fairlock(&prefix).args(["status", "--json"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lines: Vec<serde_json::Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON object per line"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let lock = &lines[0];
+    assert_eq!(lock["key"], "jobs/a");
+    assert!(
+        lock["holder"]["fencing_token"]
+            .as_u64()
+            .is_some_and(|t| t > 0),
+        "{lock}"
+    );
+    assert!(lock["holder"]["lease"].is_i64(), "{lock}");
+    assert!(lock["holder"]["owner"]["pid"].is_u64(), "{lock}");
+    assert!(lock["holder"]["owner"]["age_ms"].is_u64(), "{lock}");
+    let waiters = lock["waiters"].as_array().expect("waiters");
+    assert_eq!(waiters.len(), 1, "{lock}");
+    assert_eq!(waiters[0]["fair"], true);
+    assert!(waiters[0]["locker"].is_string(), "{lock}");
+    assert!(finish(holder).success());
+    assert!(waiter.wait_with_output().expect("waiter").status.success());
+    wait_clean(&prefix).await;
+}
+
+/// With RUST_LOG=fairlock=debug the grant is logged on stderr with its key
+/// and fencing token; without it, stderr stays quiet.
+#[test]
+fn rust_log_shows_the_grant() {
+    let prefix = support::unique_prefix("cli-log");
+    let echo = ["lock", "logged", "--", "sh", "-c", "echo $FAIRLOCK_TOKEN"];
+    let out = run(fairlock(&prefix)
+        .args(echo)
+        .env("RUST_LOG", "fairlock=debug"));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let token = text(&out.stdout).trim().to_owned();
+    let log = stderr(&out);
+    let grant = log
+        .lines()
+        .find(|l| l.contains("granted"))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(
+        grant.contains("key=logged") && grant.contains(&format!("token={token}")),
+        "{log}"
+    );
+    let out = run(fairlock(&prefix).args(echo).env_remove("RUST_LOG"));
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// `status --watch` redraws until Ctrl-C (exit 0) or until its stdout is
+/// closed (exit 0).
+#[test]
+fn status_watch_ends_on_ctrl_c_and_on_a_closed_stdout() {
+    let prefix = support::unique_prefix("cli-watch");
+    for how in ["SIGINT", "closed stdout"] {
+        let mut watcher = fairlock(&prefix)
+            .args(["status", "--watch"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let mut lines = BufReader::new(watcher.stdout.take().expect("stdout")).lines();
+        let first = lines.next().expect("a first view").expect("read");
+        assert!(first.contains("fairlock status --watch"), "{first}");
+        match how {
+            "SIGINT" => signal(watcher.id(), "-INT"),
+            _ => drop(lines),
+        }
+        let out = watcher.wait_with_output().expect("exit");
+        assert_eq!(out.status.code(), Some(0), "{how}: {}", stderr(&out));
+        assert!(stderr(&out).is_empty(), "{how}: {}", stderr(&out));
+    }
+}

@@ -12,6 +12,8 @@
 //! etcd CPU and proposals per cycle on many keys, the raw-etcd token ring
 //! (the fair handoff floor) and a soak without compaction (`--soak-secs N`,
 //! default 600, 60 with `--quick`; `--soak-only` runs just the soak).
+//! `--trace` runs only the uncontended cycle without, then with, a tracing
+//! subscriber installed (`trace.rs`).
 //! The Redis rows (`redis_rows.rs`) start their own redis-servers (one, and
 //! five for Redlock) and include the `rslock` crate as the peer;
 //! `--no-redis` skips them, `--redis-only` runs only them.
@@ -22,6 +24,7 @@ mod report;
 mod server;
 #[path = "../../tests/support/mod.rs"]
 mod support;
+mod trace;
 mod workloads;
 
 use std::process::{Command, ExitCode};
@@ -43,6 +46,8 @@ struct Opts {
     soak_secs: Option<u64>,
     /// Which fairlock modes the soak runs.
     soak_modes: Vec<bool>,
+    /// `--trace`: the uncontended cycle without and with a subscriber.
+    trace: bool,
     rss_child: Option<(String, usize)>,
 }
 
@@ -57,6 +62,7 @@ fn parse() -> Result<Opts, String> {
         soak_only: false,
         soak_secs: None,
         soak_modes: vec![true, false],
+        trace: false,
         rss_child: None,
     };
     let mut args = std::env::args().skip(1);
@@ -67,6 +73,7 @@ fn parse() -> Result<Opts, String> {
             "--json" => o.json = true,
             "--no-go" => o.go = false,
             "--no-redis" => o.redis = false,
+            "--trace" => o.trace = true,
             "--redis-only" => o.redis_only = true,
             "--soak-only" => o.soak_only = true,
             "--soak-mode" => {
@@ -97,7 +104,7 @@ fn parse() -> Result<Opts, String> {
             "-h" | "--help" => {
                 return Err("usage: bench [--endpoints E] [--quick] [--json] [--no-go] \
                             [--no-redis] [--redis-only] [--soak-only] [--soak-secs N] \
-                            [--soak-mode fair|unfair|both]"
+                            [--soak-mode fair|unfair|both] [--trace]"
                     .into());
             }
             other => return Err(format!("unknown argument {other:?}; see --help")),
@@ -147,6 +154,10 @@ async fn run(o: &Opts) -> Res<()> {
             (Some(etcd), ep)
         }
     };
+    if o.trace {
+        print(&trace::rows(&ep, o.quick).await?, o.json);
+        return Ok(());
+    }
     let etcd_pid = own.as_ref().map(support::Etcd::pid);
     let go_peer = if o.go { build_go_peer() } else { None };
     if o.soak_only {

@@ -20,6 +20,7 @@ use super::{
     etcd_err, is_lease_not_found, is_server_answer, is_server_answer_etcd, is_transient,
     is_transient_etcd, queue, timeout_err,
 };
+use crate::observe::{self, Site};
 use crate::{Context, Error, Key, LockGuard, Locker, Result};
 use tokio::task::JoinHandle;
 
@@ -601,11 +602,13 @@ struct Retry {
     /// answer from a server (such as "no leader") is kept over a later
     /// connection refused by a member that is down.
     report: Option<Error>,
+    site: Site,
 }
 
 impl Retry {
-    fn new(config: &EtcdConfig) -> Self {
+    fn new(config: &EtcdConfig, site: Site) -> Self {
         Retry {
+            site,
             give_up: config.request_timeout() * 2,
             failing_since: None,
             last_failure: None,
@@ -641,6 +644,9 @@ impl Retry {
         }
         let pause = self.backoff;
         self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+        if let Some(report) = &self.report {
+            observe::retrying(self.site, report, pause);
+        }
         Ok(pause)
     }
 }
@@ -770,8 +776,26 @@ pub(crate) fn put_leased(key: &[u8], value: &[u8], lease: i64) -> TxnOp {
 #[async_trait]
 impl Locker for EtcdLocker {
     async fn try_lock(&self, key: &Key) -> Result<Option<LockGuard>> {
+        observe::try_lock(self.site(), key, self.try_lock_unobserved(key)).await
+    }
+
+    async fn lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
+        observe::lock(self.site(), key, self.lock_unobserved(ctx, key)).await
+    }
+
+    fn is_fair(&self) -> bool {
+        self.inner.fair
+    }
+}
+
+impl EtcdLocker {
+    fn site(&self) -> Site {
+        Site::new("etcd", self.inner.fair)
+    }
+
+    async fn try_lock_unobserved(&self, key: &Key) -> Result<Option<LockGuard>> {
         key.validate()?;
-        let mut retry = Retry::new(&self.inner.config);
+        let mut retry = Retry::new(&self.inner.config, self.site());
         loop {
             match Box::pin(self.try_lock_once(key)).await {
                 Err(e) => {
@@ -783,10 +807,10 @@ impl Locker for EtcdLocker {
         }
     }
 
-    async fn lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
+    async fn lock_unobserved(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
         key.validate()?;
         ctx.check(key.as_str())?;
-        let mut retry = Retry::new(&self.inner.config);
+        let mut retry = Retry::new(&self.inner.config, self.site());
         loop {
             match Box::pin(self.lock_once(ctx, key)).await {
                 Ok(guard) => return Ok(guard),
@@ -803,9 +827,5 @@ impl Locker for EtcdLocker {
                 }
             }
         }
-    }
-
-    fn is_fair(&self) -> bool {
-        self.inner.fair
     }
 }

@@ -89,6 +89,7 @@ pub(crate) async fn acquire(slot: &mut Option<Attempt>) -> Result<LockGuard> {
             recheck,
         } => (my_rev, lease, own, recheck),
     };
+    crate::observe::queued(None);
     let inner = Arc::clone(&slot.as_ref().ok_or_else(internal)?.inner);
     let fair = inner.fair;
     // What to watch once patient, and from which revision: learnt by the

@@ -36,7 +36,7 @@ use super::locker::{Attempt, Inner, put_leased, range_at};
 use super::session::{FIRST_BACKOFF, Lease};
 use super::slots::Slot;
 use super::watch::{Target, WatchMsg};
-use crate::{Error, GuardRelease, Key, Result};
+use crate::{Error, GuardRelease, Key, Result, observe};
 
 /// How often one release attempt re-reads when the queue changes under it.
 const MAX_ROUNDS: usize = 16;
@@ -208,6 +208,11 @@ async fn watch_lock_key(inner: Arc<Inner>, lock: Vec<u8>, token: i64, lost: Canc
             loop {
                 match sub.recv().await {
                     WatchMsg::Events { events } if events.iter().any(|e| e.key == lock) => {
+                        observe::loss_cause(
+                            "etcd",
+                            format_args!("token {token}"),
+                            "lock key changed",
+                        );
                         lost.cancel();
                         return;
                     }
@@ -223,6 +228,7 @@ async fn watch_lock_key(inner: Arc<Inner>, lock: Vec<u8>, token: i64, lost: Canc
             .await
         {
             if resp.kvs().first().map(|kv| kv.mod_revision()) != Some(token) {
+                observe::loss_cause("etcd", format_args!("token {token}"), "lock key changed");
                 lost.cancel();
                 return;
             }

@@ -10,7 +10,7 @@ use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::etcd_err;
-use crate::{Expiry, Result};
+use crate::{Expiry, Result, observe};
 
 /// A granted lease and the task renewing it.
 pub(crate) struct Lease {
@@ -205,8 +205,11 @@ async fn keep_alive(
     tokio::select! {
         () = renew(client, id, ttl, &expiry) => {
             gone.store(true, std::sync::atomic::Ordering::Release);
+            observe::loss_cause("etcd", format_args!("lease {id:x}"), "etcd says the lease is gone");
         }
-        () = expiry.passed() => {}
+        () = expiry.passed() => {
+            observe::loss_cause("etcd", format_args!("lease {id:x}"), "no renewal acknowledged in time");
+        }
         () = lost.cancelled() => {}
     }
     lost.cancel();
@@ -230,6 +233,7 @@ async fn renew(client: Client, id: i64, ttl: Duration, expiry: &Expiry) {
                 Ok(Ok(opened)) => opened,
                 Ok(Err(etcd_client::Error::LeaseKeepAliveError(_))) => return, // not found
                 _ => {
+                    observe::renewal_failed("etcd", format_args!("lease {id:x}"));
                     tokio::time::sleep(retry).await;
                     continue;
                 }
@@ -248,6 +252,7 @@ async fn renew(client: Client, id: i64, ttl: Duration, expiry: &Expiry) {
                 }
                 Ok(Ok(Some(_))) => return, // etcd: the lease has expired
                 _ => {
+                    observe::renewal_failed("etcd", format_args!("lease {id:x}"));
                     tokio::time::sleep(retry).await;
                     continue 'reconnect;
                 }

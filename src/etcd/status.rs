@@ -11,6 +11,7 @@ use crate::{Key, Owner, RESERVED_SEGMENT, Result};
 
 /// One lock as seen at one etcd revision.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct LockStatus {
     /// The lock's key (without the configured prefix).
     pub key: String,
@@ -27,6 +28,7 @@ pub struct LockStatus {
 
 /// The holder of a lock.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Holder {
     /// Who asked for the lock.
     pub owner: Owner,
@@ -38,6 +40,7 @@ pub struct Holder {
 
 /// A queued waiter.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Waiter {
     /// Who waits.
     pub owner: Owner,

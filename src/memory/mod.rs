@@ -238,6 +238,7 @@ impl MemoryLocker {
             }
             let (tx, rx) = oneshot::channel();
             ks.queue.push_back(Waiter { id, grant: tx });
+            crate::observe::queued(Some(ks.queue.len()));
             let cleanup = WaitCleanup {
                 store: self.store.clone(),
                 key: key.to_string(),
@@ -281,20 +282,28 @@ impl MemoryLocker {
 #[async_trait]
 impl Locker for MemoryLocker {
     async fn try_lock(&self, key: &Key) -> Result<Option<LockGuard>> {
-        key.validate()?;
-        Ok(self
-            .take_if_free(key.as_str())
-            .map(|(id, token)| self.guard(key, id, token)))
+        let site = crate::observe::Site::new("memory", self.fair);
+        crate::observe::try_lock(site, key, async {
+            key.validate()?;
+            Ok(self
+                .take_if_free(key.as_str())
+                .map(|(id, token)| self.guard(key, id, token)))
+        })
+        .await
     }
 
     async fn lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
-        key.validate()?;
-        ctx.check(key.as_str())?;
-        if self.fair {
-            self.lock_fair(ctx, key).await
-        } else {
-            self.lock_unfair(ctx, key).await
-        }
+        let site = crate::observe::Site::new("memory", self.fair);
+        crate::observe::lock(site, key, async {
+            key.validate()?;
+            ctx.check(key.as_str())?;
+            if self.fair {
+                self.lock_fair(ctx, key).await
+            } else {
+                self.lock_unfair(ctx, key).await
+            }
+        })
+        .await
     }
 
     fn is_fair(&self) -> bool {

@@ -16,6 +16,7 @@ use super::keys::{Layout, owner_value};
 use super::node::{Call, Nodes};
 use super::scripts::{ACQUIRE_SCRIPT, LEAVE_SCRIPT, RAISE_SCRIPT, RELEASE_SCRIPT};
 use super::watchdog;
+use crate::observe::{self, Site};
 use crate::{Context, Error, Key, LockGuard, Locker, Result};
 
 /// A fair or unfair locker on one Redis instance, or on several
@@ -439,6 +440,10 @@ pub(crate) fn jitter(max: Duration) -> Duration {
 }
 
 impl Inner {
+    fn site(&self) -> Site {
+        Site::new("redis", self.fair)
+    }
+
     /// How often a waiter re-checks (and refreshes its queue record)
     /// without a wake-up: a fallback for lost messages.
     fn poll(&self) -> Duration {
@@ -480,6 +485,9 @@ impl Inner {
                     Ok(Round::Busy {
                         split, expires_in, ..
                     }) => {
+                        if attempt.rounds == 1 {
+                            observe::queued(None);
+                        }
                         last_ok = Some(Instant::now());
                         pause = first_pause;
                         if split {
@@ -494,6 +502,7 @@ impl Inner {
                             let wait = pause + jitter(pause);
                             pause = (pause * 2).min(max_pause);
                             // Refresh the queue record before it expires.
+                            observe::retrying(self.site(), &e, wait.min(self.poll()));
                             wait.min(self.poll())
                         }
                         _ => return Err(e),
@@ -525,6 +534,20 @@ impl Inner {
 #[async_trait]
 impl Locker for RedisLocker {
     async fn try_lock(&self, key: &Key) -> Result<Option<LockGuard>> {
+        observe::try_lock(self.inner.site(), key, self.try_lock_unobserved(key)).await
+    }
+
+    async fn lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
+        observe::lock(self.inner.site(), key, self.lock_unobserved(ctx, key)).await
+    }
+
+    fn is_fair(&self) -> bool {
+        self.inner.fair
+    }
+}
+
+impl RedisLocker {
+    async fn try_lock_unobserved(&self, key: &Key) -> Result<Option<LockGuard>> {
         key.validate()?;
         if self.inner.fair && self.inner.nodes.is_redlock() {
             return Err(fair_redlock_unsupported());
@@ -542,16 +565,12 @@ impl Locker for RedisLocker {
         }
     }
 
-    async fn lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
+    async fn lock_unobserved(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
         key.validate()?;
         ctx.check(key.as_str())?;
         if self.inner.fair && self.inner.nodes.is_redlock() {
             return Err(fair_redlock_unsupported());
         }
         self.inner.lock(ctx, key).await
-    }
-
-    fn is_fair(&self) -> bool {
-        self.inner.fair
     }
 }

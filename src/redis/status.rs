@@ -12,6 +12,7 @@ use crate::{Key, Owner, RESERVED_SEGMENT, Result};
 
 /// One lock as seen now.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct LockStatus {
     /// The lock's key (without the configured prefix).
     pub key: String,
@@ -23,13 +24,22 @@ pub struct LockStatus {
 
 /// The holder of a lock.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Holder {
     /// Who asked for the lock.
     pub owner: Owner,
     /// The holder's fencing token.
     pub fencing_token: u64,
     /// Time until the lock key expires unless the holder's watchdog
-    /// extends it (the shortest among the nodes holding it).
+    /// extends it (the shortest among the nodes holding it). Serialized
+    /// as `ttl_left_ms`, whole milliseconds.
+    #[cfg_attr(
+        feature = "serde",
+        serde(
+            rename = "ttl_left_ms",
+            serialize_with = "crate::serialize::opt_millis"
+        )
+    )]
     pub ttl_left: Option<Duration>,
     /// On how many nodes this holder holds the key (1 on a single
     /// instance; Redlock needs a majority).
@@ -38,6 +48,7 @@ pub struct Holder {
 
 /// A queued waiter.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Waiter {
     /// Who waits.
     pub owner: Owner,

@@ -12,7 +12,7 @@ use super::keys::Layout;
 use super::locker::{Inner, jitter};
 use super::node::Call;
 use super::scripts::{EXTEND_SCRIPT, RELEASE_SCRIPT};
-use crate::{Error, Expiry, GuardRelease, Key, LockGuard, Result};
+use crate::{Error, Expiry, GuardRelease, Key, LockGuard, Result, observe};
 
 /// Builds the guard of a grant whose acquire request was sent at
 /// `started`, and starts its watchdog. The local deadline (see
@@ -63,10 +63,13 @@ async fn watch(
     lost: CancellationToken,
     expiry: Expiry,
 ) {
-    tokio::select! {
-        () = extend_loop(&inner, &layout, &owner, started, &expiry) => {}
-        () = expiry.passed() => {}
-    }
+    let cause = tokio::select! {
+        () = extend_loop(&inner, &layout, &owner, started, &expiry) => {
+            "a majority of nodes say the lock is not ours"
+        }
+        () = expiry.passed() => "no extend acknowledged in time",
+    };
+    observe::loss_cause("redis", format_args!("lock {}", layout.lock), cause);
     lost.cancel();
     expiry.expire();
 }
@@ -110,6 +113,7 @@ async fn extend_loop(
             return; // held by nobody or someone else on a majority: lost
         } else {
             // Nodes did not answer: try again soon, until the deadline.
+            observe::renewal_failed("redis", format_args!("lock {}", layout.lock));
             let (first, _) = config.retry_delay();
             next = Instant::now() + (first * 2 + jitter(first)).min(period);
         }

@@ -1,74 +1,40 @@
-//! Command-line parsing: global options anywhere before the command to run,
-//! then one subcommand with its own options.
+//! Command-line parsing (clap derive): global options before or after the
+//! subcommand, then one subcommand with its own options and `--help`.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use fairlock::parse_duration;
+use clap::error::ErrorKind;
+use clap::{ArgAction, Args, CommandFactory, Parser, Subcommand};
 
 use crate::exit;
 
-pub const HELP: &str = "\
-fairlock: run commands under a distributed lock held in etcd or Redis
+/// What `fairlock --help` shows after the options.
+const AFTER_HELP: &str = "\
+DURATIONS: 500ms, 10s, 2m, 1h 30m, or plain seconds.
 
-USAGE:
-    fairlock [GLOBAL OPTIONS] lock [OPTIONS] KEY [--] CMD [ARGS...]
-    fairlock [GLOBAL OPTIONS] status [KEY] [--json]
-    fairlock [GLOBAL OPTIONS] demo [--processes P] [--tasks T] [--svg FILE]
+ENVIRONMENT:
+    FAIRLOCK_ENDPOINTS, FAIRLOCK_PREFIX, FAIRLOCK_TTL, FAIRLOCK_CACERT,
+    FAIRLOCK_CERT, FAIRLOCK_KEY, FAIRLOCK_USER, FAIRLOCK_PASSWORD: defaults
+    for the options of the same name (FAIRLOCK_PASSWORD: the --user's
+    password). RUST_LOG (e.g. fairlock=debug): log filter for -v output.
 
-COMMANDS:
-    lock      Wait for the lock on KEY (in arrival order unless --unfair), run
-              CMD while holding it, release it when CMD ends; exit with CMD's
-              status. CMD gets FAIRLOCK_KEY and FAIRLOCK_TOKEN (the fencing
-              token) in its environment.
-    status    Show each lock under the prefix (or just KEY): holder, fencing
-              token, age, and the queue in order.
-    demo      The ordering demo: P processes x T tasks ask for one lock, fair
-              mode then unfair mode; prints every grant and a verdict.
+EXAMPLES:
+    fairlock lock backups -- ./backup.sh --full
+    fairlock --endpoints 10.0.0.1:2379,10.0.0.2:2379 lock -n --ttl 30s db-migrate -- make migrate
+    fairlock lock --timeout 2m --conflict-exit-code 0 nightly -- ./report.sh
+    fairlock status
+    fairlock status backups --json
+    fairlock status --watch
+    fairlock --endpoints redis://127.0.0.1:6379 lock backups -- ./backup.sh
+    fairlock demo --processes 3 --tasks 8 --svg ordering.svg
+    fairlock completions bash > /etc/bash_completion.d/fairlock";
 
-GLOBAL OPTIONS (before or after the subcommand):
-    --endpoints E1,E2   etcd endpoints (host:port), or redis:// URLs: one is a single
-                        Redis, several are Redlock over independent masters (unfair
-                        mode only) [env FAIRLOCK_ENDPOINTS, default 127.0.0.1:2379]
-    --prefix P          key prefix of all locks [env FAIRLOCK_PREFIX, default
-                        /fairlock/ on etcd, fairlock: on Redis]
-    --cacert FILE       trust the CA certificates in FILE (PEM) for https:// and
-                        rediss:// endpoints, instead of the system's roots
-                        [env FAIRLOCK_CACERT]
-    --cert FILE         client certificate (PEM) for mutual TLS [env FAIRLOCK_CERT]
-    --key FILE          the client certificate's key (PEM) [env FAIRLOCK_KEY]
-    --user NAME         etcd user, or Redis ACL user; the password comes from
-                        FAIRLOCK_PASSWORD (NAME:PASSWORD also works, but shows it
-                        to other local users) [env FAIRLOCK_USER]
-    -h, --help          this help
-    -V, --version       the version
+/// What `fairlock lock --help` shows after the options.
+const LOCK_AFTER_HELP: &str = "\
+CMD gets FAIRLOCK_KEY and FAIRLOCK_TOKEN (the fencing token) in its environment.
 
-LOCK OPTIONS:
-    --unfair                 take the lock as soon as it is free, not in arrival order
-    --nonblock, -n           if the lock is held, do not wait: exit at once with the
-                             conflict code, without running CMD
-    --timeout DUR, -w DUR    give up after waiting DUR: exit with the conflict code
-    --conflict-exit-code N   the conflict code, 0-255 [default 75]
-    --ttl DUR                session lease TTL: how long a crashed holder keeps the
-                             lock [env FAIRLOCK_TTL, default 10s, at least 2s on
-                             etcd, 1s on Redis]
-    --kill-after DUR         when the lock is lost while CMD runs, send SIGKILL this
-                             long after SIGTERM [default 10s]
-
-STATUS OPTIONS:
-    --json    one JSON object per lock, one per line
-
-DEMO OPTIONS:
-    --processes P     worker processes [default 3]
-    --tasks T         tasks per process [default 8]
-    --interval-ms I   time between arrivals [default 40]
-    --hold-ms H       how long each task holds the lock [default 60]
-    --mode M          both, fair or unfair [default both]
-    --svg FILE        also write a timeline picture (SVG) of both runs
-
-DURATIONS: 500ms, 10s, 2m, or plain seconds.
-
-EXIT STATUS (lock):
+EXIT STATUS:
     CMD's own exit status (128+N when CMD was killed by signal N), or
       2   usage error
      69   etcd or Redis unreachable or failing, or TLS failed (untrusted or
@@ -84,302 +50,303 @@ EXIT STATUS (lock):
 
 EXAMPLES:
     fairlock lock backups -- ./backup.sh --full
-    fairlock --endpoints 10.0.0.1:2379,10.0.0.2:2379 lock -n --ttl 30s db-migrate -- make migrate
-    fairlock lock --timeout 2m --conflict-exit-code 0 nightly -- ./report.sh
-    fairlock status
-    fairlock status backups --json
-    fairlock --endpoints redis://127.0.0.1:6379 lock backups -- ./backup.sh
-    fairlock demo --processes 3 --tasks 8 --svg ordering.svg
-";
+    fairlock lock -n --ttl 30s db-migrate -- make migrate
+    fairlock lock --timeout 2m --conflict-exit-code 0 nightly -- ./report.sh";
+
+/// fairlock: run commands under a distributed lock held in etcd or Redis.
+#[derive(Debug, Parser)]
+#[command(
+    name = "fairlock",
+    version,
+    after_help = AFTER_HELP,
+    subcommand_required = true,
+    arg_required_else_help = true,
+    args_override_self = true
+)]
+pub struct Cli {
+    #[command(flatten, next_help_heading = "Global options")]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
 
 /// Options that apply to every subcommand.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Args)]
 pub struct Global {
+    /// etcd endpoints (host:port), or redis:// URLs: one is a single Redis,
+    /// several are Redlock over independent masters (unfair mode only)
+    /// [env FAIRLOCK_ENDPOINTS, default 127.0.0.1:2379]
+    #[arg(long, global = true, value_name = "E1,E2")]
     pub endpoints: Option<String>,
+    /// Key prefix of all locks [env FAIRLOCK_PREFIX, default /fairlock/ on
+    /// etcd, fairlock: on Redis]
+    #[arg(long, global = true, value_name = "P")]
     pub prefix: Option<String>,
-    pub cacert: Option<String>,
-    pub cert: Option<String>,
-    pub key: Option<String>,
-    pub user: Option<String>,
-}
-
-#[derive(Debug)]
-pub enum Command {
-    Lock(LockArgs),
-    Status(StatusArgs),
-    Demo(DemoArgs),
-    Help,
-    Version,
-}
-
-#[derive(Debug)]
-pub struct LockArgs {
-    pub fair: bool,
-    pub nonblock: bool,
-    pub timeout: Option<Duration>,
+    /// Session lease TTL: how long a crashed holder keeps the lock [env
+    /// FAIRLOCK_TTL, default 10s, at least 2s on etcd, 1s on Redis]
+    #[arg(long, global = true, value_name = "DUR", value_parser = duration)]
     pub ttl: Option<Duration>,
+    /// Trust the CA certificates in FILE (PEM) for https:// and rediss://
+    /// endpoints, instead of the system's roots [env FAIRLOCK_CACERT]
+    #[arg(long, global = true, value_name = "FILE")]
+    pub cacert: Option<String>,
+    /// Client certificate (PEM) for mutual TLS [env FAIRLOCK_CERT]
+    #[arg(long, global = true, value_name = "FILE")]
+    pub cert: Option<String>,
+    /// The client certificate's key (PEM) [env FAIRLOCK_KEY]
+    #[arg(id = "client_key", long = "key", global = true, value_name = "FILE")]
+    pub client_key: Option<String>,
+    /// etcd user, or Redis ACL user; the password comes from
+    /// FAIRLOCK_PASSWORD (NAME:PASSWORD also works, but shows it to other
+    /// local users) [env FAIRLOCK_USER]
+    #[arg(long, global = true, value_name = "NAME")]
+    pub user: Option<String>,
+    /// Log what the library does on stderr: -v fairlock's debug events
+    /// (grants with key and fencing token, queueing, retries, losses), -vv
+    /// also the client libraries'. RUST_LOG overrides the filter.
+    #[arg(short, long, global = true, action = ArgAction::Count)]
+    pub verbose: u8,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Wait for the lock on KEY (in arrival order unless --unfair), run CMD
+    /// while holding it, release it when CMD ends; exit with CMD's status.
+    #[command(
+        after_help = LOCK_AFTER_HELP,
+        override_usage = "fairlock [GLOBAL OPTIONS] lock [OPTIONS] KEY [--] CMD [ARGS...]"
+    )]
+    Lock(LockArgs),
+    /// Show each lock under the prefix (or just KEY): holder, fencing
+    /// token, age, and the queue in order.
+    Status(StatusArgs),
+    /// The ordering demo: P processes x T tasks ask for one lock, fair
+    /// mode then unfair mode; prints every grant and a verdict.
+    Demo(DemoArgs),
+    /// Print a completion script for SHELL (source it, or install it where
+    /// your shell looks for completions).
+    Completions {
+        /// The shell to complete for.
+        shell: clap_complete::Shell,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct LockArgs {
+    /// Take the lock as soon as it is free, not in arrival order
+    #[arg(long, overrides_with = "fair")]
+    pub unfair: bool,
+    /// Take the lock in arrival order (the default)
+    #[arg(long, overrides_with = "unfair", hide = true)]
+    pub fair: bool,
+    /// If the lock is held, do not wait: exit at once with the conflict
+    /// code, without running CMD
+    #[arg(short, long)]
+    pub nonblock: bool,
+    /// Give up after waiting DUR: exit with the conflict code
+    #[arg(short = 'w', long, value_name = "DUR", value_parser = duration)]
+    pub timeout: Option<Duration>,
+    /// The conflict code, 0-255
+    #[arg(
+        short = 'E',
+        long = "conflict-exit-code",
+        value_name = "N",
+        default_value_t = exit::CONFLICT,
+        value_parser = exit_code
+    )]
     pub conflict_code: u8,
+    /// When the lock is lost while CMD runs, send SIGKILL this long after
+    /// SIGTERM
+    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = duration)]
     pub kill_after: Duration,
-    pub key: String,
+    /// The lock's name
+    #[arg(value_name = "KEY")]
+    pub key: Option<String>,
+    /// The command to run while holding the lock, with its arguments
+    /// (after `--` if they start with `-`)
+    #[arg(
+        value_name = "CMD",
+        num_args = 0..,
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
     pub cmd: Vec<String>,
 }
 
-#[derive(Debug)]
-pub struct StatusArgs {
-    pub key: Option<String>,
-    pub json: bool,
+impl LockArgs {
+    /// `true` unless `--unfair` (the last of `--fair`/`--unfair` wins).
+    pub fn is_fair(&self) -> bool {
+        !self.unfair
+    }
+
+    /// The key, checked to be there and not empty.
+    pub fn key(&self) -> &str {
+        self.key.as_deref().unwrap_or_default()
+    }
 }
 
-#[derive(Clone, Debug)]
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Only this lock
+    #[arg(value_name = "KEY")]
+    pub key: Option<String>,
+    /// One JSON object per lock, one per line
+    #[arg(long, conflicts_with = "watch")]
+    pub json: bool,
+    /// Redraw the view every second (holder, token, held for, queue with
+    /// wait times) until Ctrl-C
+    #[arg(long)]
+    pub watch: bool,
+}
+
+#[derive(Clone, Debug, Args)]
 pub struct DemoArgs {
+    /// Worker processes
+    #[arg(long, value_name = "P", default_value_t = 3)]
     pub processes: u64,
+    /// Tasks per process
+    #[arg(long, value_name = "T", default_value_t = 8)]
     pub tasks: u64,
+    /// Time between arrivals, in milliseconds
+    #[arg(long, value_name = "I", default_value_t = 40)]
     pub interval_ms: u64,
+    /// How long each task holds the lock, in milliseconds
+    #[arg(long, value_name = "H", default_value_t = 60)]
     pub hold_ms: u64,
+    /// Which modes to run
+    #[arg(long, value_name = "M", default_value = "both",
+          value_parser = ["both", "fair", "unfair"])]
     pub mode: String,
+    /// Also write a timeline picture (SVG) of both runs
+    #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
     /// Internal: run as worker process N of a demo.
+    #[arg(long, hide = true)]
     pub worker: Option<u64>,
+    /// Internal: the demo's start time.
+    #[arg(long, hide = true, default_value_t = 0)]
     pub start_ms: u64,
 }
 
-/// A usage error: what was wrong, said to the user.
-#[derive(Debug)]
-pub struct Usage(pub String);
-
-fn usage<T>(msg: impl Into<String>) -> Result<T, Usage> {
-    Err(Usage(msg.into()))
+fn duration(v: &str) -> Result<Duration, String> {
+    fairlock::parse_duration(v)
 }
 
-/// Splits `--flag=value` into its parts.
-fn split_flag(arg: &str) -> (&str, Option<&str>) {
-    match arg.split_once('=') {
-        Some((flag, value)) if flag.starts_with("--") => (flag, Some(value)),
-        _ => (arg, None),
-    }
-}
-
-struct Args {
-    items: std::vec::IntoIter<String>,
-}
-
-impl Args {
-    fn value(&mut self, flag: &str, inline: Option<&str>) -> Result<String, Usage> {
-        match inline {
-            Some(v) => Ok(v.to_owned()),
-            None => self
-                .items
-                .next()
-                .map_or_else(|| usage(format!("{flag} needs a value")), Ok),
-        }
-    }
-}
-
-fn duration(flag: &str, v: &str) -> Result<Duration, Usage> {
-    parse_duration(v).map_err(|e| Usage(format!("{flag}: {e}")))
-}
-
-fn number(flag: &str, v: &str) -> Result<u64, Usage> {
+fn exit_code(v: &str) -> Result<u8, String> {
     v.parse()
-        .map_err(|_| Usage(format!("{flag}: {v:?} is not a whole number")))
+        .map_err(|_| format!("{v:?} is not an exit code (0-255)"))
 }
 
-/// Parses the arguments after the program name.
-pub fn parse(argv: Vec<String>) -> Result<(Global, Command), Usage> {
-    let mut global = Global::default();
-    let mut args = Args {
-        items: argv.into_iter(),
-    };
-    let mut sub: Option<String> = None;
-    let mut rest: Vec<(String, Option<String>)> = Vec::new();
-    let mut positional: Vec<String> = Vec::new();
-    let mut cmd: Vec<String> = Vec::new();
-    while let Some(arg) = args.items.next() {
-        let (flag, inline) = split_flag(&arg);
-        match flag {
-            "--endpoints" => global.endpoints = Some(args.value(flag, inline)?),
-            "--prefix" => global.prefix = Some(args.value(flag, inline)?),
-            "--cacert" => global.cacert = Some(args.value(flag, inline)?),
-            "--cert" => global.cert = Some(args.value(flag, inline)?),
-            "--key" => global.key = Some(args.value(flag, inline)?),
-            "--user" => global.user = Some(args.value(flag, inline)?),
-            "-h" | "--help" => return Ok((global, Command::Help)),
-            "-V" | "--version" => return Ok((global, Command::Version)),
-            "--" => {
-                cmd.extend(args.items.by_ref());
-            }
-            f if f.starts_with('-') && f.len() > 1 => {
-                let takes_value = matches!(
-                    f,
-                    "--timeout"
-                        | "-w"
-                        | "--ttl"
-                        | "--conflict-exit-code"
-                        | "-E"
-                        | "--kill-after"
-                        | "--processes"
-                        | "--tasks"
-                        | "--interval-ms"
-                        | "--hold-ms"
-                        | "--mode"
-                        | "--svg"
-                        | "--worker"
-                        | "--start-ms"
-                );
-                let value = if takes_value {
-                    Some(args.value(f, inline)?)
-                } else if inline.is_some() {
-                    return usage(format!("{f} takes no value"));
-                } else {
-                    None
-                };
-                rest.push((f.to_owned(), value));
-            }
-            _ if sub.is_none() => sub = Some(arg),
-            _ if sub.as_deref() == Some("lock") && !positional.is_empty() => {
-                // `lock KEY CMD ARGS...` without `--`: the rest is the command.
-                cmd.push(arg);
-                cmd.extend(args.items.by_ref());
-            }
-            _ => positional.push(arg),
-        }
-    }
-    let Some(sub) = sub else {
-        return usage("no command given: use lock, status or demo");
-    };
-    let command = match sub.as_str() {
-        "lock" => Command::Lock(lock_args(rest, positional, cmd)?),
-        "status" => {
-            let mut json = false;
-            for (flag, _) in rest {
-                match flag.as_str() {
-                    "--json" => json = true,
-                    f => return usage(format!("status does not take {f}")),
-                }
-            }
-            if positional.len() > 1 || !cmd.is_empty() {
-                return usage("status takes at most one KEY");
-            }
-            let key = positional.pop();
-            if key.as_deref() == Some("") {
-                return usage("KEY is empty; name the lock, e.g. `fairlock status backups`");
-            }
-            Command::Status(StatusArgs { key, json })
-        }
-        "demo" => Command::Demo(demo_args(rest, &positional, &cmd)?),
-        "help" => Command::Help,
-        other => {
-            return usage(format!(
-                "unknown command {other:?}: use lock, status or demo"
-            ));
-        }
-    };
-    Ok((global, command))
+/// Parses the arguments (program name first); `Err` is clap's error,
+/// including `--help` and `--version`, which exit 0.
+pub fn parse<I, T>(argv: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let cli = Cli::try_parse_from(argv)?;
+    check(&cli.command)?;
+    Ok(cli)
 }
 
-fn lock_args(
-    flags: Vec<(String, Option<String>)>,
-    positional: Vec<String>,
-    cmd: Vec<String>,
-) -> Result<LockArgs, Usage> {
-    let mut a = LockArgs {
-        fair: true,
-        nonblock: false,
-        timeout: None,
-        ttl: None,
-        conflict_code: exit::CONFLICT,
-        kill_after: Duration::from_secs(10),
-        key: String::new(),
-        cmd,
+/// What clap cannot say: an empty KEY, a lock without a command, too
+/// many demo tasks.
+fn check(command: &Command) -> Result<(), clap::Error> {
+    let mut cli = Cli::command();
+    let mut fail = |sub: &str, kind, msg: String| {
+        let sub = cli.find_subcommand_mut(sub).expect("a subcommand");
+        Err(sub.error(kind, msg))
     };
-    for (flag, value) in flags {
-        let v = value.unwrap_or_default();
-        match flag.as_str() {
-            "--unfair" => a.fair = false,
-            "--fair" => a.fair = true,
-            "--nonblock" | "-n" => a.nonblock = true,
-            "--timeout" | "-w" => a.timeout = Some(duration(&flag, &v)?),
-            "--ttl" => a.ttl = Some(duration(&flag, &v)?),
-            "--kill-after" => a.kill_after = duration(&flag, &v)?,
-            "--conflict-exit-code" | "-E" => {
-                a.conflict_code = v
-                    .parse()
-                    .map_err(|_| Usage(format!("{flag}: {v:?} is not an exit code (0-255)")))?;
-            }
-            f => return usage(format!("lock does not take {f}")),
+    match command {
+        Command::Lock(a) => match &a.key {
+            None => fail(
+                "lock",
+                ErrorKind::MissingRequiredArgument,
+                "lock needs a KEY and a command: fairlock lock KEY -- CMD [ARGS...]".into(),
+            ),
+            Some(key) if key.is_empty() => fail(
+                "lock",
+                ErrorKind::InvalidValue,
+                "KEY is empty; name the lock, e.g. `fairlock lock backups -- CMD`".into(),
+            ),
+            Some(key) if a.cmd.is_empty() => fail(
+                "lock",
+                ErrorKind::MissingRequiredArgument,
+                format!(
+                    "no command to run under lock {key:?}: fairlock lock {key} -- CMD [ARGS...]"
+                ),
+            ),
+            Some(_) => Ok(()),
+        },
+        Command::Status(a) if a.key.as_deref() == Some("") => fail(
+            "status",
+            ErrorKind::InvalidValue,
+            "KEY is empty; name the lock, e.g. `fairlock status backups`".into(),
+        ),
+        Command::Demo(d) if d.processes == 0 || d.tasks == 0 || d.processes * d.tasks > 1000 => {
+            fail(
+                "demo",
+                ErrorKind::ValueValidation,
+                "--processes and --tasks must be at least 1, with at most 1000 tasks in all".into(),
+            )
         }
+        _ => Ok(()),
     }
-    let mut positional = positional.into_iter();
-    let Some(key) = positional.next() else {
-        return usage("lock needs a KEY and a command: fairlock lock KEY -- CMD [ARGS...]");
-    };
-    // `lock KEY CMD` with CMD caught as a positional before `--`.
-    a.cmd.splice(0..0, positional);
-    if key.is_empty() {
-        return usage("KEY is empty; name the lock, e.g. `fairlock lock backups -- CMD`");
-    }
-    if a.cmd.is_empty() {
-        return usage(format!(
-            "no command to run under lock {key:?}: fairlock lock {key} -- CMD [ARGS...]"
-        ));
-    }
-    a.key = key;
-    Ok(a)
 }
 
-fn demo_args(
-    flags: Vec<(String, Option<String>)>,
-    positional: &[String],
-    cmd: &[String],
-) -> Result<DemoArgs, Usage> {
-    let mut d = DemoArgs {
-        processes: 3,
-        tasks: 8,
-        interval_ms: 40,
-        hold_ms: 60,
-        mode: "both".into(),
-        svg: None,
-        worker: None,
-        start_ms: 0,
-    };
-    if let Some(extra) = positional.first().or(cmd.first()) {
-        return usage(format!("demo takes no argument {extra:?}"));
-    }
-    for (flag, value) in flags {
-        let v = value.unwrap_or_default();
-        match flag.as_str() {
-            "--processes" => d.processes = number(&flag, &v)?,
-            "--tasks" => d.tasks = number(&flag, &v)?,
-            "--interval-ms" => d.interval_ms = number(&flag, &v)?,
-            "--hold-ms" => d.hold_ms = number(&flag, &v)?,
-            "--mode" => d.mode = v,
-            "--svg" => d.svg = Some(PathBuf::from(v)),
-            "--worker" => d.worker = Some(number(&flag, &v)?),
-            "--start-ms" => d.start_ms = number(&flag, &v)?,
-            f => return usage(format!("demo does not take {f}")),
+/// Prints a parse error (or the help or version it stands for) and gives
+/// the exit code: 0 for help and version, 2 for usage errors. A mistyped
+/// command is named as an unknown command, with clap's suggestion.
+pub fn report(err: &clap::Error) -> u8 {
+    use clap::error::{ContextKind, ContextValue};
+    if err.kind() == ErrorKind::InvalidSubcommand {
+        let given = match err.get(ContextKind::InvalidSubcommand) {
+            Some(ContextValue::String(s)) => s.clone(),
+            _ => String::new(),
+        };
+        eprintln!("fairlock: unknown command {given:?}: use lock, status, demo or completions");
+        if let Some(ContextValue::Strings(similar)) = err.get(ContextKind::SuggestedSubcommand) {
+            for s in similar {
+                eprintln!("  tip: a similar command exists: '{s}'");
+            }
         }
+        eprintln!("Try 'fairlock --help' for more information.");
+        return exit::USAGE;
     }
-    if !["both", "fair", "unfair"].contains(&d.mode.as_str()) {
-        return usage(format!(
-            "--mode must be both, fair or unfair, not {:?}",
-            d.mode
-        ));
+    let _ = err.print();
+    match err.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            if err.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                exit::USAGE
+            } else {
+                0
+            }
+        }
+        _ => exit::USAGE,
     }
-    if d.processes == 0 || d.tasks == 0 || d.processes * d.tasks > 1000 {
-        return usage("--processes and --tasks must be at least 1, with at most 1000 tasks in all");
-    }
-    Ok(d)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn parse_str(s: &str) -> Result<(Global, Command), Usage> {
-        if s.is_empty() {
-            return parse(Vec::new());
+    fn parse_str(s: &str) -> Result<Cli, clap::Error> {
+        let args = std::iter::once("fairlock").chain(s.split(' ').filter(|a| !a.is_empty()));
+        parse(args)
+    }
+
+    fn lock(line: &str) -> LockArgs {
+        match parse_str(line).expect(line).command {
+            Command::Lock(l) => l,
+            c => panic!("{line}: {c:?}"),
         }
-        parse(s.split(' ').map(str::to_owned).collect())
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
     }
 
     #[test]
@@ -387,28 +354,38 @@ mod tests {
         for line in [
             "--endpoints a:1 lock k -- true",
             "lock --endpoints=a:1 k -- true",
+            "lock k --endpoints a:1 -- true",
+            "--endpoints b:2 lock --endpoints a:1 k -- true",
         ] {
-            let (g, c) = parse_str(line).expect(line);
-            assert_eq!(g.endpoints.as_deref(), Some("a:1"));
-            let Command::Lock(l) = c else {
+            let cli = parse_str(line).expect(line);
+            assert_eq!(cli.global.endpoints.as_deref(), Some("a:1"), "{line}");
+            let Command::Lock(l) = cli.command else {
                 panic!("{line}")
             };
-            assert_eq!(
-                (l.key.as_str(), l.cmd.as_slice()),
-                ("k", &["true".to_owned()][..])
-            );
+            assert_eq!((l.key(), l.cmd.as_slice()), ("k", &["true".to_owned()][..]));
         }
+        let cli = parse_str("--key c.pem lock k -- true").expect("--key and KEY");
+        assert_eq!(cli.global.client_key.as_deref(), Some("c.pem"));
+        let Command::Lock(l) = cli.command else {
+            panic!("lock")
+        };
+        assert_eq!(l.key(), "k");
+        let cli = parse_str("--ttl 3s status").expect("ttl before status");
+        assert_eq!(cli.global.ttl, Some(Duration::from_secs(3)));
     }
 
     #[test]
     fn the_command_keeps_its_own_flags() {
-        let (_, c) = parse_str("lock -n k -- ls --all -- x").expect("parse");
-        let Command::Lock(l) = c else { panic!() };
-        assert!(l.nonblock && l.fair);
+        let l = lock("lock -n k -- ls --all -- x");
+        assert!(l.nonblock && l.is_fair());
         assert_eq!(l.cmd, ["ls", "--all", "--", "x"]);
-        let (_, c) = parse_str("lock k ls --prefix").expect("parse");
-        let Command::Lock(l) = c else { panic!() };
+        let l = lock("lock k ls --prefix");
         assert_eq!(l.cmd, ["ls", "--prefix"]);
+        let l = lock("lock --unfair --fair -E 9 -w 2m k true");
+        assert!(l.is_fair());
+        assert_eq!(l.conflict_code, 9);
+        assert_eq!(l.timeout, Some(Duration::from_secs(120)));
+        assert!(!lock("lock --fair --unfair k true").is_fair());
     }
 
     #[test]
@@ -416,19 +393,33 @@ mod tests {
         for (line, says) in [
             ("lock k", "no command"),
             ("lock", "needs a KEY"),
-            ("lock  -- true", "KEY is empty"),
             ("lock --timeout soon k -- true", "not a duration"),
             (
                 "lock --conflict-exit-code 300 k -- true",
                 "not an exit code",
             ),
-            ("frob", "unknown command"),
-            ("", "no command given"),
-            ("status a b", "at most one KEY"),
+            ("frob", "unrecognized subcommand"),
+            ("status a b", "unexpected argument"),
+            ("status --json --watch", "cannot be used with"),
             ("demo --mode odd", "--mode"),
+            ("demo --tasks 0", "at least 1"),
         ] {
             let err = parse_str(line).expect_err(line);
-            assert!(err.0.contains(says), "{line:?}: {}", err.0);
+            assert_eq!(err.exit_code(), 2, "{line}");
+            assert!(err.to_string().contains(says), "{line:?}: {err}");
         }
+        let err = parse(["fairlock", "lock", "", "--", "true"]).expect_err("empty key");
+        assert!(err.to_string().contains("KEY is empty"), "{err}");
+    }
+
+    #[test]
+    fn a_mistyped_command_gets_a_suggestion() {
+        use clap::error::{ContextKind, ContextValue};
+        let err = parse_str("lcok k -- true").expect_err("typo");
+        assert_eq!(err.kind(), ErrorKind::InvalidSubcommand);
+        let Some(ContextValue::Strings(similar)) = err.get(ContextKind::SuggestedSubcommand) else {
+            panic!("no suggestion: {err}")
+        };
+        assert_eq!(similar, &["lock".to_owned()]);
     }
 }

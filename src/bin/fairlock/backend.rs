@@ -13,30 +13,42 @@ pub enum Conn {
     Redis(RedisLocker),
 }
 
-/// One lock, as either backend reports it.
+/// One lock, as either backend reports it; serialized as a line of
+/// `status --json`.
+#[derive(serde::Serialize)]
 pub struct LockView {
     pub key: String,
     pub holder: Option<HolderView>,
     pub waiters: Vec<WaiterView>,
     /// etcd: keys under the queue that fairlock did not write.
+    #[serde(skip)]
     pub foreign: Vec<String>,
 }
 
+#[derive(serde::Serialize)]
 pub struct HolderView {
     pub owner: Owner,
     pub fencing_token: u64,
     /// etcd: the session lease.
     pub lease: Option<i64>,
     /// Redis: time until the key expires unless extended.
+    #[serde(rename = "ttl_left_ms", serialize_with = "millis")]
     pub ttl_left: Option<Duration>,
     /// Redis: on how many of how many nodes the key is held.
+    #[serde(skip)]
     pub nodes: Option<(usize, usize)>,
 }
 
+#[derive(serde::Serialize)]
 pub struct WaiterView {
     pub owner: Owner,
     pub locker: String,
     pub fair: bool,
+}
+
+/// A duration as whole milliseconds, or `null`.
+fn millis<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    serde::Serialize::serialize(&d.map(|d| d.as_millis() as u64), s)
 }
 
 impl Conn {

@@ -48,12 +48,12 @@ pub async fn run(config: BackendConfig, a: LockArgs) -> u8 {
             return exit::UNAVAILABLE;
         }
     };
-    let key = Key::from(a.key.as_str());
+    let key = Key::from(a.key());
     if let Err(e) = key.validate() {
         report(&e);
         return exit::USAGE;
     }
-    let locker = match Conn::connect(&config, a.fair).await {
+    let locker = match Conn::connect(&config, a.is_fair()).await {
         Ok(l) => l,
         Err(e @ (Error::Unsupported(_) | Error::InvalidConfig(_))) => {
             report(&e);

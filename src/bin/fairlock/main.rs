@@ -1,24 +1,28 @@
 //! The `fairlock` command: run a command under a distributed lock, see who
 //! holds what, watch the ordering demo.
 //!
-//! - `args.rs`: parsing and the help text (which documents exit codes).
+//! - `args.rs`: the command line (clap) and the help text (which documents
+//!   exit codes).
+//! - `logging.rs`: `-v`/`RUST_LOG` tracing output on stderr.
 //! - `backend.rs`: etcd or Redis, by the endpoints' scheme, behind one face.
 //! - `lock.rs`: `fairlock lock`, the command runner.
-//! - `status.rs`: `fairlock status`.
+//! - `status.rs`: `fairlock status`; `watch.rs`: `status --watch`.
 //! - `demo.rs`: `fairlock demo`, with `svg.rs` drawing its timeline.
 
 mod args;
 mod backend;
 mod demo;
 mod lock;
+mod logging;
 mod status;
 mod svg;
+mod watch;
 
 use std::process::ExitCode;
 
 use fairlock::BackendConfig;
 
-use args::{Command, Global, HELP};
+use args::{Command, Global};
 
 /// Exit codes of `fairlock` itself (documented in `--help`).
 pub mod exit {
@@ -49,28 +53,22 @@ pub mod exit {
 }
 
 fn main() -> ExitCode {
-    let (global, command) = match args::parse(std::env::args().skip(1).collect()) {
-        Ok(parsed) => parsed,
-        Err(args::Usage(msg)) => {
-            eprintln!("fairlock: {msg}\nTry 'fairlock --help' for more information.");
-            return ExitCode::from(exit::USAGE);
-        }
+    let cli = match args::parse(std::env::args_os()) {
+        Ok(cli) => cli,
+        Err(e) => return ExitCode::from(args::report(&e)),
     };
-    let code = match command {
-        Command::Help => {
-            print!("{HELP}");
+    let global = cli.global;
+    logging::init(global.verbose);
+    let code = match cli.command {
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            let mut command = args::Cli::command();
+            clap_complete::generate(shell, &mut command, "fairlock", &mut std::io::stdout());
             0
         }
-        Command::Version => {
-            println!("fairlock {}", env!("CARGO_PKG_VERSION"));
-            0
-        }
-        Command::Lock(a) => {
-            let ttl = a.ttl;
-            with_config(&global, ttl, |config| lock::run(config, a))
-        }
-        Command::Status(a) => with_config(&global, None, |config| status::run(config, a)),
-        Command::Demo(a) => with_config(&global, None, |config| demo::run(config, a)),
+        Command::Lock(a) => with_config(&global, |config| lock::run(config, a)),
+        Command::Status(a) => with_config(&global, |config| status::run(config, a)),
+        Command::Demo(a) => with_config(&global, |config| demo::run(config, a)),
     };
     ExitCode::from(code)
 }
@@ -78,12 +76,12 @@ fn main() -> ExitCode {
 /// Builds the backend configuration (environment, then flags; the
 /// endpoints' scheme picks etcd or Redis), checks it, and runs `f` on a
 /// fresh runtime.
-fn with_config<F, Fut>(global: &Global, ttl: Option<std::time::Duration>, f: F) -> u8
+fn with_config<F, Fut>(global: &Global, f: F) -> u8
 where
     F: FnOnce(BackendConfig) -> Fut,
     Fut: std::future::Future<Output = u8>,
 {
-    let config = match config(global, ttl) {
+    let config = match config(global) {
         Ok(config) => config,
         Err(e) => {
             eprintln!("fairlock: {e}");
@@ -107,7 +105,7 @@ where
     code
 }
 
-fn config(global: &Global, ttl: Option<std::time::Duration>) -> fairlock::Result<BackendConfig> {
+fn config(global: &Global) -> fairlock::Result<BackendConfig> {
     // --endpoints replaces FAIRLOCK_ENDPOINTS; the rest of the environment
     // still applies.
     let endpoints = global.endpoints.clone().unwrap_or_else(|| {
@@ -133,10 +131,10 @@ fn config(global: &Global, ttl: Option<std::time::Duration>) -> fairlock::Result
     let path = |flag: &Option<String>| flag.as_ref().map(std::path::PathBuf::from);
     access.cacert = path(&global.cacert).or(access.cacert);
     access.cert = path(&global.cert).or(access.cert);
-    access.key = path(&global.key).or(access.key);
+    access.key = path(&global.client_key).or(access.key);
     access.user = global.user.clone().or(access.user);
     config = config.with_access(access)?;
-    if let Some(ttl) = ttl {
+    if let Some(ttl) = global.ttl {
         config = config.with_ttl(ttl);
     }
     config.validate()?;

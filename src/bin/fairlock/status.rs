@@ -24,6 +24,9 @@ pub async fn run(config: BackendConfig, a: StatusArgs) -> u8 {
             return exit::of(&e);
         }
     };
+    if a.watch {
+        return crate::watch::run(locker, key, prefix).await;
+    }
     let locks = match locker.status(key.as_ref()).await {
         Ok(locks) => locks,
         Err(e) => {
@@ -109,69 +112,49 @@ fn table(locks: &[LockStatus]) -> String {
     out
 }
 
+/// One line of `status --json`.
 fn json(lock: &LockStatus) -> String {
-    let owner = |o: &Owner| {
-        format!(
-            "{{\"pid\":{},\"host\":{},\"age_ms\":{},\"value\":{}}}",
-            o.pid.map_or("null".into(), |p| p.to_string()),
-            o.host.as_deref().map_or("null".into(), quote),
-            o.age().map_or("null".into(), |d| d.as_millis().to_string()),
-            quote(&o.raw),
-        )
-    };
-    let holder = lock.holder.as_ref().map_or("null".into(), |h| {
-        format!(
-            "{{\"owner\":{},\"fencing_token\":{},\"lease\":{},\"ttl_left_ms\":{}}}",
-            owner(&h.owner),
-            h.fencing_token,
-            h.lease.map_or("null".into(), |l| l.to_string()),
-            h.ttl_left
-                .map_or("null".into(), |d| d.as_millis().to_string()),
-        )
-    });
-    let waiters: Vec<String> = lock
-        .waiters
-        .iter()
-        .map(|w| {
-            format!(
-                "{{\"owner\":{},\"locker\":{},\"fair\":{}}}",
-                owner(&w.owner),
-                quote(&w.locker),
-                w.fair
-            )
-        })
-        .collect();
-    format!(
-        "{{\"key\":{},\"holder\":{holder},\"waiters\":[{}]}}",
-        quote(&lock.key),
-        waiters.join(",")
-    )
-}
-
-/// A JSON string literal.
-fn quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if u32::from(c) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+    serde_json::to_string(lock).unwrap_or_else(|e| format!("{{\"error\":{:?}}}", e.to_string()))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::quote;
+    use super::{LockStatus, json};
+    use crate::backend::{HolderView, WaiterView};
+    use fairlock::Owner;
 
     #[test]
-    fn quotes_json_strings() {
-        assert_eq!(quote("a\"b\\c\n"), "\"a\\\"b\\\\c\\u000a\"");
+    fn json_keeps_its_field_names_and_quotes_strings() {
+        let owner = Owner::parse("u1 pid=7 host=h\"q at=0");
+        let lock = LockStatus {
+            key: "a\\b\n".into(),
+            holder: Some(HolderView {
+                owner: owner.clone(),
+                fencing_token: 12,
+                lease: Some(34),
+                ttl_left: None,
+                nodes: Some((2, 3)),
+            }),
+            waiters: vec![WaiterView {
+                owner,
+                locker: "L".into(),
+                fair: true,
+            }],
+            foreign: vec!["x".into()],
+        };
+        let line = json(&lock);
+        assert!(
+            line.starts_with(
+                r#"{"key":"a\\b\n","holder":{"owner":{"pid":7,"host":"h\"q","age_ms":"#
+            ),
+            "{line}"
+        );
+        assert!(
+            line.contains(
+                r#","fencing_token":12,"lease":34,"ttl_left_ms":null},"waiters":[{"owner":{"#
+            ),
+            "{line}"
+        );
+        assert!(line.ends_with(r#""locker":"L","fair":true}]}"#), "{line}");
     }
 }

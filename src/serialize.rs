@@ -1,0 +1,50 @@
+//! `serde::Serialize` where a derive does not say it right (feature
+//! `serde`): [`Owner`] as `{"pid", "host", "age_ms", "value"}`, and
+//! durations as whole milliseconds.
+
+use std::time::Duration;
+
+use serde::ser::{Serialize, SerializeStruct, Serializer};
+
+use crate::Owner;
+
+/// An owner as `fairlock status --json` shows it: process id, host, age
+/// in milliseconds by this machine's clock (see [`Owner::age`]), and the
+/// raw value; fields the value lacks are `null`.
+impl Serialize for Owner {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut s = serializer.serialize_struct("Owner", 4)?;
+        s.serialize_field("pid", &self.pid)?;
+        s.serialize_field("host", &self.host)?;
+        s.serialize_field("age_ms", &self.age().map(|d| millis_of(&d)))?;
+        s.serialize_field("value", &self.raw)?;
+        s.end()
+    }
+}
+
+fn millis_of(d: &Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// An optional duration as whole milliseconds, or `null`.
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+pub(crate) fn opt_millis<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    d.as_ref().map(millis_of).serialize(s)
+}
+
+#[cfg(all(test, feature = "cli"))]
+mod tests {
+    use crate::Owner;
+
+    #[test]
+    fn owners_serialize_with_the_status_field_names() {
+        let owner = Owner::parse("u1 pid=42 host=web1 at=0");
+        let json = serde_json::to_value(&owner).expect("serialize");
+        assert_eq!(json["pid"], 42);
+        assert_eq!(json["host"], "web1");
+        assert!(json["age_ms"].as_u64().is_some_and(|ms| ms > 0), "{json}");
+        assert_eq!(json["value"], "u1 pid=42 host=web1 at=0");
+        let json = serde_json::to_value(Owner::parse("plain")).expect("serialize");
+        assert!(json["pid"].is_null() && json["age_ms"].is_null(), "{json}");
+    }
+}
