@@ -19,6 +19,8 @@
 //! `--no-redis` skips them, `--redis-only` runs only them.
 
 mod cost;
+mod cost_rows;
+mod go_peer;
 mod redis_rows;
 mod report;
 mod server;
@@ -30,8 +32,10 @@ mod workloads;
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
+use cost_rows::{cost_rows, print_summary, soak_rows};
 use fairlock::{Context, Key, Locker};
-use report::{Row, median, print};
+use go_peer::{build_go_peer, go_run};
+use report::{Row, median, ops_of, print};
 use server::Metrics;
 use workloads::{Res, Run};
 
@@ -49,6 +53,14 @@ struct Opts {
     /// `--trace`: the uncontended cycle without and with a subscriber.
     trace: bool,
     rss_child: Option<(String, usize)>,
+}
+
+impl Opts {
+    /// The soak's length (0: none) and the fairlock modes it runs.
+    fn soak(&self) -> (u64, &[bool]) {
+        let secs = self.soak_secs.unwrap_or(if self.quick { 60 } else { 600 });
+        (secs, &self.soak_modes)
+    }
 }
 
 fn parse() -> Result<Opts, String> {
@@ -162,7 +174,7 @@ async fn run(o: &Opts) -> Res<()> {
     let go_peer = if o.go { build_go_peer() } else { None };
     if o.soak_only {
         let mut summary = Vec::new();
-        let rows = soak_rows(o, &ep, etcd_pid, go_peer.as_deref(), &mut summary).await?;
+        let rows = soak_rows(o.soak(), &ep, etcd_pid, go_peer.as_deref(), &mut summary).await?;
         print(&rows, o.json);
         print_summary(&summary, o.json);
         return Ok(());
@@ -353,8 +365,19 @@ async fn run(o: &Opts) -> Res<()> {
     let fair_at = |clients| ops_of(&rows, "fairlock contended, 1 key", "fair", clients);
     let fair_handoffs = [(4, fair_at(4)), (16, fair_at(16))];
     let go = go_peer.as_deref();
-    rows.extend(cost_rows(o, &ep, etcd_pid, go, dur, &fair_handoffs, &mut summary).await?);
-    rows.extend(soak_rows(o, &ep, etcd_pid, go, &mut summary).await?);
+    rows.extend(
+        cost_rows(
+            o.quick,
+            &ep,
+            etcd_pid,
+            go,
+            dur,
+            &fair_handoffs,
+            &mut summary,
+        )
+        .await?,
+    );
+    rows.extend(soak_rows(o.soak(), &ep, etcd_pid, go, &mut summary).await?);
 
     // 6. cost of a release with 100 queued waiters
     rows.push(release_with_waiters(&ep, 100, 20).await?);
@@ -399,214 +422,6 @@ async fn run(o: &Opts) -> Res<()> {
     print(&rows, o.json);
     print_summary(&summary, o.json);
     Ok(())
-}
-
-/// The ratios the targets are stated in, from rows of this run.
-fn print_summary(summary: &[String], json: bool) {
-    if json {
-        return;
-    }
-    println!();
-    for line in summary {
-        println!("{line}");
-    }
-}
-
-fn ops_of(rows: &[Row], name: &str, mode: &str, clients: usize) -> f64 {
-    rows.iter()
-        .find(|r| r.name == name && r.mode == mode && r.clients == clients)
-        .map_or(0.0, |r| r.ops_per_s)
-}
-
-/// etcd CPU and proposals per cycle on many keys (fairlock on one
-/// connection, and the Go recipe), and the token ring against fair
-/// handoffs.
-async fn cost_rows(
-    o: &Opts,
-    ep: &str,
-    pid: Option<u32>,
-    go: Option<&str>,
-    dur: Duration,
-    fair_handoffs: &[(usize, f64)],
-    summary: &mut Vec<String>,
-) -> Res<Vec<Row>> {
-    let cpu = cost::EtcdCpu::new(pid);
-    let mut rows = Vec::new();
-    let before = rows.len();
-    for tasks in [4, 32, 128] {
-        let mut mine = Vec::new();
-        for fair in [true, false] {
-            let meter = cost::Meter::start(&cpu, ep)?;
-            let run = cost::many_keys(ep, fair, tasks, dur).await?;
-            let mode = if fair { "fair" } else { "unfair" };
-            let row = Row::of(
-                "cost: fairlock, own key per task, 1 conn",
-                mode,
-                tasks,
-                tasks,
-                &run,
-            );
-            mine.push((mode, run.per_s(), run.ops()));
-            rows.push(meter.finish(row, run.ops())?);
-        }
-        let Some(bin) = go else { continue };
-        let n = tasks * if o.quick { 40 } else { 150 };
-        let meter = cost::Meter::start(&cpu, ep)?;
-        let go_run = go_run(bin, ep, "keys", tasks, n)?;
-        let row = go_run.named("cost: Go concurrency.Mutex, own key per task", tasks);
-        rows.push(meter.finish(row, go_run.ops)?);
-        for (mode, per_s, _) in mine {
-            summary.push(format!(
-                "many keys, {tasks} tasks: fairlock {mode} / Go Mutex = {:.2} cycles/s",
-                per_s / go_run.ops_per_s.max(1e-9)
-            ));
-        }
-    }
-    let cpu_of = |rows: &[Row], name: &str, mode: &str, tasks: usize| {
-        rows.iter()
-            .find(|r| r.name.starts_with(name) && r.mode == mode && r.clients == tasks)
-            .and_then(|r| r.cpu_us_per_op)
-    };
-    for tasks in [4, 32, 128] {
-        let go_cpu = cpu_of(&rows[before..], "cost: Go", "fair", tasks);
-        for mode in ["fair", "unfair"] {
-            if let (Some(ours), Some(go_cpu)) = (
-                cpu_of(&rows[before..], "cost: fairlock", mode, tasks),
-                go_cpu,
-            ) {
-                summary.push(format!(
-                    "etcd CPU per cycle, {tasks} keys: fairlock {mode} {ours:.0} us, Go Mutex \
-                     {go_cpu:.0} us ({:.2}x)",
-                    ours / go_cpu
-                ));
-            }
-        }
-    }
-    for &(clients, fair) in fair_handoffs {
-        let meter = cost::Meter::start(&cpu, ep)?;
-        let run = cost::ring(ep, clients, dur).await?;
-        let row = Row::of(
-            "floor: raw etcd token ring (1 put + 1 event)",
-            "-",
-            clients,
-            1,
-            &run,
-        );
-        rows.push(meter.finish(row, run.ops())?);
-        summary.push(format!(
-            "fair handoffs, {clients} clients: {:.2}x the token ring",
-            fair / run.per_s().max(1e-9)
-        ));
-    }
-    Ok(rows)
-}
-
-/// The soak, fairlock fair and the Go recipe, each for `secs` on a fresh
-/// history of its own key names (etcd is not compacted).
-async fn soak_rows(
-    o: &Opts,
-    ep: &str,
-    pid: Option<u32>,
-    go: Option<&str>,
-    summary: &mut Vec<String>,
-) -> Res<Vec<Row>> {
-    let secs = o.soak_secs.unwrap_or(if o.quick { 60 } else { 600 });
-    if secs == 0 {
-        return Ok(Vec::new());
-    }
-    let cpu = cost::EtcdCpu::new(pid);
-    let dur = Duration::from_secs(secs);
-    let window = Duration::from_secs(if secs >= 600 { 60 } else { (secs / 6).max(1) });
-    let mut rows = Vec::new();
-    for &fair in &o.soak_modes {
-        let soak = cost::soak(ep, fair, (16, 4), dur, window, &cpu).await?;
-        let last = soak.windows.len().saturating_sub(1);
-        let mode = if fair { "fair" } else { "unfair" };
-        let run = Run {
-            lat: Vec::new(),
-            elapsed: dur,
-        };
-        let mut row = Row::of(
-            "soak: 16 own keys + 4 on one key, 1 conn",
-            mode,
-            20,
-            17,
-            &run,
-        );
-        row.ops = soak.windows.iter().sum();
-        row.ops_per_s = row.ops as f64 / dur.as_secs_f64();
-        rows.push(row.ratio(
-            soak.per_s(last) / soak.per_s(0).max(1e-9),
-            "last / first window",
-        ));
-        let cpu_line = match (soak.cpu_us_per_cycle(0), soak.cpu_us_per_cycle(last)) {
-            (Some(a), Some(b)) => format!("; etcd CPU per cycle {a:.0} -> {b:.0} us"),
-            _ => String::new(),
-        };
-        summary.push(format!(
-            "soak fairlock {mode}, {secs} s, no compaction: {:.0} cycles/s in the first {}s window, \
-             {:.0} in the last ({:.2}x){cpu_line}",
-            soak.per_s(0),
-            window.as_secs(),
-            soak.per_s(last),
-            soak.per_s(last) / soak.per_s(0).max(1e-9)
-        ));
-    }
-    if let Some(bin) = go {
-        let out = Command::new(bin)
-            .args([
-                "-endpoints",
-                ep,
-                "-mode",
-                "soak",
-                "-clients",
-                "16",
-                "-contended",
-                "4",
-            ])
-            .args([
-                "-duration",
-                &format!("{secs}s"),
-                "-window",
-                &format!("{}s", window.as_secs()),
-            ])
-            .output()?;
-        let text = String::from_utf8_lossy(&out.stdout);
-        let field = |k: &str| {
-            text.split_whitespace()
-                .find_map(|w| w.strip_prefix(&format!("{k}=")))
-                .and_then(|v| v.parse::<f64>().ok())
-        };
-        if let (Some(first), Some(last), Some(ops)) =
-            (field("first_per_s"), field("last_per_s"), field("ops"))
-        {
-            let run = Run {
-                lat: Vec::new(),
-                elapsed: dur,
-            };
-            let mut row = Row::of(
-                "soak: Go concurrency.Mutex, same workload",
-                "fair",
-                20,
-                17,
-                &run,
-            );
-            row.ops = ops as usize;
-            row.ops_per_s = ops / dur.as_secs_f64();
-            rows.push(row.ratio(last / first.max(1e-9), "last / first window"));
-            summary.push(format!(
-                "soak Go Mutex, {secs} s: {first:.0} cycles/s in the first window, {last:.0} in the \
-                 last ({:.2}x)",
-                last / first.max(1e-9)
-            ));
-        } else {
-            eprintln!(
-                "bench: Go soak gave no figures: {text} {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-    }
-    Ok(rows)
 }
 
 /// Holds a key, queues `waiters` fair waiters (each its own locker on one
@@ -673,91 +488,6 @@ async fn release_with_waiters(ep: &str, waiters: usize, releases: usize) -> Res<
         &run,
     )
     .cost(&m0, &m1, releases))
-}
-
-/// Builds (or finds) the Go peer binary: etcd's own
-/// `concurrency.Mutex`, built from `examples/bench/go-peer` by
-/// `scripts/build-go-peer.sh`, or named by `FAIRLOCK_GO_PEER`.
-fn build_go_peer() -> Option<String> {
-    if let Ok(bin) = std::env::var("FAIRLOCK_GO_PEER") {
-        return Some(bin);
-    }
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-go-peer.sh");
-    eprintln!("bench: building the Go peer (etcd's concurrency.Mutex)...");
-    let out = Command::new("bash").arg(&script).output().ok()?;
-    if !out.status.success() {
-        eprintln!(
-            "bench: Go peer build failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        return None;
-    }
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .last()
-        .map(str::to_string)
-}
-
-struct GoRun {
-    ops: usize,
-    ops_per_s: f64,
-    p50_us: u64,
-    p99_us: u64,
-    mode: String,
-}
-
-impl GoRun {
-    fn named(&self, name: &str, clients: usize) -> Row {
-        Row {
-            name: name.into(),
-            mode: "fair",
-            clients,
-            keys: if self.mode == "keys" { clients } else { 1 },
-            ops: self.ops,
-            ops_per_s: self.ops_per_s,
-            p50_us: self.p50_us,
-            p99_us: self.p99_us,
-            ratio: None,
-            ratio_of: "",
-            writes_per_op: None,
-            requests_per_op: None,
-            cpu_us_per_op: None,
-        }
-    }
-}
-
-fn go_run(bin: &str, ep: &str, mode: &str, clients: usize, n: usize) -> Res<GoRun> {
-    let out = Command::new(bin)
-        .args([
-            "-endpoints",
-            ep,
-            "-mode",
-            mode,
-            "-clients",
-            &clients.to_string(),
-            "-n",
-            &n.to_string(),
-        ])
-        .output()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let field = |k: &str| {
-        text.split_whitespace()
-            .find_map(|w| w.strip_prefix(&format!("{k}=")))
-            .and_then(|v| v.parse::<f64>().ok())
-            .ok_or_else(|| {
-                format!(
-                    "Go peer output lacks {k}: {text} {}",
-                    String::from_utf8_lossy(&out.stderr)
-                )
-            })
-    };
-    Ok(GoRun {
-        ops: field("ops")? as usize,
-        ops_per_s: field("ops_per_s")?,
-        p50_us: field("p50_us")? as u64,
-        p99_us: field("p99_us")? as u64,
-        mode: mode.into(),
-    })
 }
 
 fn rss_bytes() -> f64 {

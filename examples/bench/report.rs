@@ -116,3 +116,10 @@ pub fn print(rows: &[Row], json: bool) {
         );
     }
 }
+
+/// The ops/s of the row named `name` in `mode` with `clients` clients.
+pub fn ops_of(rows: &[Row], name: &str, mode: &str, clients: usize) -> f64 {
+    rows.iter()
+        .find(|r| r.name == name && r.mode == mode && r.clients == clients)
+        .map_or(0.0, |r| r.ops_per_s)
+}

@@ -1,0 +1,211 @@
+//! The rows of `cost.rs`'s measurements, with the Go recipe in the same
+//! run, and the summary lines that state them as the targets' ratios.
+
+use std::process::Command;
+use std::time::Duration;
+
+use crate::cost;
+use crate::go_peer::go_run;
+use crate::report::Row;
+use crate::workloads::{Res, Run};
+
+/// The ratios the targets are stated in, from rows of this run.
+pub fn print_summary(summary: &[String], json: bool) {
+    if json {
+        return;
+    }
+    println!();
+    for line in summary {
+        println!("{line}");
+    }
+}
+
+/// etcd CPU and proposals per cycle on many keys (fairlock on one
+/// connection, and the Go recipe), and the token ring against fair
+/// handoffs.
+pub async fn cost_rows(
+    quick: bool,
+    ep: &str,
+    pid: Option<u32>,
+    go: Option<&str>,
+    dur: Duration,
+    fair_handoffs: &[(usize, f64)],
+    summary: &mut Vec<String>,
+) -> Res<Vec<Row>> {
+    let cpu = cost::EtcdCpu::new(pid);
+    let mut rows = Vec::new();
+    let before = rows.len();
+    for tasks in [4, 32, 128] {
+        let mut mine = Vec::new();
+        for fair in [true, false] {
+            let meter = cost::Meter::start(&cpu, ep)?;
+            let run = cost::many_keys(ep, fair, tasks, dur).await?;
+            let mode = if fair { "fair" } else { "unfair" };
+            let row = Row::of(
+                "cost: fairlock, own key per task, 1 conn",
+                mode,
+                tasks,
+                tasks,
+                &run,
+            );
+            mine.push((mode, run.per_s(), run.ops()));
+            rows.push(meter.finish(row, run.ops())?);
+        }
+        let Some(bin) = go else { continue };
+        let n = tasks * if quick { 40 } else { 150 };
+        let meter = cost::Meter::start(&cpu, ep)?;
+        let go_run = go_run(bin, ep, "keys", tasks, n)?;
+        let row = go_run.named("cost: Go concurrency.Mutex, own key per task", tasks);
+        rows.push(meter.finish(row, go_run.ops)?);
+        for (mode, per_s, _) in mine {
+            summary.push(format!(
+                "many keys, {tasks} tasks: fairlock {mode} / Go Mutex = {:.2} cycles/s",
+                per_s / go_run.ops_per_s.max(1e-9)
+            ));
+        }
+    }
+    let cpu_of = |rows: &[Row], name: &str, mode: &str, tasks: usize| {
+        rows.iter()
+            .find(|r| r.name.starts_with(name) && r.mode == mode && r.clients == tasks)
+            .and_then(|r| r.cpu_us_per_op)
+    };
+    for tasks in [4, 32, 128] {
+        let go_cpu = cpu_of(&rows[before..], "cost: Go", "fair", tasks);
+        for mode in ["fair", "unfair"] {
+            if let (Some(ours), Some(go_cpu)) = (
+                cpu_of(&rows[before..], "cost: fairlock", mode, tasks),
+                go_cpu,
+            ) {
+                summary.push(format!(
+                    "etcd CPU per cycle, {tasks} keys: fairlock {mode} {ours:.0} us, Go Mutex \
+                     {go_cpu:.0} us ({:.2}x)",
+                    ours / go_cpu
+                ));
+            }
+        }
+    }
+    for &(clients, fair) in fair_handoffs {
+        let meter = cost::Meter::start(&cpu, ep)?;
+        let run = cost::ring(ep, clients, dur).await?;
+        let row = Row::of(
+            "floor: raw etcd token ring (1 put + 1 event)",
+            "-",
+            clients,
+            1,
+            &run,
+        );
+        rows.push(meter.finish(row, run.ops())?);
+        summary.push(format!(
+            "fair handoffs, {clients} clients: {:.2}x the token ring",
+            fair / run.per_s().max(1e-9)
+        ));
+    }
+    Ok(rows)
+}
+
+/// The soak, fairlock fair and the Go recipe, each for `secs` on a fresh
+/// history of its own key names (etcd is not compacted).
+pub async fn soak_rows(
+    (secs, modes): (u64, &[bool]),
+    ep: &str,
+    pid: Option<u32>,
+    go: Option<&str>,
+    summary: &mut Vec<String>,
+) -> Res<Vec<Row>> {
+    if secs == 0 {
+        return Ok(Vec::new());
+    }
+    let cpu = cost::EtcdCpu::new(pid);
+    let dur = Duration::from_secs(secs);
+    let window = Duration::from_secs(if secs >= 600 { 60 } else { (secs / 6).max(1) });
+    let mut rows = Vec::new();
+    for &fair in modes {
+        let soak = cost::soak(ep, fair, (16, 4), dur, window, &cpu).await?;
+        let last = soak.windows.len().saturating_sub(1);
+        let mode = if fair { "fair" } else { "unfair" };
+        let run = Run {
+            lat: Vec::new(),
+            elapsed: dur,
+        };
+        let mut row = Row::of(
+            "soak: 16 own keys + 4 on one key, 1 conn",
+            mode,
+            20,
+            17,
+            &run,
+        );
+        row.ops = soak.windows.iter().sum();
+        row.ops_per_s = row.ops as f64 / dur.as_secs_f64();
+        rows.push(row.ratio(
+            soak.per_s(last) / soak.per_s(0).max(1e-9),
+            "last / first window",
+        ));
+        let cpu_line = match (soak.cpu_us_per_cycle(0), soak.cpu_us_per_cycle(last)) {
+            (Some(a), Some(b)) => format!("; etcd CPU per cycle {a:.0} -> {b:.0} us"),
+            _ => String::new(),
+        };
+        summary.push(format!(
+            "soak fairlock {mode}, {secs} s, no compaction: {:.0} cycles/s in the first {}s window, \
+             {:.0} in the last ({:.2}x){cpu_line}",
+            soak.per_s(0),
+            window.as_secs(),
+            soak.per_s(last),
+            soak.per_s(last) / soak.per_s(0).max(1e-9)
+        ));
+    }
+    if let Some(bin) = go {
+        let out = Command::new(bin)
+            .args([
+                "-endpoints",
+                ep,
+                "-mode",
+                "soak",
+                "-clients",
+                "16",
+                "-contended",
+                "4",
+            ])
+            .args([
+                "-duration",
+                &format!("{secs}s"),
+                "-window",
+                &format!("{}s", window.as_secs()),
+            ])
+            .output()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let field = |k: &str| {
+            text.split_whitespace()
+                .find_map(|w| w.strip_prefix(&format!("{k}=")))
+                .and_then(|v| v.parse::<f64>().ok())
+        };
+        if let (Some(first), Some(last), Some(ops)) =
+            (field("first_per_s"), field("last_per_s"), field("ops"))
+        {
+            let run = Run {
+                lat: Vec::new(),
+                elapsed: dur,
+            };
+            let mut row = Row::of(
+                "soak: Go concurrency.Mutex, same workload",
+                "fair",
+                20,
+                17,
+                &run,
+            );
+            row.ops = ops as usize;
+            row.ops_per_s = ops / dur.as_secs_f64();
+            rows.push(row.ratio(last / first.max(1e-9), "last / first window"));
+            summary.push(format!(
+                "soak Go Mutex, {secs} s: {first:.0} cycles/s in the first window, {last:.0} in the \
+                 last ({:.2}x)",
+                last / first.max(1e-9)
+            ));
+        } else {
+            eprintln!(
+                "bench: Go soak gave no figures: {text} {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+    Ok(rows)
+}

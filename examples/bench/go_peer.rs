@@ -1,0 +1,92 @@
+//! The Go peer: etcd's own `concurrency.Mutex` (`go-peer/main.go`), built
+//! offline by `scripts/build-go-peer.sh`, run as a child process.
+
+use std::process::Command;
+
+use crate::report::Row;
+use crate::workloads::Res;
+
+/// Builds (or finds) the Go peer binary: etcd's own
+/// `concurrency.Mutex`, built from `examples/bench/go-peer` by
+/// `scripts/build-go-peer.sh`, or named by `FAIRLOCK_GO_PEER`.
+pub fn build_go_peer() -> Option<String> {
+    if let Ok(bin) = std::env::var("FAIRLOCK_GO_PEER") {
+        return Some(bin);
+    }
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-go-peer.sh");
+    eprintln!("bench: building the Go peer (etcd's concurrency.Mutex)...");
+    let out = Command::new("bash").arg(&script).output().ok()?;
+    if !out.status.success() {
+        eprintln!(
+            "bench: Go peer build failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return None;
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .map(str::to_string)
+}
+
+pub struct GoRun {
+    pub ops: usize,
+    pub ops_per_s: f64,
+    pub p50_us: u64,
+    pub p99_us: u64,
+    pub mode: String,
+}
+
+impl GoRun {
+    pub fn named(&self, name: &str, clients: usize) -> Row {
+        Row {
+            name: name.into(),
+            mode: "fair",
+            clients,
+            keys: if self.mode == "keys" { clients } else { 1 },
+            ops: self.ops,
+            ops_per_s: self.ops_per_s,
+            p50_us: self.p50_us,
+            p99_us: self.p99_us,
+            ratio: None,
+            ratio_of: "",
+            writes_per_op: None,
+            requests_per_op: None,
+            cpu_us_per_op: None,
+        }
+    }
+}
+
+pub fn go_run(bin: &str, ep: &str, mode: &str, clients: usize, n: usize) -> Res<GoRun> {
+    let out = Command::new(bin)
+        .args([
+            "-endpoints",
+            ep,
+            "-mode",
+            mode,
+            "-clients",
+            &clients.to_string(),
+            "-n",
+            &n.to_string(),
+        ])
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let field = |k: &str| {
+        text.split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("{k}=")))
+            .and_then(|v| v.parse::<f64>().ok())
+            .ok_or_else(|| {
+                format!(
+                    "Go peer output lacks {k}: {text} {}",
+                    String::from_utf8_lossy(&out.stderr)
+                )
+            })
+    };
+    Ok(GoRun {
+        ops: field("ops")? as usize,
+        ops_per_s: field("ops_per_s")?,
+        p50_us: field("p50_us")? as u64,
+        p99_us: field("p99_us")? as u64,
+        mode: mode.into(),
+    })
+}
