@@ -102,6 +102,15 @@ pub(crate) fn queued(position: Option<usize>) {
     debug!(position, "queued");
 }
 
+/// A release handed the lock to the first waiter (`fair`: the lock key is
+/// its now) or woke it to try (unfair).
+pub(crate) fn handed_off(fair: bool) {
+    debug!(
+        to = if fair { "fair waiter" } else { "unfair waiter" },
+        "handed off"
+    );
+}
+
 /// A request failed and the operation goes on with another attempt after
 /// `pause`.
 pub(crate) fn retrying(site: Site, error: &Error, pause: Duration) {

@@ -37,13 +37,18 @@ async fn revoke_behind_its_back(locker: &EtcdLocker) {
 
 // ---- tracing ----
 
-/// Each line the subscriber writes, sent as it is written.
-#[derive(Clone)]
-struct Lines(mpsc::UnboundedSender<String>);
+/// Where the subscriber's lines go: every receiver handed out so far.
+static SINKS: std::sync::Mutex<Vec<mpsc::UnboundedSender<String>>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Each line the subscriber writes, sent to every receiver as it is written.
+struct Lines;
 
 impl std::io::Write for Lines {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let _ = self.0.send(String::from_utf8_lossy(buf).into_owned());
+        let line = String::from_utf8_lossy(buf).into_owned();
+        let mut sinks = SINKS.lock().unwrap_or_else(|e| e.into_inner());
+        sinks.retain(|tx| tx.send(line.clone()).is_ok());
         Ok(buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
@@ -51,15 +56,17 @@ impl std::io::Write for Lines {
     }
 }
 
-/// The subscriber's output; installed once for this test binary.
+/// The subscriber's output from now on (it is installed once for this
+/// test binary, and each test gets its own receiver).
 fn log_lines() -> mpsc::UnboundedReceiver<String> {
     static INSTALLED: OnceLock<()> = OnceLock::new();
     let (tx, rx) = mpsc::unbounded_channel();
+    SINKS.lock().unwrap_or_else(|e| e.into_inner()).push(tx);
     INSTALLED.get_or_init(|| {
         let subscriber = tracing_subscriber::fmt()
             .with_env_filter("fairlock=debug")
             .with_ansi(false)
-            .with_writer(move || Lines(tx.clone()))
+            .with_writer(|| Lines)
             .finish();
         tracing::subscriber::set_global_default(subscriber).expect("one subscriber");
     });
@@ -107,6 +114,36 @@ async fn grants_and_losses_are_traced() {
     assert!(lost.contains("WARN") && lost.contains("cause="), "{lost}");
     assert!(lost.contains(&format!("token={token}")), "{lost}");
     assert!(matches!(guard.unlock().await, Err(Error::LockLost { .. })));
+}
+
+/// A release that serves a queued waiter says so, under the unlock's span.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handoffs_are_traced() {
+    let mut lines = log_lines();
+    let prefix = support::unique_prefix("observe-handoff");
+    let (holder, waiter) = (locker(&prefix, false).await, locker(&prefix, false).await);
+    let key = Key::from("handoff-key");
+    let guard = holder
+        .lock(&Context::background(), &key)
+        .await
+        .expect("lock");
+    let waiting = {
+        let key = key.clone();
+        tokio::spawn(async move { waiter.lock(&Context::background(), &key).await })
+    };
+    let mut client = support::shared().client().await;
+    let queue = format!("{prefix}handoff-key/_OWNERS_/");
+    support::wait_for_count(&mut client, &queue, 1, false).await;
+    guard.unlock().await.expect("unlock");
+    let line = line_with(&mut lines, &["handed off", "key=handoff-key"]).await;
+    assert!(line.contains("to=\"unfair waiter\""), "{line}");
+    waiting
+        .await
+        .expect("join")
+        .expect("waiter")
+        .unlock()
+        .await
+        .expect("unlock");
 }
 
 // ---- metrics ----

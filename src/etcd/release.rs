@@ -436,6 +436,8 @@ async fn release_once(held: &Held, next: &mut Vec<Successor>, skip: &mut i64) ->
             Some(successor_query().with_min_create_revision(after + 1)),
         );
         let mut then = delete_mine.clone();
+        // Whom the step hands the lock to: a fair waiter or an unfair one.
+        let handoff = next.first().map(|s| !is_unfair_waiter(&s.key));
         let step = match next.split_first() {
             Some((s, rest)) => {
                 if is_unfair_waiter(&s.key) {
@@ -487,6 +489,9 @@ async fn release_once(held: &Held, next: &mut Vec<Successor>, skip: &mut i64) ->
             return Err(unexpected());
         };
         if step.succeeded() {
+            if let Some(fair) = handoff {
+                observe::handed_off(fair);
+            }
             return Ok(());
         }
         let (waiters, last) = range_at(&step, 0)
