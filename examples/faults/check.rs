@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::events::{Ev, Kind, Log};
 use crate::history::Change;
-use crate::run::{Fault, Injection};
+use crate::run::Injection;
 use crate::support::cluster::ELECTION_TIMEOUT;
 use crate::{Opts, ms};
 
@@ -64,8 +64,9 @@ pub fn check(inp: Input<'_>) -> Report {
     exclusion(&inp, &intervals, &mut v, &mut notes);
     pauses(&inp, &mut v, &mut notes);
     order(&inp, &mut v, &mut notes);
-    let bound = inp.opts.ttl + ELECTION_TIMEOUT + inp.opts.margin;
+    crate::net_check::check(&inp, &mut v, &mut notes);
     for inj in inp.injections.iter().filter(|i| !i.missed) {
+        let bound = inj.fault.bound(inp.opts);
         let took = inj
             .recovery
             .map(|r| Duration::from_nanos(r - inj.measure_from));
@@ -77,7 +78,7 @@ pub fn check(inp: Input<'_>) -> Report {
                     "{}: no lock granted within {} ms of {} (took {})",
                     inj.fault.label(inp.opts.ttl),
                     bound.as_millis(),
-                    if inj.fault == Fault::HolderPause || inj.fault == Fault::HolderKill {
+                    if inj.fault.on_holder() {
                         "the injection"
                     } else {
                         "healing"

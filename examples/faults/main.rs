@@ -7,8 +7,11 @@
 //! ```text
 //! cargo run --example faults -- [--long] [--mode both|fair|unfair] [--workers 4]
 //!     [--rounds N] [--ttl-ms 2000] [--hold-ms 40] [--margin-ms 2000]
-//!     [--request-timeout-ms TTL] [--unfenced] [--dump DIR]
+//!     [--request-timeout-ms TTL] [--unfenced] [--dump DIR] [--net]
 //! ```
+//! `--net` runs the network suite instead (`net_phases.rs`, as root): the
+//! members and workers in network namespaces, faults that cut links,
+//! partition the cluster, drop packets and delay them.
 //! `--unfenced` makes the workers write the counter with a plain put: the
 //! run must then fail (checkers 1 and 2), which shows they can.
 //! The workers' request timeout defaults to the TTL, not to the library's
@@ -37,6 +40,8 @@
 mod check;
 mod events;
 mod history;
+mod net_check;
+mod net_phases;
 mod run;
 #[path = "../../tests/support/mod.rs"]
 mod support;
@@ -67,10 +72,12 @@ pub struct Opts {
     pub unfenced: bool,
     /// Where to write every event and etcd's history, for a post-mortem.
     pub dump: Option<std::path::PathBuf>,
+    /// Run the network suite (`net_phases.rs`) instead of the loopback one.
+    pub net: bool,
 }
 
 const USAGE: &str = "usage: faults [--long] [--mode both|fair|unfair] [--workers N] [--rounds N] \
-                     [--ttl-ms MS] [--hold-ms MS] [--margin-ms MS] [--request-timeout-ms MS] [--unfenced] [--dump DIR]";
+                     [--ttl-ms MS] [--hold-ms MS] [--margin-ms MS] [--request-timeout-ms MS] [--unfenced] [--dump DIR] [--net]";
 
 enum Role {
     Orchestrator(Opts),
@@ -92,6 +99,7 @@ fn parse() -> Result<Role, String> {
         request_timeout: Duration::ZERO,
         unfenced: false,
         dump: None,
+        net: false,
     };
     let mut long = false;
     while let Some(flag) = args.next() {
@@ -120,6 +128,7 @@ fn parse() -> Result<Role, String> {
             }
             "--unfenced" => o.unfenced = true,
             "--dump" => o.dump = Some(value()?.into()),
+            "--net" => o.net = true,
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
@@ -162,7 +171,13 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Role::Orchestrator(opts) => match rt.block_on(run::run(&opts)) {
+        Role::Orchestrator(opts) => match rt.block_on(async {
+            if opts.net {
+                net_phases::run(&opts).await
+            } else {
+                run::run(&opts).await
+            }
+        }) {
             Ok(0) => ExitCode::SUCCESS,
             Ok(violations) => {
                 eprintln!("faults: {violations} violation(s)");
