@@ -7,8 +7,10 @@
 //! ```text
 //! cargo run --example faults -- [--long] [--mode both|fair|unfair] [--workers 4]
 //!     [--rounds N] [--ttl-ms 2000] [--hold-ms 40] [--margin-ms 2000]
-//!     [--request-timeout-ms TTL] [--unfenced] [--dump DIR] [--net]
+//!     [--request-timeout-ms TTL] [--unfenced] [--dump DIR] [--net] [--only TEXT]
 //! ```
+//! `--only TEXT` injects only the faults whose label contains TEXT (after
+//! the baseline), e.g. `--only isolated`.
 //! `--net` runs the network suite instead (`net_phases.rs`, as root): the
 //! members and workers in network namespaces, faults that cut links,
 //! partition the cluster, drop packets and delay them.
@@ -74,10 +76,12 @@ pub struct Opts {
     pub dump: Option<std::path::PathBuf>,
     /// Run the network suite (`net_phases.rs`) instead of the loopback one.
     pub net: bool,
+    /// Inject only the faults whose label contains this.
+    pub only: Option<String>,
 }
 
 const USAGE: &str = "usage: faults [--long] [--mode both|fair|unfair] [--workers N] [--rounds N] \
-                     [--ttl-ms MS] [--hold-ms MS] [--margin-ms MS] [--request-timeout-ms MS] [--unfenced] [--dump DIR] [--net]";
+                     [--ttl-ms MS] [--hold-ms MS] [--margin-ms MS] [--request-timeout-ms MS] [--unfenced] [--dump DIR] [--net] [--only TEXT]";
 
 enum Role {
     Orchestrator(Opts),
@@ -100,6 +104,7 @@ fn parse() -> Result<Role, String> {
         unfenced: false,
         dump: None,
         net: false,
+        only: None,
     };
     let mut long = false;
     while let Some(flag) = args.next() {
@@ -129,6 +134,7 @@ fn parse() -> Result<Role, String> {
             "--unfenced" => o.unfenced = true,
             "--dump" => o.dump = Some(value()?.into()),
             "--net" => o.net = true,
+            "--only" => o.only = Some(value()?),
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }

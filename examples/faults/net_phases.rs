@@ -141,25 +141,45 @@ impl Phase<'_> {
         Ok(env.workers[slot])
     }
 
-    /// A worker process other than `holder`, the one waiting longest (the
-    /// likeliest head of the queue): its last unlock is the oldest.
-    fn waiter(&self, holder: usize) -> Result<usize, BoxError> {
-        let log = self.shared.lock();
-        self.slots
+    /// The worker process at the head of the lock's queue other than
+    /// `holder` (the next to be served, read from etcd), else the one
+    /// whose last unlock is the oldest.
+    async fn waiter(&self, holder: usize) -> Result<usize, BoxError> {
+        use crate::events::Kind;
+        let pid_of = |proc: usize| self.shared.lock().procs.get(&proc).map_or(0, |p| p.pid);
+        let queue = format!("{}{}/", self.locks(), crate::worker::LOCK_KEY);
+        let mut client = self.client.clone();
+        let entries = client
+            .get(queue, Some(etcd_client::GetOptions::new().with_prefix()))
+            .await?;
+        let mut kvs: Vec<_> = entries.kvs().iter().collect();
+        kvs.sort_by_key(|kv| kv.create_revision());
+        let others: Vec<(usize, u32)> = self
+            .slots
             .iter()
-            .map(|s| s.proc)
-            .filter(|&p| p != holder)
+            .map(|s| (s.proc, pid_of(s.proc)))
+            .filter(|&(p, _)| p != holder)
+            .collect();
+        for kv in kvs {
+            let value = String::from_utf8_lossy(kv.value());
+            let owner = value.lines().next().unwrap_or_default();
+            if let Some(&(proc, _)) = others
+                .iter()
+                .find(|(_, pid)| owner.split_whitespace().any(|f| f == format!("pid={pid}")))
+            {
+                return Ok(proc);
+            }
+        }
+        let log = self.shared.lock();
+        others
+            .iter()
+            .map(|&(p, _)| p)
             .min_by_key(|p| {
                 log.procs.get(p).and_then(|p| {
                     p.events
                         .iter()
                         .rev()
-                        .find(|e| {
-                            matches!(
-                                e.kind,
-                                crate::events::Kind::Unl | crate::events::Kind::Start
-                            )
-                        })
+                        .find(|e| matches!(e.kind, Kind::Unl | Kind::Start))
                         .map(|e| e.t)
                 })
             })
@@ -189,7 +209,7 @@ impl Phase<'_> {
                 let proc = if fault == Fault::HolderCut {
                     holder
                 } else {
-                    self.waiter(holder)?
+                    self.waiter(holder).await?
                 };
                 let node = self.node_of(proc)?;
                 inj.target = Some(proc);
@@ -206,7 +226,7 @@ impl Phase<'_> {
             Fault::LeaderMinority => {
                 let leader = self.cluster.wait_leader(Duration::from_secs(20)).await?;
                 let (holder, token) = self.fresh_holder().await?;
-                let waiter = self.waiter(holder)?;
+                let waiter = self.waiter(holder).await?;
                 let env = self.env()?;
                 let group = [
                     env.members[leader],

@@ -190,7 +190,7 @@ pub struct Phase<'a> {
     prefix: String,
     pub cluster: &'a mut Cluster,
     pub net: Option<&'a NetEnv>,
-    client: Client,
+    pub client: Client,
     pub shared: Shared,
     pub slots: Vec<Slot>,
     next_proc: usize,
@@ -227,7 +227,7 @@ impl<'a> Phase<'a> {
         })
     }
 
-    fn locks(&self) -> String {
+    pub fn locks(&self) -> String {
         format!("{}locks/", self.prefix)
     }
 
@@ -280,6 +280,15 @@ impl<'a> Phase<'a> {
     }
 
     async fn run(&mut self, schedule: &[Fault]) -> Result<(), BoxError> {
+        let chosen = |f: &Fault| {
+            *f == Fault::Baseline
+                || self
+                    .o
+                    .only
+                    .as_ref()
+                    .is_none_or(|only| f.label(self.o.ttl).contains(only.as_str()))
+        };
+        let schedule: Vec<Fault> = schedule.iter().copied().filter(chosen).collect();
         for slot in 0..self.o.workers {
             self.spawn(slot)?;
         }
@@ -300,7 +309,7 @@ impl<'a> Phase<'a> {
             return Err("the workers did not all get the lock within 60 s".into());
         }
 
-        for &fault in schedule {
+        for fault in schedule {
             let label = fault.label(self.o.ttl);
             let inj = self.inject(fault).await?;
             let recovery = inj.recovery.map_or("none".into(), |r| {
