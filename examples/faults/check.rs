@@ -70,7 +70,20 @@ pub fn check(inp: Input<'_>) -> Report {
         let took = inj
             .recovery
             .map(|r| Duration::from_nanos(r - inj.measure_from));
-        if took.is_none_or(|d| d > bound) {
+        let label = inj.fault.label(inp.opts.ttl);
+        let known = inp
+            .opts
+            .known_slow
+            .as_ref()
+            .is_some_and(|k| label.contains(k.as_str()));
+        if took.is_none_or(|d| d > bound) && known {
+            notes.push(format!(
+                "KNOWN SLOW (--known-slow, not counted): {label}: no lock granted within {} ms \
+                 (took {})",
+                bound.as_millis(),
+                took.map_or("forever".into(), |d| format!("{} ms", d.as_millis()))
+            ));
+        } else if took.is_none_or(|d| d > bound) {
             v.push(Violation {
                 checker: 4,
                 t: Some(inj.start),

@@ -9,8 +9,13 @@
 //!     [--rounds N] [--ttl-ms 2000] [--hold-ms 40] [--margin-ms 2000]
 //!     [--request-timeout-ms TTL] [--unfenced] [--dump DIR] [--net] [--only TEXT]
 //! ```
+//! `--soak SECS` runs the soak instead (`soak.rs`): lock cycles on many
+//! keys in both modes, failing if RSS, watches, keys or leases grow.
 //! `--only TEXT` injects only the faults whose label contains TEXT (after
-//! the baseline), e.g. `--only isolated`.
+//! the baseline), e.g. `--only isolated`. `--known-slow TEXT` reports the
+//! recovery overruns (checker 4) of the faults whose label contains TEXT as
+//! known instead of failing the run: for a liveness problem that is
+//! understood and reported, never for a safety checker.
 //! `--net` runs the network suite instead (`net_phases.rs`, as root): the
 //! members and workers in network namespaces, faults that cut links,
 //! partition the cluster, drop packets and delay them.
@@ -45,6 +50,7 @@ mod history;
 mod net_check;
 mod net_phases;
 mod run;
+mod soak;
 #[path = "../../tests/support/mod.rs"]
 mod support;
 mod worker;
@@ -78,10 +84,16 @@ pub struct Opts {
     pub net: bool,
     /// Inject only the faults whose label contains this.
     pub only: Option<String>,
+    /// Recovery bound overruns (checker 4) of faults whose label contains
+    /// this are reported as known, not counted as violations.
+    pub known_slow: Option<String>,
+    /// Run the soak (`soak.rs`) instead of any fault suite.
+    pub soak: Option<soak::SoakOpts>,
 }
 
 const USAGE: &str = "usage: faults [--long] [--mode both|fair|unfair] [--workers N] [--rounds N] \
-                     [--ttl-ms MS] [--hold-ms MS] [--margin-ms MS] [--request-timeout-ms MS] [--unfenced] [--dump DIR] [--net] [--only TEXT]";
+                     [--ttl-ms MS] [--hold-ms MS] [--margin-ms MS] [--request-timeout-ms MS] [--unfenced] [--dump DIR] [--net] [--only TEXT] [--known-slow TEXT] \
+                     [--soak SECS [--soak-keys N] [--soak-tasks N] [--soak-leak]]";
 
 enum Role {
     Orchestrator(Opts),
@@ -105,6 +117,14 @@ fn parse() -> Result<Role, String> {
         dump: None,
         net: false,
         only: None,
+        known_slow: None,
+        soak: None,
+    };
+    let mut soak = soak::SoakOpts {
+        duration: Duration::ZERO,
+        keys: 64,
+        tasks: 16,
+        leak: false,
     };
     let mut long = false;
     while let Some(flag) = args.next() {
@@ -135,9 +155,17 @@ fn parse() -> Result<Role, String> {
             "--dump" => o.dump = Some(value()?.into()),
             "--net" => o.net = true,
             "--only" => o.only = Some(value()?),
+            "--known-slow" => o.known_slow = Some(value()?),
+            "--soak" => soak.duration = Duration::from_secs(number(value()?)?),
+            "--soak-keys" => soak.keys = usize::try_from(number(value()?)?).unwrap_or(1).max(1),
+            "--soak-tasks" => soak.tasks = usize::try_from(number(value()?)?).unwrap_or(1).max(1),
+            "--soak-leak" => soak.leak = true,
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
+    }
+    if !soak.duration.is_zero() {
+        o.soak = Some(soak);
     }
     if o.rounds == 0 {
         o.rounds = if long { 5 } else { 1 };
@@ -178,7 +206,9 @@ fn main() -> ExitCode {
             }
         },
         Role::Orchestrator(opts) => match rt.block_on(async {
-            if opts.net {
+            if let Some(soak) = &opts.soak {
+                soak::run(soak).await
+            } else if opts.net {
                 net_phases::run(&opts).await
             } else {
                 run::run(&opts).await
