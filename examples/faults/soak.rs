@@ -87,7 +87,9 @@ pub async fn run(o: &SoakOpts) -> Result<usize, BoxError> {
                     rng ^= rng >> 7;
                     rng ^= rng << 17;
                     let key = Key::from(format!("{mode}{generation}-{}", rng % keys as u64));
-                    let ctx = Context::background().with_timeout(Duration::from_secs(30));
+                    // A key held for ever (--soak-leak) holds its waiters up only
+                    // until the key set moves on.
+                    let ctx = Context::background().with_timeout(ROTATE);
                     let Ok(guard) = locker.lock(&ctx, &key).await else {
                         continue;
                     };
