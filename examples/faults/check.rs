@@ -48,11 +48,11 @@ pub struct Report {
 
 /// A critical section: from `lock` returning to the first of unlock, an
 /// observed loss, or death.
-struct Interval {
-    proc: usize,
-    token: u64,
-    acq: u64,
-    end: u64,
+pub struct Interval {
+    pub proc: usize,
+    pub token: u64,
+    pub acq: u64,
+    pub end: u64,
 }
 
 pub fn check(inp: Input<'_>) -> Report {
@@ -122,7 +122,7 @@ pub fn check(inp: Input<'_>) -> Report {
 }
 
 /// Worker processes must speak the protocol and stop cleanly when asked.
-fn harness(inp: &Input<'_>, v: &mut Vec<Violation>) {
+pub fn harness(inp: &Input<'_>, v: &mut Vec<Violation>) {
     for (n, p) in &inp.log.procs {
         if !p.garbage.is_empty() {
             v.push(Violation {
@@ -298,7 +298,7 @@ fn counter(inp: &Input<'_>, v: &mut Vec<Violation>, notes: &mut Vec<String>) {
 }
 
 /// Critical sections per process, from its events.
-fn intervals(log: &Log) -> Vec<Interval> {
+pub fn intervals(log: &Log) -> Vec<Interval> {
     let mut out = Vec::new();
     for (&proc, p) in &log.procs {
         let last = p.events.last().map_or(0, |e| e.t);
@@ -700,7 +700,7 @@ fn oldest(queue: &BTreeMap<String, (i64, String)>) -> Option<String> {
 }
 
 /// One row per fault kind, plus one for the checks over the whole phase.
-fn rows(inp: &Input<'_>, v: &[Violation]) -> Vec<Row> {
+pub fn rows(inp: &Input<'_>, v: &[Violation]) -> Vec<Row> {
     let acqs: Vec<u64> = inp
         .log
         .procs

@@ -49,6 +49,10 @@ mod events;
 mod history;
 mod net_check;
 mod net_phases;
+#[cfg(feature = "redis")]
+mod redis_net;
+#[cfg(feature = "redis")]
+mod redis_worker;
 mod run;
 mod soak;
 #[path = "../../tests/support/mod.rs"]
@@ -98,12 +102,18 @@ const USAGE: &str = "usage: faults [--long] [--mode both|fair|unfair] [--workers
 enum Role {
     Orchestrator(Opts),
     Worker(worker::Args),
+    #[cfg(feature = "redis")]
+    RedisWorker(redis_worker::Args),
 }
 
 fn parse() -> Result<Role, String> {
     let mut args = std::env::args().skip(1).peekable();
     if args.peek().map(String::as_str) == Some("--worker") {
         return worker::Args::parse(args.skip(1)).map(Role::Worker);
+    }
+    #[cfg(feature = "redis")]
+    if args.peek().map(String::as_str) == Some("--redis-worker") {
+        return redis_worker::Args::parse(args.skip(1)).map(Role::RedisWorker);
     }
     let mut o = Opts {
         rounds: 0,
@@ -202,6 +212,14 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("faults worker: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        #[cfg(feature = "redis")]
+        Role::RedisWorker(args) => match rt.block_on(redis_worker::run(args)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("faults redis worker: {e}");
                 ExitCode::FAILURE
             }
         },

@@ -10,7 +10,8 @@
 //! - the leader isolated with a minority holding a holder and a waiter;
 //! - 30 % packet loss on every worker's link for 10 s;
 //! - delay spikes of 200-500 ms on every worker's path (1 s on, 1 s off);
-//! - the holder's link flapping (1 s down, 1 s up) for 10 s.
+//! - the holder's link flapping (1 s down, 1 s up) for 10 s;
+//! - then, with Redis (one instance, `redis_net.rs`), a holder cut off.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -119,7 +120,16 @@ pub async fn run(o: &Opts) -> Result<usize, BoxError> {
     // Members first (their wrappers), then the namespaces.
     drop(cluster);
     drop(env);
-    let violations = check::print(&reports?, o);
+    #[allow(unused_mut)]
+    let mut violations = check::print(&reports?, o);
+    // The Redis holder cut runs unless --only picks other faults.
+    #[cfg(feature = "redis")]
+    if o.only
+        .as_ref()
+        .is_none_or(|only| label(Fault::HolderCut, o.ttl).contains(only.as_str()))
+    {
+        violations += crate::redis_net::run(o).await?;
+    }
     println!("total time {:.0} s", started.elapsed().as_secs_f64());
     Ok(violations)
 }

@@ -165,6 +165,9 @@ pub async fn run(o: &SoakOpts) -> Result<usize, BoxError> {
     Ok(problems.len())
 }
 
+/// One count read from a sample.
+type Count = fn(&Sample) -> u64;
+
 /// The growth checks (see the module docs).
 fn growth(samples: &[Sample], keys: i64, leases: usize) -> Vec<String> {
     let mut out = Vec::new();
@@ -177,14 +180,14 @@ fn growth(samples: &[Sample], keys: i64, leases: usize) -> Vec<String> {
         return out;
     }
     let (first, second) = samples.split_at(samples.len() / 2);
-    let peak = |half: &[Sample], f: &dyn Fn(&Sample) -> u64| half.iter().map(f).max().unwrap_or(0);
-    let counts: [(&str, &dyn Fn(&Sample) -> u64); 4] = [
-        ("etcd watchers", &|s| s.watchers),
-        ("etcd watch streams", &|s| s.watch_streams),
-        ("keys under the prefix", &|s| {
+    let peak = |half: &[Sample], f: Count| half.iter().map(f).max().unwrap_or(0);
+    let counts: [(&str, Count); 4] = [
+        ("etcd watchers", |s| s.watchers),
+        ("etcd watch streams", |s| s.watch_streams),
+        ("keys under the prefix", |s| {
             u64::try_from(s.keys).unwrap_or(0)
         }),
-        ("leases", &|s| s.leases as u64),
+        ("leases", |s| s.leases as u64),
     ];
     for (what, f) in counts {
         let (a, b) = (peak(first, f), peak(second, f));
@@ -194,7 +197,7 @@ fn growth(samples: &[Sample], keys: i64, leases: usize) -> Vec<String> {
             ));
         }
     }
-    let start = peak(first, &|s| s.rss_kib);
+    let start = peak(first, |s| s.rss_kib);
     let end = samples[samples.len() - 1].rss_kib;
     if end > start + (start / 4).max(16 * 1024) {
         out.push(format!("RSS grew from a peak of {start} KiB to {end} KiB"));
