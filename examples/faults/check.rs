@@ -37,6 +37,8 @@ pub struct Row {
     pub cycles: usize,
     pub violations: usize,
     pub max_recovery: Option<Duration>,
+    /// Injections after which no lock was granted while we waited.
+    pub unrecovered: usize,
 }
 
 pub struct Report {
@@ -723,6 +725,7 @@ pub fn rows(inp: &Input<'_>, v: &[Violation]) -> Vec<Row> {
                 cycles: 0,
                 violations: 0,
                 max_recovery: None,
+                unrecovered: 0,
             });
             rows.len() - 1
         });
@@ -736,6 +739,7 @@ pub fn rows(inp: &Input<'_>, v: &[Violation]) -> Vec<Row> {
             .recovery
             .map(|t| Duration::from_nanos(t - inj.measure_from));
         row.max_recovery = row.max_recovery.max(took);
+        row.unrecovered += usize::from(took.is_none());
     }
     let mut whole = Row {
         label: "whole phase: counter, order, leftovers".into(),
@@ -743,6 +747,7 @@ pub fn rows(inp: &Input<'_>, v: &[Violation]) -> Vec<Row> {
         cycles: acqs.len(),
         violations: 0,
         max_recovery: None,
+        unrecovered: 0,
     };
     for violation in v {
         let n = violation.t.and_then(window_of);
@@ -772,8 +777,12 @@ pub fn print(reports: &[Report], o: &Opts) -> usize {
                 row.injections,
                 row.cycles,
                 row.violations,
-                row.max_recovery
-                    .map_or("-".into(), |d| format!("{} ms", d.as_millis()))
+                match (row.max_recovery, row.unrecovered) {
+                    (_, 0) => row
+                        .max_recovery
+                        .map_or("-".into(), |d| format!("{} ms", d.as_millis())),
+                    (_, n) => format!("never ({n}x)"),
+                }
             );
         }
     }
