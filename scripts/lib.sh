@@ -2,8 +2,9 @@
 # Shared helpers for scripts/test.sh, scripts/demo.sh and .ci/run.
 # Source this file; do not run it.
 #
-#   ensure_prereqs  make sure etcd, etcdctl, redis-server, protoc, python3, openssl and
-#                   cargo exist
+#   ensure_prereqs  make sure etcd, etcdctl, redis-server, protoc, python3,
+#                   openssl and cargo exist (as root also ip and nft, for the
+#                   network fault tests)
 #                   (installs the Debian packages when running as root)
 #   start_etcd      start a throwaway single-node etcd on free loopback ports,
 #                   export FAIRLOCK_ENDPOINTS, and stop/clean it up on EXIT
@@ -21,9 +22,12 @@ ensure_prereqs() {
   local -A pkg_of=(
     [etcd]=etcd-server [etcdctl]=etcd-client [redis-server]=redis-server
     [protoc]=protobuf-compiler [python3]=python3 [openssl]=openssl
+    [ip]=iproute2 [nft]=nftables
   )
-  local cmd pkgs=()
-  for cmd in etcd etcdctl redis-server protoc python3 openssl; do
+  local cmd pkgs=() cmds=(etcd etcdctl redis-server protoc python3 openssl)
+  # The network fault tests (namespaces) run only as root, and need these.
+  [[ $(id -u) -ne 0 ]] || cmds+=(ip nft)
+  for cmd in "${cmds[@]}"; do
     command -v "$cmd" >/dev/null 2>&1 || pkgs+=("${pkg_of[$cmd]}")
   done
 

@@ -26,11 +26,12 @@ RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features
 step "cargo test"
 cargo test --all-features "$@"
 
-# The fault suite's short run (one injection per fault, both modes; a
-# violation prints both workers' events and the lock key's history).
-# FAIRLOCK_FAULTS=0 skips it; scripts/faults.sh --long is the long run.
+# The fault suite's short runs (one injection per fault, both modes; a
+# violation prints both workers' events and the lock key's history): on
+# loopback, then as root on a network of namespaces, then a short soak.
+# FAIRLOCK_FAULTS=0 skips them; scripts/faults.sh --long is the long run.
 if [[ "${FAIRLOCK_FAULTS:-1}" != 0 ]]; then
-  step "fault injection on a 3-member etcd cluster (short run, about 2 minutes)"
+  step "fault injection on a 3-member etcd cluster, loopback and network (short runs, about 7 minutes)"
   scripts/faults.sh
 fi
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::events::{Ev, Kind, Log};
 use crate::history::Change;
-use crate::run::{Fault, Injection};
+use crate::run::Injection;
 use crate::support::cluster::ELECTION_TIMEOUT;
 use crate::{Opts, ms};
 
@@ -37,6 +37,8 @@ pub struct Row {
     pub cycles: usize,
     pub violations: usize,
     pub max_recovery: Option<Duration>,
+    /// Injections after which no lock was granted while we waited.
+    pub unrecovered: usize,
 }
 
 pub struct Report {
@@ -48,11 +50,11 @@ pub struct Report {
 
 /// A critical section: from `lock` returning to the first of unlock, an
 /// observed loss, or death.
-struct Interval {
-    proc: usize,
-    token: u64,
-    acq: u64,
-    end: u64,
+pub struct Interval {
+    pub proc: usize,
+    pub token: u64,
+    pub acq: u64,
+    pub end: u64,
 }
 
 pub fn check(inp: Input<'_>) -> Report {
@@ -64,12 +66,26 @@ pub fn check(inp: Input<'_>) -> Report {
     exclusion(&inp, &intervals, &mut v, &mut notes);
     pauses(&inp, &mut v, &mut notes);
     order(&inp, &mut v, &mut notes);
-    let bound = inp.opts.ttl + ELECTION_TIMEOUT + inp.opts.margin;
+    crate::net_check::check(&inp, &mut v, &mut notes);
     for inj in inp.injections.iter().filter(|i| !i.missed) {
+        let bound = inj.fault.bound(inp.opts);
         let took = inj
             .recovery
             .map(|r| Duration::from_nanos(r - inj.measure_from));
-        if took.is_none_or(|d| d > bound) {
+        let label = inj.fault.label(inp.opts.ttl);
+        let known = inp
+            .opts
+            .known_slow
+            .as_ref()
+            .is_some_and(|k| label.contains(k.as_str()));
+        if took.is_none_or(|d| d > bound) && known {
+            notes.push(format!(
+                "KNOWN SLOW (--known-slow, not counted): {label}: no lock granted within {} ms \
+                 (took {})",
+                bound.as_millis(),
+                took.map_or("forever".into(), |d| format!("{} ms", d.as_millis()))
+            ));
+        } else if took.is_none_or(|d| d > bound) {
             v.push(Violation {
                 checker: 4,
                 t: Some(inj.start),
@@ -77,7 +93,7 @@ pub fn check(inp: Input<'_>) -> Report {
                     "{}: no lock granted within {} ms of {} (took {})",
                     inj.fault.label(inp.opts.ttl),
                     bound.as_millis(),
-                    if inj.fault == Fault::HolderPause || inj.fault == Fault::HolderKill {
+                    if inj.fault.on_holder() {
                         "the injection"
                     } else {
                         "healing"
@@ -108,7 +124,7 @@ pub fn check(inp: Input<'_>) -> Report {
 }
 
 /// Worker processes must speak the protocol and stop cleanly when asked.
-fn harness(inp: &Input<'_>, v: &mut Vec<Violation>) {
+pub fn harness(inp: &Input<'_>, v: &mut Vec<Violation>) {
     for (n, p) in &inp.log.procs {
         if !p.garbage.is_empty() {
             v.push(Violation {
@@ -284,7 +300,7 @@ fn counter(inp: &Input<'_>, v: &mut Vec<Violation>, notes: &mut Vec<String>) {
 }
 
 /// Critical sections per process, from its events.
-fn intervals(log: &Log) -> Vec<Interval> {
+pub fn intervals(log: &Log) -> Vec<Interval> {
     let mut out = Vec::new();
     for (&proc, p) in &log.procs {
         let last = p.events.last().map_or(0, |e| e.t);
@@ -686,7 +702,7 @@ fn oldest(queue: &BTreeMap<String, (i64, String)>) -> Option<String> {
 }
 
 /// One row per fault kind, plus one for the checks over the whole phase.
-fn rows(inp: &Input<'_>, v: &[Violation]) -> Vec<Row> {
+pub fn rows(inp: &Input<'_>, v: &[Violation]) -> Vec<Row> {
     let acqs: Vec<u64> = inp
         .log
         .procs
@@ -709,6 +725,7 @@ fn rows(inp: &Input<'_>, v: &[Violation]) -> Vec<Row> {
                 cycles: 0,
                 violations: 0,
                 max_recovery: None,
+                unrecovered: 0,
             });
             rows.len() - 1
         });
@@ -722,6 +739,7 @@ fn rows(inp: &Input<'_>, v: &[Violation]) -> Vec<Row> {
             .recovery
             .map(|t| Duration::from_nanos(t - inj.measure_from));
         row.max_recovery = row.max_recovery.max(took);
+        row.unrecovered += usize::from(took.is_none());
     }
     let mut whole = Row {
         label: "whole phase: counter, order, leftovers".into(),
@@ -729,6 +747,7 @@ fn rows(inp: &Input<'_>, v: &[Violation]) -> Vec<Row> {
         cycles: acqs.len(),
         violations: 0,
         max_recovery: None,
+        unrecovered: 0,
     };
     for violation in v {
         let n = violation.t.and_then(window_of);
@@ -758,8 +777,12 @@ pub fn print(reports: &[Report], o: &Opts) -> usize {
                 row.injections,
                 row.cycles,
                 row.violations,
-                row.max_recovery
-                    .map_or("-".into(), |d| format!("{} ms", d.as_millis()))
+                match (row.max_recovery, row.unrecovered) {
+                    (_, 0) => row
+                        .max_recovery
+                        .map_or("-".into(), |d| format!("{} ms", d.as_millis())),
+                    (_, n) => format!("never ({n}x)"),
+                }
             );
         }
     }

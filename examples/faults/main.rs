@@ -7,8 +7,18 @@
 //! ```text
 //! cargo run --example faults -- [--long] [--mode both|fair|unfair] [--workers 4]
 //!     [--rounds N] [--ttl-ms 2000] [--hold-ms 40] [--margin-ms 2000]
-//!     [--request-timeout-ms TTL] [--unfenced] [--dump DIR]
+//!     [--request-timeout-ms TTL] [--unfenced] [--dump DIR] [--net] [--only TEXT]
 //! ```
+//! `--soak SECS` runs the soak instead (`soak.rs`): lock cycles on many
+//! keys in both modes, failing if RSS, watches, keys or leases grow.
+//! `--only TEXT` injects only the faults whose label contains TEXT (after
+//! the baseline), e.g. `--only isolated`. `--known-slow TEXT` reports the
+//! recovery overruns (checker 4) of the faults whose label contains TEXT as
+//! known instead of failing the run: for a liveness problem that is
+//! understood and reported, never for a safety checker.
+//! `--net` runs the network suite instead (`net_phases.rs`, as root): the
+//! members and workers in network namespaces, faults that cut links,
+//! partition the cluster, drop packets and delay them.
 //! `--unfenced` makes the workers write the counter with a plain put: the
 //! run must then fail (checkers 1 and 2), which shows they can.
 //! The workers' request timeout defaults to the TTL, not to the library's
@@ -37,7 +47,14 @@
 mod check;
 mod events;
 mod history;
+mod net_check;
+mod net_phases;
+#[cfg(feature = "redis")]
+mod redis_net;
+#[cfg(feature = "redis")]
+mod redis_worker;
 mod run;
+mod soak;
 #[path = "../../tests/support/mod.rs"]
 mod support;
 mod worker;
@@ -67,20 +84,36 @@ pub struct Opts {
     pub unfenced: bool,
     /// Where to write every event and etcd's history, for a post-mortem.
     pub dump: Option<std::path::PathBuf>,
+    /// Run the network suite (`net_phases.rs`) instead of the loopback one.
+    pub net: bool,
+    /// Inject only the faults whose label contains this.
+    pub only: Option<String>,
+    /// Recovery bound overruns (checker 4) of faults whose label contains
+    /// this are reported as known, not counted as violations.
+    pub known_slow: Option<String>,
+    /// Run the soak (`soak.rs`) instead of any fault suite.
+    pub soak: Option<soak::SoakOpts>,
 }
 
 const USAGE: &str = "usage: faults [--long] [--mode both|fair|unfair] [--workers N] [--rounds N] \
-                     [--ttl-ms MS] [--hold-ms MS] [--margin-ms MS] [--request-timeout-ms MS] [--unfenced] [--dump DIR]";
+                     [--ttl-ms MS] [--hold-ms MS] [--margin-ms MS] [--request-timeout-ms MS] [--unfenced] [--dump DIR] [--net] [--only TEXT] [--known-slow TEXT] \
+                     [--soak SECS [--soak-keys N] [--soak-tasks N] [--soak-leak]]";
 
 enum Role {
     Orchestrator(Opts),
     Worker(worker::Args),
+    #[cfg(feature = "redis")]
+    RedisWorker(redis_worker::Args),
 }
 
 fn parse() -> Result<Role, String> {
     let mut args = std::env::args().skip(1).peekable();
     if args.peek().map(String::as_str) == Some("--worker") {
         return worker::Args::parse(args.skip(1)).map(Role::Worker);
+    }
+    #[cfg(feature = "redis")]
+    if args.peek().map(String::as_str) == Some("--redis-worker") {
+        return redis_worker::Args::parse(args.skip(1)).map(Role::RedisWorker);
     }
     let mut o = Opts {
         rounds: 0,
@@ -92,6 +125,16 @@ fn parse() -> Result<Role, String> {
         request_timeout: Duration::ZERO,
         unfenced: false,
         dump: None,
+        net: false,
+        only: None,
+        known_slow: None,
+        soak: None,
+    };
+    let mut soak = soak::SoakOpts {
+        duration: Duration::ZERO,
+        keys: 64,
+        tasks: 16,
+        leak: false,
     };
     let mut long = false;
     while let Some(flag) = args.next() {
@@ -120,9 +163,19 @@ fn parse() -> Result<Role, String> {
             }
             "--unfenced" => o.unfenced = true,
             "--dump" => o.dump = Some(value()?.into()),
+            "--net" => o.net = true,
+            "--only" => o.only = Some(value()?),
+            "--known-slow" => o.known_slow = Some(value()?),
+            "--soak" => soak.duration = Duration::from_secs(number(value()?)?),
+            "--soak-keys" => soak.keys = usize::try_from(number(value()?)?).unwrap_or(1).max(1),
+            "--soak-tasks" => soak.tasks = usize::try_from(number(value()?)?).unwrap_or(1).max(1),
+            "--soak-leak" => soak.leak = true,
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
+    }
+    if !soak.duration.is_zero() {
+        o.soak = Some(soak);
     }
     if o.rounds == 0 {
         o.rounds = if long { 5 } else { 1 };
@@ -162,7 +215,23 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Role::Orchestrator(opts) => match rt.block_on(run::run(&opts)) {
+        #[cfg(feature = "redis")]
+        Role::RedisWorker(args) => match rt.block_on(redis_worker::run(args)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("faults redis worker: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Role::Orchestrator(opts) => match rt.block_on(async {
+            if let Some(soak) = &opts.soak {
+                soak::run(soak).await
+            } else if opts.net {
+                net_phases::run(&opts).await
+            } else {
+                run::run(&opts).await
+            }
+        }) {
             Ok(0) => ExitCode::SUCCESS,
             Ok(violations) => {
                 eprintln!("faults: {violations} violation(s)");

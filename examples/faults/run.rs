@@ -9,19 +9,20 @@ use tokio::time::Instant;
 
 use crate::check::{self, Report};
 use crate::events::{Kind, Shared};
+use crate::net_phases::NetEnv;
 use crate::support::cluster::{Cluster, ELECTION_TIMEOUT, send_signal};
 use crate::{BoxError, Opts, history, mono_ns, worker};
 
 /// etcd members.
-const MEMBERS: usize = 3;
+pub const MEMBERS: usize = 3;
 /// How long a killed member stays down before its restart.
 const MEMBER_DOWN: Duration = Duration::from_secs(2);
 /// Normal running between faults, so each fault starts from a steady state.
 const SETTLE: Duration = Duration::from_millis(1500);
 /// Fault-free running at the start of each phase.
 const BASELINE: Duration = Duration::from_secs(3);
-/// A holder is paused this much longer than its TTL.
-const PAST_TTL: Duration = Duration::from_millis(1500);
+/// A holder is paused (or cut off) this much longer than its TTL.
+pub const PAST_TTL: Duration = Duration::from_millis(1500);
 /// How often a holder fault is retried when its target had already
 /// released the lock when the signal landed.
 const HOLDER_TRIES: usize = 3;
@@ -35,6 +36,13 @@ pub enum Fault {
     LeaderKill,
     HolderPause,
     HolderKill,
+    /// The network faults (`net_phases.rs`).
+    HolderCut,
+    WaiterCut,
+    LeaderMinority,
+    Loss,
+    DelaySpikes,
+    LinkFlap,
 }
 
 impl Fault {
@@ -48,13 +56,34 @@ impl Fault {
                 format!("SIGSTOP holder {:.1}s", (ttl + PAST_TTL).as_secs_f64())
             }
             Fault::HolderKill => "kill -9 holder".into(),
+            net => crate::net_phases::label(net, ttl),
         }
     }
 
     /// Holder faults are measured from the injection: the lock is stuck
     /// until the holder's lease expires. Cluster faults from their healing.
-    fn on_holder(self) -> bool {
-        matches!(self, Fault::HolderPause | Fault::HolderKill)
+    pub fn on_holder(self) -> bool {
+        matches!(
+            self,
+            Fault::HolderPause
+                | Fault::HolderKill
+                | Fault::HolderCut
+                | Fault::WaiterCut
+                | Fault::LeaderMinority
+        )
+    }
+
+    /// How soon a lock must be granted again (see `on_holder` for from
+    /// when): TTL + election timeout + margin. An isolated leader costs
+    /// one election timeout more: the new leader extends every lease by
+    /// it when it takes over (etcd's lessor `Promote`).
+    pub fn bound(self, o: &Opts) -> Duration {
+        let bound = o.ttl + ELECTION_TIMEOUT + o.margin;
+        if self == Fault::LeaderMinority {
+            bound + ELECTION_TIMEOUT
+        } else {
+            bound
+        }
     }
 }
 
@@ -72,20 +101,52 @@ pub struct Injection {
     /// The paused or killed worker process, and the pause.
     pub target: Option<usize>,
     pub pause: Option<(u64, u64)>,
+    /// When the target's link was cut and healed (network faults).
+    pub cut: Option<(u64, u64)>,
     /// The holder had released before the signal landed: not counted.
     pub missed: bool,
 }
 
 /// A worker slot's current process.
-struct Slot {
-    proc: usize,
+pub struct Slot {
+    pub proc: usize,
     child: Child,
-    stdin: Option<ChildStdin>,
+    pub stdin: Option<ChildStdin>,
 }
 
 pub async fn run(o: &Opts) -> Result<usize, BoxError> {
     let started = Instant::now();
     let mut cluster = Cluster::start(MEMBERS)?;
+    let mut schedule = vec![Fault::Baseline];
+    for _ in 0..o.rounds {
+        schedule.extend([
+            Fault::LeaderPause(Duration::from_millis(500)),
+            Fault::LeaderPause(Duration::from_millis(1500)),
+            Fault::LeaderPause(Duration::from_secs(3)),
+            Fault::MemberKill,
+            Fault::LeaderKill,
+            // Twice: the holder faults are what fencing is for.
+            Fault::HolderPause,
+            Fault::HolderKill,
+            Fault::HolderPause,
+            Fault::HolderKill,
+        ]);
+    }
+    let reports = phases(o, &mut cluster, None, &schedule).await?;
+    drop(cluster);
+    let violations = check::print(&reports, o);
+    println!("total time {:.0} s", started.elapsed().as_secs_f64());
+    Ok(violations)
+}
+
+/// One phase per mode on `cluster` (its members and the workers in `net`,
+/// if given), injecting `schedule`; the checkers' reports.
+pub async fn phases(
+    o: &Opts,
+    cluster: &mut Cluster,
+    net: Option<&NetEnv>,
+    schedule: &[Fault],
+) -> Result<Vec<Report>, BoxError> {
     let leader = cluster.wait_leader(Duration::from_secs(20)).await?;
     println!(
         "etcd cluster {} (leader m{leader}; heartbeat 100 ms, election timeout {} ms); \
@@ -98,7 +159,7 @@ pub async fn run(o: &Opts) -> Result<usize, BoxError> {
         o.hold.as_millis(),
         o.rounds
     );
-    let bound = o.ttl + ELECTION_TIMEOUT + o.margin;
+    let bound = Fault::Baseline.bound(o);
     println!(
         "liveness bound: TTL {} ms + election timeout {} ms + margin {} ms = {} ms",
         o.ttl.as_millis(),
@@ -112,28 +173,26 @@ pub async fn run(o: &Opts) -> Result<usize, BoxError> {
         let mode = if fair { "fair" } else { "unfair" };
         println!("\n== {mode} phase ==");
         let prefix = format!("/fairlock-faults/{run_id}/{mode}/");
-        let mut phase = Phase::new(o, fair, prefix, &mut cluster).await?;
-        let result = phase.run().await;
+        let mut phase = Phase::new(o, fair, prefix, cluster, net).await?;
+        let result = phase.run(schedule).await;
         // Whatever happened, no worker outlives the phase.
         phase.stop_workers().await;
         result?;
         let report = phase.check().await?;
         reports.push(report);
     }
-    drop(cluster);
-    let violations = check::print(&reports, o);
-    println!("total time {:.0} s", started.elapsed().as_secs_f64());
-    Ok(violations)
+    Ok(reports)
 }
 
-struct Phase<'a> {
-    o: &'a Opts,
+pub struct Phase<'a> {
+    pub o: &'a Opts,
     fair: bool,
     prefix: String,
-    cluster: &'a mut Cluster,
-    client: Client,
-    shared: Shared,
-    slots: Vec<Slot>,
+    pub cluster: &'a mut Cluster,
+    pub net: Option<&'a NetEnv>,
+    pub client: Client,
+    pub shared: Shared,
+    pub slots: Vec<Slot>,
     next_proc: usize,
     injections: Vec<Injection>,
     first_revision: i64,
@@ -145,6 +204,7 @@ impl<'a> Phase<'a> {
         fair: bool,
         prefix: String,
         cluster: &'a mut Cluster,
+        net: Option<&'a NetEnv>,
     ) -> Result<Phase<'a>, BoxError> {
         let mut client = Client::connect(cluster.endpoints(), None).await?;
         let first_revision = client
@@ -157,6 +217,7 @@ impl<'a> Phase<'a> {
             fair,
             prefix,
             cluster,
+            net,
             client,
             shared: Shared::default(),
             slots: Vec::new(),
@@ -166,7 +227,7 @@ impl<'a> Phase<'a> {
         })
     }
 
-    fn locks(&self) -> String {
+    pub fn locks(&self) -> String {
         format!("{}locks/", self.prefix)
     }
 
@@ -178,15 +239,27 @@ impl<'a> Phase<'a> {
     fn spawn(&mut self, slot: usize) -> Result<(), BoxError> {
         let proc = self.next_proc;
         self.next_proc += 1;
+        // In a test network, a worker reaches the members' own addresses
+        // from its node, through a delay relay of its own.
+        let endpoints = match self.net {
+            Some(_) => self.cluster.member_endpoints(),
+            None => self.cluster.endpoints(),
+        };
         let argv = worker::Args::to_argv(
             proc,
-            &self.cluster.endpoints(),
+            &endpoints,
             &self.locks(),
             &self.counter(),
             self.fair,
+            self.net.is_some(),
             self.o,
         );
-        let mut child = Command::new(std::env::current_exe()?)
+        let exe = std::env::current_exe()?;
+        let mut command = match self.net {
+            Some(env) => env.net.command(env.workers[slot], exe),
+            None => Command::new(exe),
+        };
+        let mut child = command
             .args(argv)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -206,7 +279,16 @@ impl<'a> Phase<'a> {
         Ok(())
     }
 
-    async fn run(&mut self) -> Result<(), BoxError> {
+    async fn run(&mut self, schedule: &[Fault]) -> Result<(), BoxError> {
+        let chosen = |f: &Fault| {
+            *f == Fault::Baseline
+                || self
+                    .o
+                    .only
+                    .as_ref()
+                    .is_none_or(|only| f.label(self.o.ttl).contains(only.as_str()))
+        };
+        let schedule: Vec<Fault> = schedule.iter().copied().filter(chosen).collect();
         for slot in 0..self.o.workers {
             self.spawn(slot)?;
         }
@@ -227,21 +309,6 @@ impl<'a> Phase<'a> {
             return Err("the workers did not all get the lock within 60 s".into());
         }
 
-        let mut schedule = vec![Fault::Baseline];
-        for _ in 0..self.o.rounds {
-            schedule.extend([
-                Fault::LeaderPause(Duration::from_millis(500)),
-                Fault::LeaderPause(Duration::from_millis(1500)),
-                Fault::LeaderPause(Duration::from_secs(3)),
-                Fault::MemberKill,
-                Fault::LeaderKill,
-                // Twice: the holder faults are what fencing is for.
-                Fault::HolderPause,
-                Fault::HolderKill,
-                Fault::HolderPause,
-                Fault::HolderKill,
-            ]);
-        }
         for fault in schedule {
             let label = fault.label(self.o.ttl);
             let inj = self.inject(fault).await?;
@@ -299,6 +366,7 @@ impl<'a> Phase<'a> {
             recovery: None,
             target: None,
             pause: None,
+            cut: None,
             missed: false,
         };
         match fault {
@@ -327,17 +395,7 @@ impl<'a> Phase<'a> {
                 inj.measure_from = mono_ns();
             }
             Fault::HolderPause | Fault::HolderKill => {
-                // A holder that got the lock from now on is in (or near)
-                // its `hold` sleep, before its fenced write.
-                let since = mono_ns();
-                let holder = self
-                    .shared
-                    .wait_for(Instant::now() + Duration::from_secs(20), |log| {
-                        log.holder().filter(|&(_, t, _)| t > since)
-                    })
-                    .await
-                    .ok_or("no worker took the lock within 20 s")?;
-                let (proc, _, token) = holder;
+                let (proc, token) = self.fresh_holder().await?;
                 let pid = self.shared.lock().procs.get(&proc).map_or(0, |p| p.pid);
                 inj.target = Some(proc);
                 if fault == Fault::HolderPause {
@@ -358,15 +416,30 @@ impl<'a> Phase<'a> {
                 }
                 inj.missed = self.released_before(proc, token, inj.measure_from);
             }
+            net => self.inject_net(net, &mut inj).await?,
         }
         inj.recovery = self.await_recovery(&inj).await;
         Ok(inj)
     }
 
+    /// The next process to take the lock from now on, and its token: it is
+    /// then in (or near) its `hold` sleep, before its fenced write.
+    pub async fn fresh_holder(&self) -> Result<(usize, u64), BoxError> {
+        let since = mono_ns();
+        let (proc, _, token) = self
+            .shared
+            .wait_for(Instant::now() + Duration::from_secs(20), |log| {
+                log.holder().filter(|&(_, t, _)| t > since)
+            })
+            .await
+            .ok_or("no worker took the lock within 20 s")?;
+        Ok((proc, token))
+    }
+
     /// `true` if `proc` had already ended its critical section for `token`
     /// before `t` (its lines up to `t` are in: it wrote them before the
     /// signal, and the reader has had the whole pause or recovery to read).
-    fn released_before(&self, proc: usize, token: u64, t: u64) -> bool {
+    pub fn released_before(&self, proc: usize, token: u64, t: u64) -> bool {
         self.shared.lock().procs.get(&proc).is_some_and(|p| {
             p.events
                 .iter()
@@ -387,7 +460,7 @@ impl<'a> Phase<'a> {
     /// other than the target, for holder faults); gives up at twice the
     /// liveness bound, which the checker reports.
     async fn await_recovery(&self, inj: &Injection) -> Option<u64> {
-        let bound = self.o.ttl + ELECTION_TIMEOUT + self.o.margin;
+        let bound = inj.fault.bound(self.o);
         let waited = Duration::from_nanos(mono_ns().saturating_sub(inj.measure_from));
         let deadline = Instant::now() + (bound * 2).saturating_sub(waited);
         let (from, target) = (inj.measure_from, inj.target);

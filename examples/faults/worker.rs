@@ -3,7 +3,7 @@
 //! orchestrator usually lands), checks `is_held()`, reads the counter and
 //! writes counter+1 through `fenced_txn`. Every step is an event line.
 
-use std::io::Read;
+use std::io::BufRead;
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
@@ -13,6 +13,7 @@ use fairlock::{CancellationToken, Context, Error, Key, LockGuard, Locker};
 use crate::BoxError;
 use crate::events::{Ev, Kind};
 use crate::support::chain;
+use crate::support::proxy::Proxy;
 
 /// The lock every worker of a phase contends for.
 pub const LOCK_KEY: &str = "k";
@@ -34,6 +35,9 @@ pub struct Args {
     hold: Duration,
     request_timeout: Duration,
     unfenced: bool,
+    /// Reach every endpoint through a delay relay of our own, whose delay
+    /// the orchestrator sets with `delay <ms> <jitter ms>` lines on stdin.
+    proxied: bool,
 }
 
 impl Args {
@@ -50,6 +54,7 @@ impl Args {
         let request_timeout =
             ms(next("request timeout")?).map_err(|_| "--worker: bad request timeout")?;
         let unfenced = next("fencing")? == "unfenced";
+        let proxied = next("path")? == "proxied";
         Ok(Args {
             id,
             endpoints,
@@ -60,6 +65,7 @@ impl Args {
             hold,
             request_timeout,
             unfenced,
+            proxied,
         })
     }
 
@@ -70,6 +76,7 @@ impl Args {
         prefix: &str,
         counter: &str,
         fair: bool,
+        proxied: bool,
         o: &crate::Opts,
     ) -> Vec<String> {
         vec![
@@ -83,12 +90,23 @@ impl Args {
             o.hold.as_millis().to_string(),
             o.request_timeout.as_millis().to_string(),
             if o.unfenced { "unfenced" } else { "fenced" }.into(),
+            if proxied { "proxied" } else { "direct" }.into(),
         ]
     }
 }
 
 pub async fn run(a: Args) -> Result<(), BoxError> {
-    let config = EtcdConfig::new(a.endpoints.clone())
+    let mut proxies = Vec::new();
+    let mut endpoints = a.endpoints.clone();
+    if a.proxied {
+        for e in &mut endpoints {
+            let p = Proxy::start(([127, 0, 0, 1], 0).into(), e.clone()).await?;
+            *e = p.addr.to_string();
+            proxies.push(p);
+        }
+    }
+    let delays: Vec<_> = proxies.iter().map(Proxy::delay).collect();
+    let config = EtcdConfig::new(endpoints)
         .with_prefix(a.prefix.clone())
         .with_ttl(a.ttl)
         .with_request_timeout(a.request_timeout);
@@ -107,11 +125,24 @@ pub async fn run(a: Args) -> Result<(), BoxError> {
     let lock_key = format!("{}{LOCK_KEY}", a.prefix);
     Ev::new(Kind::Start, 0, 0, std::process::id().to_string()).emit();
 
-    // The orchestrator stops us by closing our stdin (or by exiting).
+    // The orchestrator stops us by closing our stdin (or by exiting), and
+    // sets our relays' delay with `delay <ms> <jitter ms>` lines.
     let stop = CancellationToken::new();
     let on_eof = stop.clone();
     std::thread::spawn(move || {
-        let _ = std::io::stdin().read_to_end(&mut Vec::new());
+        for line in std::io::stdin().lock().lines().map_while(Result::ok) {
+            let f: Vec<u64> = line
+                .strip_prefix("delay ")
+                .unwrap_or_default()
+                .split(' ')
+                .filter_map(|n| n.parse().ok())
+                .collect();
+            if let [base, jitter] = f[..] {
+                for d in &delays {
+                    d.set(Duration::from_millis(base), Duration::from_millis(jitter));
+                }
+            }
+        }
         on_eof.cancel();
     });
 
@@ -230,11 +261,14 @@ async fn finish(guard: LockGuard, watcher: tokio::task::JoinHandle<()>, token: u
         Ev::new(Kind::Err, token, 0, why).emit();
     }
     Ev::new(Kind::Rel, token, 0, "").emit();
-    watcher.abort();
+    // The loss watcher runs until unlock returns: a holder cut off from
+    // etcd may end its section on a request timeout and be told of the
+    // loss while its unlock still tries.
     let outcome = match guard.unlock().await {
         Ok(()) => "ok".to_string(),
         Err(Error::LockLost { .. }) => "lost".to_string(),
         Err(e) => format!("err {}", chain(&e)),
     };
+    watcher.abort();
     Ev::new(Kind::Unl, token, 0, outcome).emit();
 }

@@ -36,8 +36,23 @@ struct Member {
     name: String,
     client_url: String,
     peer_url: String,
+    /// The network namespace it runs in (`None`: the host's loopback).
+    netns: Option<String>,
+    /// The endpoint the harness uses to reach it (`client_url` on
+    /// loopback; a gateway into the namespace otherwise).
+    access: String,
     data: PathBuf,
     running: Option<Running>,
+}
+
+/// Where a member of [`Cluster::start_placed`] runs.
+pub struct Placement {
+    /// Network namespace (`ip netns exec`).
+    pub netns: String,
+    /// Its address there; etcd listens on ports 2379 (clients) and 2380.
+    pub ip: std::net::Ipv4Addr,
+    /// `host:port` through which the harness reaches its client port.
+    pub access: String,
 }
 
 /// A running member's process, its wrapper and the tail of its log.
@@ -77,14 +92,50 @@ impl Cluster {
             .tempdir()?
             .keep();
         let members: Vec<Member> = (0..n)
-            .map(|i| Member {
+            .map(|i| {
+                let client_url = format!("http://127.0.0.1:{}", free_port());
+                Member {
+                    name: format!("m{i}"),
+                    access: client_url.trim_start_matches("http://").into(),
+                    client_url,
+                    peer_url: format!("http://127.0.0.1:{}", free_port()),
+                    netns: None,
+                    data: dir.join(format!("m{i}")),
+                    running: None,
+                }
+            })
+            .collect();
+        Cluster::launch_all(members, dir)
+    }
+
+    /// Starts one member per placement, each in its network namespace,
+    /// and waits until each serves clients.
+    ///
+    /// # Errors
+    /// When etcd is missing or a member does not become ready.
+    pub fn start_placed(placements: Vec<Placement>) -> Result<Cluster, ClusterError> {
+        let dir = tempfile::Builder::new()
+            .prefix("fairlock-net-etcd-")
+            .tempdir()?
+            .keep();
+        let members = placements
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| Member {
                 name: format!("m{i}"),
-                client_url: format!("http://127.0.0.1:{}", free_port()),
-                peer_url: format!("http://127.0.0.1:{}", free_port()),
+                client_url: format!("http://{}:2379", p.ip),
+                peer_url: format!("http://{}:2380", p.ip),
+                netns: Some(p.netns),
+                access: p.access,
                 data: dir.join(format!("m{i}")),
                 running: None,
             })
             .collect();
+        Cluster::launch_all(members, dir)
+    }
+
+    fn launch_all(members: Vec<Member>, dir: PathBuf) -> Result<Cluster, ClusterError> {
+        let n = members.len();
         let initial_cluster = members
             .iter()
             .map(|m| format!("{}={}", m.name, m.peer_url))
@@ -121,12 +172,18 @@ impl Cluster {
         (0..self.len()).map(|i| self.endpoint(i)).collect()
     }
 
-    /// Client endpoint of member `i`.
+    /// Client endpoint of member `i`, as the harness reaches it.
     pub fn endpoint(&self, i: usize) -> String {
-        self.members[i]
-            .client_url
-            .trim_start_matches("http://")
-            .to_string()
+        self.members[i].access.clone()
+    }
+
+    /// Client endpoints as etcd advertises them (inside a test network,
+    /// what its nodes connect to).
+    pub fn member_endpoints(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .map(|m| m.client_url.trim_start_matches("http://").to_string())
+            .collect()
     }
 
     /// Process id of member `i`, if it runs.
@@ -254,7 +311,15 @@ impl Cluster {
     fn launch(&mut self, i: usize, state: &str) -> Result<mpsc::Receiver<Ready>, ClusterError> {
         let bin = etcd_bin();
         let m = &self.members[i];
-        let mut child = Command::new("bash")
+        let mut command = match &m.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, "bash"]);
+                c
+            }
+            None => Command::new("bash"),
+        };
+        let mut child = command
             .arg("-c")
             .arg(WRAPPER)
             .arg("etcd-member-wrapper")

@@ -20,6 +20,8 @@ use etcd_client::{Client, GetOptions, WatchOptions};
 #[cfg(all(test, feature = "cli"))]
 pub mod cli;
 pub mod cluster;
+pub mod net;
+pub mod proxy;
 #[cfg(feature = "redis")]
 pub mod redis_server;
 pub mod tls;
