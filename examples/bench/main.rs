@@ -21,6 +21,7 @@
 mod cost;
 mod cost_rows;
 mod go_peer;
+mod latency;
 mod redis_rows;
 mod report;
 mod server;
@@ -52,6 +53,9 @@ struct Opts {
     soak_modes: Vec<bool>,
     /// `--trace`: the uncontended cycle without and with a subscriber.
     trace: bool,
+    /// `--latency-ms D`: the etcd rows on a 3-member cluster with D ms on
+    /// every link.
+    latency: Option<Duration>,
     rss_child: Option<(String, usize)>,
 }
 
@@ -75,6 +79,7 @@ fn parse() -> Result<Opts, String> {
         soak_secs: None,
         soak_modes: vec![true, false],
         trace: false,
+        latency: None,
         rss_child: None,
     };
     let mut args = std::env::args().skip(1);
@@ -88,6 +93,20 @@ fn parse() -> Result<Opts, String> {
             "--trace" => o.trace = true,
             "--redis-only" => o.redis_only = true,
             "--soak-only" => o.soak_only = true,
+            "--latency-ms" => {
+                let v = args
+                    .next()
+                    .ok_or("--latency-ms needs a delay in milliseconds")?;
+                let ms: f64 = v
+                    .parse()
+                    .ok()
+                    .filter(|ms: &f64| ms.is_finite() && *ms >= 0.0 && *ms <= 1000.0)
+                    .ok_or(format!("--latency-ms {v:?}: give milliseconds, 0 to 1000"))?;
+                o.latency = Some(Duration::from_secs_f64(ms / 1000.0));
+                // Round trips are the point: no Redis, soak or memory rows.
+                o.redis = false;
+                o.soak_secs = Some(0);
+            }
             "--soak-mode" => {
                 o.soak_modes = match args.next().as_deref() {
                     Some("fair") => vec![true],
@@ -116,7 +135,7 @@ fn parse() -> Result<Opts, String> {
             "-h" | "--help" => {
                 return Err("usage: bench [--endpoints E] [--quick] [--json] [--no-go] \
                             [--no-redis] [--redis-only] [--soak-only] [--soak-secs N] \
-                            [--soak-mode fair|unfair|both] [--trace]"
+                            [--soak-mode fair|unfair|both] [--trace] [--latency-ms D]"
                     .into());
             }
             other => return Err(format!("unknown argument {other:?}; see --help")),
@@ -158,9 +177,20 @@ async fn run(o: &Opts) -> Res<()> {
         print(&redis_rows::rows(o.quick, dur).await?, o.json);
         return Ok(());
     }
-    let (own, ep) = match &o.endpoints {
-        Some(e) => (None, e.split(',').next().unwrap_or_default().to_string()),
-        None => {
+    let mut delayed = None;
+    let (own, ep) = match (&o.endpoints, o.latency) {
+        (Some(e), _) => (None, e.split(',').next().unwrap_or_default().to_string()),
+        (None, Some(delay)) => {
+            let cluster = latency::start(3, delay).await?;
+            let ep = cluster.leader.clone();
+            eprintln!(
+                "bench: 3 members, {:.2} ms on every client and peer link; clients use the leader",
+                delay.as_secs_f64() * 1000.0
+            );
+            delayed = Some(cluster);
+            (None, ep)
+        }
+        (None, None) => {
             let etcd = support::Etcd::start(); // data on disk, removed at exit
             let ep = etcd.endpoint.clone();
             (Some(etcd), ep)
@@ -193,6 +223,7 @@ async fn run(o: &Opts) -> Res<()> {
     );
 
     // 1. floors
+    eprintln!("bench: 1. floors");
     let c = workloads::put(&ep, seq_n).await?;
     let r = workloads::get(&ep, seq_n).await?;
     let cp = workloads::put_to_event(&ep, seq_n).await?;
@@ -204,8 +235,11 @@ async fn run(o: &Opts) -> Res<()> {
     let unfair_floor = 1.0 / (2.0 * c_s);
 
     // 2. uncontended cycle, interleaved batches against the txn floor
+    eprintln!("bench: 2. uncontended cycle, interleaved batches against the txn floor");
     let client = workloads::connect(&ep).await?;
-    let lease = client.clone().lease_grant(60, None).await?.id();
+    // Outlives the interleaved batches (a minute or more with --latency-ms);
+    // revoked after them.
+    let lease = client.clone().lease_grant(3600, None).await?.id();
     let floor_key = format!("/bench/floor-{}", uuid::Uuid::new_v4().simple());
     let pre = format!("/bench/unc-{}/", uuid::Uuid::new_v4().simple());
     let (fair_l, unfair_l) = (
@@ -266,8 +300,10 @@ async fn run(o: &Opts) -> Res<()> {
     );
     fair_l.close().await?;
     unfair_l.close().await?;
+    client.clone().lease_revoke(lease).await?;
 
     // 3. one contended key
+    eprintln!("bench: 3. one contended key");
     let cpu = cost::EtcdCpu::new(etcd_pid);
     for &n in counts {
         for fair in [true, false] {
@@ -302,6 +338,7 @@ async fn run(o: &Opts) -> Res<()> {
     ));
 
     // 4. many keys
+    eprintln!("bench: 4. many keys");
     let puts = workloads::puts_concurrent(&ep, 32, dur).await?;
     rows.push(Row::of("floor: raw puts, 32 clients", "-", 32, 32, &puts));
     let txns = workloads::txn_cycles_concurrent(&ep, 32, dur).await?;
@@ -330,6 +367,7 @@ async fn run(o: &Opts) -> Res<()> {
     }
 
     // 5. the Go peer
+    eprintln!("bench: 5. the Go peer");
     if let Some(bin) = &go_peer {
         let n_for = |clients: usize| {
             if o.quick {
@@ -361,6 +399,7 @@ async fn run(o: &Opts) -> Res<()> {
     }
 
     // 5b. what a lock costs etcd, and the ring floor
+    eprintln!("bench: 5b. what a lock costs etcd, and the ring floor");
     let mut summary = Vec::new();
     let fair_at = |clients| ops_of(&rows, "fairlock contended, 1 key", "fair", clients);
     let fair_handoffs = [(4, fair_at(4)), (16, fair_at(16))];
@@ -380,10 +419,17 @@ async fn run(o: &Opts) -> Res<()> {
     rows.extend(soak_rows(o.soak(), &ep, etcd_pid, go, &mut summary).await?);
 
     // 6. cost of a release with 100 queued waiters
+    eprintln!("bench: 6. cost of a release with 100 queued waiters");
     rows.push(release_with_waiters(&ep, 100, 20).await?);
 
     // 7. memory per held / waiting lock, each in a fresh process
-    for what in ["held", "waiting"] {
+    eprintln!("bench: 7. memory per held / waiting lock, each in a fresh process");
+    let memory: &[&str] = if delayed.is_some() {
+        &[]
+    } else {
+        &["held", "waiting"]
+    };
+    for &what in memory {
         let n = if o.quick { 2000 } else { 10_000 };
         let out = Command::new(std::env::current_exe()?)
             .args(["--rss-child", what, &n.to_string(), "--endpoints", &ep])

@@ -36,6 +36,8 @@ struct Member {
     name: String,
     client_url: String,
     peer_url: String,
+    /// Where it listens, when not where it is reached (behind a relay).
+    listen: Option<Listen>,
     /// The network namespace it runs in (`None`: the host's loopback).
     netns: Option<String>,
     /// The endpoint the harness uses to reach it (`client_url` on
@@ -43,6 +45,16 @@ struct Member {
     access: String,
     data: PathBuf,
     running: Option<Running>,
+}
+
+/// Where a member behind relays listens: its own ports, which the relays
+/// it advertises forward to (see [`Cluster::start_relayed`]).
+#[derive(Clone, Debug)]
+pub struct Listen {
+    /// `http://127.0.0.1:port` for clients.
+    pub client_url: String,
+    /// `http://127.0.0.1:port` for peers.
+    pub peer_url: String,
 }
 
 /// Where a member of [`Cluster::start_placed`] runs.
@@ -99,6 +111,7 @@ impl Cluster {
                     access: client_url.trim_start_matches("http://").into(),
                     client_url,
                     peer_url: format!("http://127.0.0.1:{}", free_port()),
+                    listen: None,
                     netns: None,
                     data: dir.join(format!("m{i}")),
                     running: None,
@@ -125,8 +138,39 @@ impl Cluster {
                 name: format!("m{i}"),
                 client_url: format!("http://{}:2379", p.ip),
                 peer_url: format!("http://{}:2380", p.ip),
+                listen: None,
                 netns: Some(p.netns),
                 access: p.access,
+                data: dir.join(format!("m{i}")),
+                running: None,
+            })
+            .collect();
+        Cluster::launch_all(members, dir)
+    }
+
+    /// Starts one member per entry on loopback, each listening at
+    /// `listen` and advertising `(client, peer)` URLs (`http://host:port`)
+    /// that relays started by the caller forward to `listen`: peers and
+    /// clients then reach every member only through its relays (e.g. to
+    /// add latency, `proxy.rs`).
+    ///
+    /// # Errors
+    /// When etcd is missing or a member does not become ready.
+    pub fn start_relayed(members: Vec<(Listen, String, String)>) -> Result<Cluster, ClusterError> {
+        let dir = tempfile::Builder::new()
+            .prefix("fairlock-relayed-etcd-")
+            .tempdir()?
+            .keep();
+        let members = members
+            .into_iter()
+            .enumerate()
+            .map(|(i, (listen, client_url, peer_url))| Member {
+                name: format!("m{i}"),
+                access: client_url.trim_start_matches("http://").into(),
+                client_url,
+                peer_url,
+                listen: Some(listen),
+                netns: None,
                 data: dir.join(format!("m{i}")),
                 running: None,
             })
@@ -325,9 +369,15 @@ impl Cluster {
             .arg("etcd-member-wrapper")
             .args(["--name", &m.name, "--data-dir"])
             .arg(&m.data)
-            .args(["--listen-client-urls", &m.client_url])
+            .args([
+                "--listen-client-urls",
+                m.listen.as_ref().map_or(&m.client_url, |l| &l.client_url),
+            ])
             .args(["--advertise-client-urls", &m.client_url])
-            .args(["--listen-peer-urls", &m.peer_url])
+            .args([
+                "--listen-peer-urls",
+                m.listen.as_ref().map_or(&m.peer_url, |l| &l.peer_url),
+            ])
             .args(["--initial-advertise-peer-urls", &m.peer_url])
             .args(["--initial-cluster", &self.initial_cluster])
             .args(["--initial-cluster-state", state])
