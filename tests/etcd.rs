@@ -2,6 +2,8 @@
 //! the tests start themselves (see tests/support).
 
 mod conformance;
+#[path = "support/etcd_backend.rs"]
+mod etcd_backend;
 mod support;
 
 use std::io::{BufRead, BufReader, Write};
@@ -10,68 +12,18 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use conformance::Backend;
-use etcd_client::{Client, GetOptions, Txn, TxnOp};
+use etcd_backend::EtcdBackend as Etcd;
+use etcd_client::{GetOptions, Txn, TxnOp};
 use fairlock::etcd::{EtcdConfig, EtcdLocker, FencedTxn};
 use fairlock::{Context, Error, Key, Locker};
 
-struct Etcd {
-    client: Client,
-    config: EtcdConfig,
-    lockers: std::sync::Mutex<Vec<EtcdLocker>>,
-}
-
 async fn etcd(test: &str) -> Etcd {
     let server = support::shared();
-    Etcd {
-        client: server.client().await,
-        config: EtcdConfig::new([server.endpoint.clone()])
-            .with_prefix(support::unique_prefix(test)),
-        lockers: std::sync::Mutex::new(Vec::new()),
-    }
-}
-
-#[async_trait]
-impl Backend for Etcd {
-    fn locker(&self, fair: bool) -> Arc<dyn Locker> {
-        Arc::new(EtcdLocker::from_client(
-            self.client.clone(),
-            self.config.clone(),
-            fair,
-        ))
-    }
-    async fn wait_queued(&self, key: &Key, n: usize) {
-        let queue = format!("{}{key}/_OWNERS_/", self.config.prefix());
-        support::wait_for_count(&mut self.client.clone(), &queue, n as i64, false).await;
-    }
-    async fn wait_clean(&self) {
-        support::wait_for_count(&mut self.client.clone(), self.config.prefix(), 0, true).await;
-    }
-    async fn is_clean(&self) -> bool {
-        support::count_keys(&mut self.client.clone(), self.config.prefix()).await == 0
-    }
-    async fn finish(&self) {
-        assert!(
-            self.is_clean().await,
-            "keys left under {}",
-            self.config.prefix()
-        );
-        let lockers = std::mem::take(&mut *self.lockers.lock().unwrap());
-        for locker in lockers {
-            let Some(lease) = locker.session_lease().await else {
-                continue;
-            };
-            locker.close().await.expect("close");
-            let ttl = self
-                .client
-                .clone()
-                .lease_time_to_live(lease, None)
-                .await
-                .expect("ttl");
-            assert_eq!(ttl.ttl(), -1, "lease {lease:x} left behind");
-        }
-    }
+    let client = server.client().await;
+    let config =
+        EtcdConfig::new([server.endpoint.clone()]).with_prefix(support::unique_prefix(test));
+    Etcd::new(client.clone(), client, config)
 }
 
 conformance_tests!(etcd);

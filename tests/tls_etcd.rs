@@ -4,13 +4,15 @@
 //! for the certificates and the server's users).
 
 mod conformance;
+#[path = "support/etcd_backend.rs"]
+mod etcd_backend;
 mod support;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use conformance::Backend;
+use etcd_backend::EtcdBackend;
 use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
 use fairlock::etcd::{EtcdConfig, EtcdLocker};
 use fairlock::{Context, Error, Key, Locker, TlsConfig};
@@ -49,66 +51,12 @@ fn unique_prefix(test: &str) -> String {
     format!("{ETCD_PREFIX}{test}-{}/", uuid::Uuid::new_v4().simple())
 }
 
-struct SecureEtcd {
-    /// root, for checks.
-    root: Client,
-    /// The restricted user's connection, which the lockers share.
-    app: Client,
-    config: EtcdConfig,
-    lockers: Mutex<Vec<EtcdLocker>>,
-}
-
-async fn secure(test: &str) -> SecureEtcd {
+async fn secure(test: &str) -> EtcdBackend {
     let config = app_config(&unique_prefix(test));
     let app = EtcdLocker::connect(config.clone(), false)
         .await
         .expect("the restricted user connects over mutual TLS");
-    SecureEtcd {
-        root: root_client().await,
-        app: app.client().clone(),
-        config,
-        lockers: Mutex::new(Vec::new()),
-    }
-}
-
-#[async_trait]
-impl Backend for SecureEtcd {
-    fn locker(&self, fair: bool) -> Arc<dyn Locker> {
-        let locker = EtcdLocker::from_client(self.app.clone(), self.config.clone(), fair);
-        self.lockers.lock().unwrap().push(locker.clone());
-        Arc::new(locker)
-    }
-    async fn wait_queued(&self, key: &Key, n: usize) {
-        let queue = format!("{}{key}/_OWNERS_/", self.config.prefix());
-        support::wait_for_count(&mut self.root.clone(), &queue, n as i64, false).await;
-    }
-    async fn wait_clean(&self) {
-        support::wait_for_count(&mut self.root.clone(), self.config.prefix(), 0, true).await;
-    }
-    async fn is_clean(&self) -> bool {
-        support::count_keys(&mut self.root.clone(), self.config.prefix()).await == 0
-    }
-    async fn finish(&self) {
-        assert!(
-            self.is_clean().await,
-            "keys left under {}",
-            self.config.prefix()
-        );
-        let lockers = std::mem::take(&mut *self.lockers.lock().unwrap());
-        for locker in lockers {
-            let Some(lease) = locker.session_lease().await else {
-                continue;
-            };
-            locker.close().await.expect("close");
-            let ttl = self
-                .root
-                .clone()
-                .lease_time_to_live(lease, None)
-                .await
-                .expect("ttl");
-            assert_eq!(ttl.ttl(), -1, "lease {lease:x} left behind");
-        }
-    }
+    EtcdBackend::new(app.client().clone(), root_client().await, config)
 }
 
 conformance_tests!(secure);
