@@ -1,11 +1,10 @@
 //! The rows of `cost.rs`'s measurements, with the Go recipe in the same
 //! run, and the summary lines that state them as the targets' ratios.
 
-use std::process::Command;
 use std::time::Duration;
 
 use crate::cost;
-use crate::go_peer::go_run;
+use crate::go_peer::{go_run, go_soak};
 use crate::report::Row;
 use crate::workloads::{Res, Run};
 
@@ -154,57 +153,29 @@ pub async fn soak_rows(
         ));
     }
     if let Some(bin) = go {
-        let out = Command::new(bin)
-            .args([
-                "-endpoints",
-                ep,
-                "-mode",
-                "soak",
-                "-clients",
-                "16",
-                "-contended",
-                "4",
-            ])
-            .args([
-                "-duration",
-                &format!("{secs}s"),
-                "-window",
-                &format!("{}s", window.as_secs()),
-            ])
-            .output()?;
-        let text = String::from_utf8_lossy(&out.stdout);
-        let field = |k: &str| {
-            text.split_whitespace()
-                .find_map(|w| w.strip_prefix(&format!("{k}=")))
-                .and_then(|v| v.parse::<f64>().ok())
-        };
-        if let (Some(first), Some(last), Some(ops)) =
-            (field("first_per_s"), field("last_per_s"), field("ops"))
-        {
-            let run = Run {
-                lat: Vec::new(),
-                elapsed: dur,
-            };
-            let mut row = Row::of(
-                "soak: Go concurrency.Mutex, same workload",
-                "fair",
-                20,
-                17,
-                &run,
-            );
-            row.ops = ops as usize;
-            row.ops_per_s = ops / dur.as_secs_f64();
-            rows.push(row.ratio(last / first.max(1e-9), "last / first window"));
-            summary.push(format!(
+        match go_soak(bin, ep, secs, window.as_secs()) {
+            Ok((first, last, ops)) => {
+                let run = Run {
+                    lat: Vec::new(),
+                    elapsed: dur,
+                };
+                let mut row = Row::of(
+                    "soak: Go concurrency.Mutex, same workload",
+                    "fair",
+                    20,
+                    17,
+                    &run,
+                );
+                row.ops = ops as usize;
+                row.ops_per_s = ops / dur.as_secs_f64();
+                rows.push(row.ratio(last / first.max(1e-9), "last / first window"));
+                summary.push(format!(
                 "soak Go Mutex, {secs} s: {first:.0} cycles/s in the first window, {last:.0} in the \
                  last ({:.2}x)",
                 last / first.max(1e-9)
             ));
-        } else {
-            eprintln!(
-                "bench: Go soak gave no figures: {text} {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            }
+            Err(e) => eprintln!("bench: Go soak gave no figures: {e}"),
         }
     }
     Ok(rows)

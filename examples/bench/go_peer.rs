@@ -57,31 +57,26 @@ impl GoRun {
     }
 }
 
-pub fn go_run(bin: &str, ep: &str, mode: &str, clients: usize, n: usize) -> Res<GoRun> {
+/// Runs the Go peer with `args` and reads the `key=value` fields of its
+/// one output line.
+fn run_peer(bin: &str, ep: &str, args: &[&str]) -> Res<impl Fn(&str) -> Res<f64> + use<>> {
     let out = Command::new(bin)
-        .args([
-            "-endpoints",
-            ep,
-            "-mode",
-            mode,
-            "-clients",
-            &clients.to_string(),
-            "-n",
-            &n.to_string(),
-        ])
+        .args(["-endpoints", ep])
+        .args(args)
         .output()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let field = |k: &str| {
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    Ok(move |k: &str| {
         text.split_whitespace()
             .find_map(|w| w.strip_prefix(&format!("{k}=")))
             .and_then(|v| v.parse::<f64>().ok())
-            .ok_or_else(|| {
-                format!(
-                    "Go peer output lacks {k}: {text} {}",
-                    String::from_utf8_lossy(&out.stderr)
-                )
-            })
-    };
+            .ok_or_else(|| format!("Go peer output lacks {k}: {text} {stderr}").into())
+    })
+}
+
+pub fn go_run(bin: &str, ep: &str, mode: &str, clients: usize, n: usize) -> Res<GoRun> {
+    let (clients, n) = (clients.to_string(), n.to_string());
+    let field = run_peer(bin, ep, &["-mode", mode, "-clients", &clients, "-n", &n])?;
     Ok(GoRun {
         ops: field("ops")? as usize,
         ops_per_s: field("ops_per_s")?,
@@ -89,4 +84,27 @@ pub fn go_run(bin: &str, ep: &str, mode: &str, clients: usize, n: usize) -> Res<
         p99_us: field("p99_us")? as u64,
         mode: mode.into(),
     })
+}
+
+/// The Go peer's soak (16 own keys + 4 clients on one key) for `secs`:
+/// cycles/s in the first and the last `window`, and the cycles in all.
+pub fn go_soak(bin: &str, ep: &str, secs: u64, window: u64) -> Res<(f64, f64, f64)> {
+    let (secs, window) = (format!("{secs}s"), format!("{window}s"));
+    let field = run_peer(
+        bin,
+        ep,
+        &[
+            "-mode",
+            "soak",
+            "-clients",
+            "16",
+            "-contended",
+            "4",
+            "-duration",
+            &secs,
+            "-window",
+            &window,
+        ],
+    )?;
+    Ok((field("first_per_s")?, field("last_per_s")?, field("ops")?))
 }
