@@ -32,10 +32,12 @@
 mod access;
 #[cfg(any(feature = "etcd", feature = "redis"))]
 mod backend;
+mod backoff;
 mod context;
 mod duration;
 mod error;
 mod expiry;
+mod fairness;
 mod key;
 mod locker;
 mod observe;
