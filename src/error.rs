@@ -14,7 +14,11 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// answers `Ok(None)` for it. Each message describes this layer only; the
 /// underlying cause, if any, is available through
 /// [`source`](std::error::Error::source).
-#[derive(Debug, thiserror::Error)]
+///
+/// `Debug` reads like `Display` (so `fn main() -> fairlock::Result<()>`
+/// prints a sentence, not a struct), followed by the innermost cause when
+/// it adds something; `{:#?}` lists every cause in the chain.
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// `get_locker` was called before any provider was registered.
@@ -175,6 +179,30 @@ pub enum Error {
     },
 }
 
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{self}")?;
+        let mut causes = Vec::new();
+        let mut next = std::error::Error::source(self);
+        while let Some(cause) = next {
+            causes.push(cause.to_string());
+            next = cause.source();
+        }
+        if f.alternate() {
+            for cause in &causes {
+                write!(f, "\ncaused by: {cause}")?;
+            }
+        } else if let Some(root) = causes.last() {
+            // The innermost cause (an I/O or TLS error) is the readable one;
+            // the layers between often repeat it inside a transport's dump.
+            if !self.to_string().contains(root.as_str()) {
+                write!(f, "\ncaused by: {root}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Error {
     /// `true` for [`Error::Timeout`] and [`Error::Cancelled`]: the caller gave up.
     #[must_use]
@@ -201,5 +229,45 @@ impl Error {
                 | Error::Auth { .. }
                 | Error::PermissionDenied { .. }
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_reads_like_display_with_the_root_cause() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused");
+        let middle: BoxError = Box::new(Wrapper(io));
+        let err = Error::Backend {
+            backend: "etcd",
+            op: "lock",
+            source: middle,
+        };
+        assert_eq!(
+            format!("{err:?}"),
+            "etcd request failed during lock\ncaused by: connection refused"
+        );
+        assert_eq!(
+            format!("{err:#?}"),
+            "etcd request failed during lock\ncaused by: transport dump(...)\n\
+             caused by: connection refused"
+        );
+        let plain = Error::InvalidConfig("no endpoints".into());
+        assert_eq!(format!("{plain:?}"), "invalid configuration: no endpoints");
+    }
+
+    #[derive(Debug)]
+    struct Wrapper(std::io::Error);
+    impl std::fmt::Display for Wrapper {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("transport dump(...)")
+        }
+    }
+    impl std::error::Error for Wrapper {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
     }
 }
