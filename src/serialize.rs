@@ -1,12 +1,12 @@
 //! `serde::Serialize` where a derive does not say it right (feature
-//! `serde`): [`Owner`] as `{"pid", "host", "age_ms", "value"}`, and
-//! durations as whole milliseconds.
+//! `serde`): [`Owner`] as `{"pid", "host", "age_ms", "value"}`, a
+//! [`LeaseId`] as its hex string, and durations as whole milliseconds.
 
 use std::time::Duration;
 
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 
-use crate::Owner;
+use crate::{LeaseId, Owner};
 
 /// An owner as `fairlock status --json` shows it: process id, host, age
 /// in milliseconds by this machine's clock (see [`Owner::age`]), and the
@@ -22,19 +22,28 @@ impl Serialize for Owner {
     }
 }
 
+/// A lease id as the string it displays as (16 hex digits, as etcdctl
+/// prints and reads it).
+impl Serialize for LeaseId {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
 fn millis_of(d: &Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// An optional duration as whole milliseconds, or `null`.
-#[cfg_attr(not(feature = "redis"), allow(dead_code))]
 pub(crate) fn opt_millis<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
     d.as_ref().map(millis_of).serialize(s)
 }
 
 #[cfg(all(test, feature = "cli"))]
 mod tests {
-    use crate::Owner;
+    use std::time::Duration;
+
+    use crate::{LeaseId, LockHolder, LockStatus, LockWaiter, NodeCount, Owner};
 
     #[test]
     fn owners_serialize_with_the_status_field_names() {
@@ -46,5 +55,32 @@ mod tests {
         assert_eq!(json["value"], "u1 pid=42 host=web1 at=0");
         let json = serde_json::to_value(Owner::parse("plain")).expect("serialize");
         assert!(json["pid"].is_null() && json["age_ms"].is_null(), "{json}");
+    }
+
+    #[test]
+    fn a_lock_serializes_with_the_status_field_names() {
+        let owner = Owner::parse("plain");
+        let mut lock = LockStatus::new("k");
+        let mut holder = LockHolder::new(owner.clone(), 12);
+        holder.lease = Some(LeaseId(4_111_120_175_541_098_758));
+        holder.ttl_left = Some(Duration::from_millis(1500));
+        holder.nodes = Some(NodeCount::new(2, 3));
+        lock.holder = Some(holder);
+        lock.waiters.push(LockWaiter::new(owner, "L", true));
+        lock.foreign.push("/p/k/_OWNERS_/x".into());
+        let owner = r#"{"pid":null,"host":null,"age_ms":null,"value":"plain"}"#;
+        assert_eq!(
+            serde_json::to_string(&lock).expect("serialize"),
+            format!(
+                concat!(
+                    r#"{{"key":"k","holder":{{"owner":{owner},"fencing_token":12,"#,
+                    r#""lease":"390da2049c119906","ttl_left_ms":1500,"#,
+                    r#""nodes":{{"holding":2,"total":3}}}},"#,
+                    r#""waiters":[{{"owner":{owner},"locker":"L","fair":true}}],"#,
+                    r#""foreign":["/p/k/_OWNERS_/x"]}}"#
+                ),
+                owner = owner
+            )
+        );
     }
 }
