@@ -104,6 +104,7 @@ pub(crate) fn queued(position: Option<usize>) {
 
 /// A release handed the lock to the first waiter (`fair`: the lock key is
 /// its now) or woke it to try (unfair).
+#[cfg(feature = "etcd")]
 pub(crate) fn handed_off(fair: bool) {
     debug!(
         to = if fair { "fair waiter" } else { "unfair waiter" },
