@@ -2,7 +2,9 @@
 //! it, in one set of types for every backend ([`LockStatus`],
 //! [`LockHolder`], [`LockWaiter`]). Fields only one backend can fill are
 //! `Option`s (etcd: [`LockHolder::lease`]; Redis: [`LockHolder::nodes`]) or
-//! stay empty ([`LockStatus::foreign`] on Redis).
+//! stay empty ([`LockStatus::foreign`] on Redis). With feature `serde`
+//! they implement `serde::Serialize` as `fairlock status --json` prints
+//! them (`serialize.rs`).
 
 use std::fmt;
 use std::time::Duration;
@@ -20,7 +22,6 @@ use crate::Owner;
 /// assert_eq!(lock.holder.map(|h| h.owner.describe()), Some("web1:42".into()));
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct LockStatus {
     /// The lock's key (without the configured prefix).
@@ -38,7 +39,6 @@ pub struct LockStatus {
 
 /// The holder of a lock.
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct LockHolder {
     /// Who asked for the lock.
@@ -52,15 +52,7 @@ pub struct LockHolder {
     /// Time until the lock expires unless its holder renews it: on etcd
     /// the lease's time to live (whole seconds, as etcd answers), on Redis
     /// the lock key's (the shortest among the nodes holding it). `None`
-    /// when there is nothing to expire or it is already gone. Serialized as
-    /// `ttl_left_ms`, whole milliseconds.
-    #[cfg_attr(
-        feature = "serde",
-        serde(
-            rename = "ttl_left_ms",
-            serialize_with = "crate::serialize::opt_millis"
-        )
-    )]
+    /// when there is nothing to expire or it is already gone.
     pub ttl_left: Option<Duration>,
     /// Redis: on how many of the configured nodes this holder holds the
     /// key (Redlock needs a majority). `None` on etcd, which replicates by
@@ -70,7 +62,6 @@ pub struct LockHolder {
 
 /// A queued waiter.
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct LockWaiter {
     /// Who waits.
@@ -85,8 +76,9 @@ pub struct LockWaiter {
 
 /// An etcd lease id. Shown as etcd's own tools show it, 16 hex digits
 /// (`etcdctl lease timetolive <id>` takes it as printed), and serialized
-/// as that string: as a JSON number a 63-bit id would lose digits in
-/// readers that parse numbers as doubles (JavaScript, jq 1.6).
+/// (feature `serde`) as that string: as a JSON number a 63-bit id would
+/// lose digits in readers that parse numbers as doubles (JavaScript,
+/// jq 1.6).
 ///
 /// # Examples
 /// ```
@@ -110,7 +102,6 @@ impl fmt::Display for LeaseId {
 
 /// On how many of the configured Redis nodes a holder holds the lock key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct NodeCount {
     /// Nodes whose lock key names this holder.
