@@ -1,5 +1,6 @@
-//! Who holds which lock and who waits for it, read in one request (for
-//! `fairlock status` and for progress reports of a waiting `lock`).
+//! Who holds which lock and who waits for it, read at one revision, with
+//! the time each holder's lease has left (for `fairlock status` and for
+//! progress reports of a waiting `lock`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
