@@ -45,6 +45,7 @@ mod owner;
 mod registry;
 #[cfg(feature = "serde")]
 mod serialize;
+mod status;
 #[cfg(any(feature = "etcd", feature = "redis"))]
 mod tls;
 
@@ -67,6 +68,7 @@ pub use key::{Key, MAX_KEY_LEN, RESERVED_SEGMENT};
 pub use locker::{GuardRelease, LockGuard, Locker};
 pub use owner::Owner;
 pub use registry::{LockerProvider, Registry, get_locker, register_locker_provider};
+pub use status::{LeaseId, LockHolder, LockStatus, LockWaiter, NodeCount};
 #[cfg(any(feature = "etcd", feature = "redis"))]
 pub use tls::TlsConfig;
 pub use tokio_util::sync::CancellationToken;

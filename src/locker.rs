@@ -225,11 +225,13 @@ impl LockGuard {
     }
 
     /// Marks the lock lost (a backend saw a fenced write rejected).
+    #[cfg(feature = "etcd")]
     pub(crate) fn mark_lost(&self) {
         self.lost.cancel();
     }
 
     /// The backend's part of the guard, for backend-specific operations.
+    #[cfg(feature = "etcd")]
     pub(crate) fn backend(&self) -> Option<&dyn Any> {
         self.release.as_deref().map(|r| r as &dyn Any)
     }

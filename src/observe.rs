@@ -104,6 +104,7 @@ pub(crate) fn queued(position: Option<usize>) {
 
 /// A release handed the lock to the first waiter (`fair`: the lock key is
 /// its now) or woke it to try (unfair).
+#[cfg(feature = "etcd")]
 pub(crate) fn handed_off(fair: bool) {
     debug!(
         to = if fair { "fair waiter" } else { "unfair waiter" },
@@ -113,6 +114,7 @@ pub(crate) fn handed_off(fair: bool) {
 
 /// A request failed and the operation goes on with another attempt after
 /// `pause`.
+#[cfg(any(feature = "etcd", feature = "redis"))]
 pub(crate) fn retrying(site: Site, error: &Error, pause: Duration) {
     warn!(
         backend = site.backend,
@@ -126,12 +128,14 @@ pub(crate) fn retrying(site: Site, error: &Error, pause: Duration) {
 
 /// A lease renewal (etcd keepalive, Redis extend) of `subject` failed; the
 /// lock is held until its local deadline unless a later renewal succeeds.
+#[cfg(any(feature = "etcd", feature = "redis"))]
 pub(crate) fn renewal_failed(backend: &'static str, subject: std::fmt::Arguments<'_>) {
     warn!(backend, subject = %subject, "lease renewal failed; retrying until the lease deadline");
 }
 
 /// A backend saw why `subject` (a lease, a lock key) was lost; each guard
 /// that held a lock through it also reports its own loss.
+#[cfg(any(feature = "etcd", feature = "redis"))]
 pub(crate) fn loss_cause(backend: &'static str, subject: std::fmt::Arguments<'_>, cause: &str) {
     warn!(backend, subject = %subject, cause, "lock lost");
 }
@@ -340,6 +344,7 @@ mod metrics {
     pub fn timeout(site: Site) {
         ::metrics::counter!("fairlock_timeouts_total", &labels!(site)).increment(1);
     }
+    #[cfg(any(feature = "etcd", feature = "redis"))]
     pub fn retry(site: Site) {
         ::metrics::counter!("fairlock_backend_retries_total", &labels!(site)).increment(1);
     }
@@ -365,6 +370,7 @@ mod metrics {
     pub fn acquired(_: Site) {}
     pub fn lost(_: Site) {}
     pub fn timeout(_: Site) {}
+    #[cfg(any(feature = "etcd", feature = "redis"))]
     pub fn retry(_: Site) {}
     pub fn wait(_: Site, _: Duration) {}
     pub fn hold(_: Site, _: Duration) {}

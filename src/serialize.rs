@@ -1,12 +1,69 @@
-//! `serde::Serialize` where a derive does not say it right (feature
-//! `serde`): [`Owner`] as `{"pid", "host", "age_ms", "value"}`, and
-//! durations as whole milliseconds.
+//! `serde::Serialize` for the status types and [`Owner`] (feature
+//! `serde`), written out so that the field names `fairlock status --json`
+//! prints are stated here and not derived from Rust names: [`Owner`] as
+//! `{"pid", "host", "age_ms", "value"}`, a [`LeaseId`] as its hex string,
+//! durations as whole milliseconds (`ttl_left_ms`).
 
 use std::time::Duration;
 
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 
-use crate::Owner;
+use crate::{LeaseId, LockHolder, LockStatus, LockWaiter, NodeCount, Owner};
+
+/// `{"key", "holder", "waiters", "foreign"}`.
+impl Serialize for LockStatus {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut s = serializer.serialize_struct("LockStatus", 4)?;
+        s.serialize_field("key", &self.key)?;
+        s.serialize_field("holder", &self.holder)?;
+        s.serialize_field("waiters", &self.waiters)?;
+        s.serialize_field("foreign", &self.foreign)?;
+        s.end()
+    }
+}
+
+/// `{"owner", "fencing_token", "lease", "ttl_left_ms", "nodes"}`; what a
+/// backend does not fill is `null`.
+impl Serialize for LockHolder {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut s = serializer.serialize_struct("LockHolder", 5)?;
+        s.serialize_field("owner", &self.owner)?;
+        s.serialize_field("fencing_token", &self.fencing_token)?;
+        s.serialize_field("lease", &self.lease)?;
+        s.serialize_field("ttl_left_ms", &self.ttl_left.as_ref().map(millis_of))?;
+        s.serialize_field("nodes", &self.nodes)?;
+        s.end()
+    }
+}
+
+/// `{"owner", "locker", "fair"}`.
+impl Serialize for LockWaiter {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut s = serializer.serialize_struct("LockWaiter", 3)?;
+        s.serialize_field("owner", &self.owner)?;
+        s.serialize_field("locker", &self.locker)?;
+        s.serialize_field("fair", &self.fair)?;
+        s.end()
+    }
+}
+
+/// `{"holding", "total"}`.
+impl Serialize for NodeCount {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut s = serializer.serialize_struct("NodeCount", 2)?;
+        s.serialize_field("holding", &self.holding)?;
+        s.serialize_field("total", &self.total)?;
+        s.end()
+    }
+}
+
+/// The string a lease id displays as (16 hex digits, as etcdctl prints
+/// and reads it).
+impl Serialize for LeaseId {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
 
 /// An owner as `fairlock status --json` shows it: process id, host, age
 /// in milliseconds by this machine's clock (see [`Owner::age`]), and the
@@ -26,15 +83,11 @@ fn millis_of(d: &Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// An optional duration as whole milliseconds, or `null`.
-#[cfg_attr(not(feature = "redis"), allow(dead_code))]
-pub(crate) fn opt_millis<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-    d.as_ref().map(millis_of).serialize(s)
-}
-
 #[cfg(all(test, feature = "cli"))]
 mod tests {
-    use crate::Owner;
+    use std::time::Duration;
+
+    use crate::{LeaseId, LockHolder, LockStatus, LockWaiter, NodeCount, Owner};
 
     #[test]
     fn owners_serialize_with_the_status_field_names() {
@@ -46,5 +99,32 @@ mod tests {
         assert_eq!(json["value"], "u1 pid=42 host=web1 at=0");
         let json = serde_json::to_value(Owner::parse("plain")).expect("serialize");
         assert!(json["pid"].is_null() && json["age_ms"].is_null(), "{json}");
+    }
+
+    #[test]
+    fn a_lock_serializes_with_the_status_field_names() {
+        let owner = Owner::parse("plain");
+        let mut lock = LockStatus::new("k");
+        let mut holder = LockHolder::new(owner.clone(), 12);
+        holder.lease = Some(LeaseId(4_111_120_175_541_098_758));
+        holder.ttl_left = Some(Duration::from_millis(1500));
+        holder.nodes = Some(NodeCount::new(2, 3));
+        lock.holder = Some(holder);
+        lock.waiters.push(LockWaiter::new(owner, "L", true));
+        lock.foreign.push("/p/k/_OWNERS_/x".into());
+        let owner = r#"{"pid":null,"host":null,"age_ms":null,"value":"plain"}"#;
+        assert_eq!(
+            serde_json::to_string(&lock).expect("serialize"),
+            format!(
+                concat!(
+                    r#"{{"key":"k","holder":{{"owner":{owner},"fencing_token":12,"#,
+                    r#""lease":"390da2049c119906","ttl_left_ms":1500,"#,
+                    r#""nodes":{{"holding":2,"total":3}}}},"#,
+                    r#""waiters":[{{"owner":{owner},"locker":"L","fair":true}}],"#,
+                    r#""foreign":["/p/k/_OWNERS_/x"]}}"#
+                ),
+                owner = owner
+            )
+        );
     }
 }

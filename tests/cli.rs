@@ -186,6 +186,14 @@ async fn status_shows_holder_and_queue() {
     let out = run(fairlock(&prefix).arg("status"));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("jobs/export: held by"), "{text}");
+    // The lease in the same format as in --json, and the time it has left.
+    let json = run(fairlock(&prefix).args(["status", "--json"]));
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).expect("json");
+    let lease = json["holder"]["lease"].as_str().expect("lease");
+    assert!(
+        text.contains(&format!(", lease {lease}, expires in ")),
+        "{text}{json}"
+    );
     assert!(text.contains("1. ") && text.contains("(fair)"), "{text}");
     assert!(text.contains("2. ") && text.contains("(unfair)"), "{text}");
     let out = run(fairlock(&prefix).args(["status", "jobs/export", "--json"]));
@@ -413,7 +421,14 @@ async fn status_json_parses() {
             .is_some_and(|t| t > 0),
         "{lock}"
     );
-    assert!(lock["holder"]["lease"].is_i64(), "{lock}");
+    // The lease as etcd's own tools print it (16 hex digits), the lock
+    // key's lease, with the time it has left.
+    let mut client = support::shared().client().await;
+    let key = format!("{prefix}jobs/a");
+    let kv = client.get(key.as_str(), None).await.expect("get");
+    let lease = format!("{:016x}", kv.kvs().first().expect("lock key").lease());
+    assert_eq!(lock["holder"]["lease"], lease.as_str(), "{lock}");
+    assert!(lock["holder"]["ttl_left_ms"].is_u64(), "{lock}");
     assert!(lock["holder"]["owner"]["pid"].is_u64(), "{lock}");
     assert!(lock["holder"]["owner"]["age_ms"].is_u64(), "{lock}");
     let waiters = lock["waiters"].as_array().expect("waiters");

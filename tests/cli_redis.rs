@@ -71,6 +71,11 @@ async fn status_on_redis_shows_holder_and_queue() {
         "{json}"
     );
     assert!(json.contains("\"ttl_left_ms\":"), "{json}");
+    // No lease on Redis; the node count of a single instance.
+    assert!(
+        json.contains("\"lease\":null,") && json.contains("\"nodes\":{\"holding\":1,\"total\":1}"),
+        "{json}"
+    );
     writeln!(holder.stdin.as_mut().expect("stdin")).expect("release holder");
     assert!(holder.wait().expect("holder").success());
     assert!(waiter.wait().expect("waiter").success());

@@ -213,7 +213,9 @@ async fn a_lock_key_fairlock_did_not_write_is_held_by_someone_else() {
             ),
         }
         let status = locker.status(Some(&key)).await.expect("status");
-        assert_eq!(status[0].holder.as_ref().map(|h| h.lease), Some(0));
+        let holder = status[0].holder.as_ref().expect("holder");
+        assert_eq!(holder.lease, Some(fairlock::LeaseId::NONE));
+        assert_eq!(holder.ttl_left, None, "a key without a lease never expires");
         // The waiter that gave up left nothing behind.
         let queue = format!("{lock_key}/_OWNERS_/");
         support::wait_for_count(&mut client, &queue, 0, true).await;

@@ -164,7 +164,7 @@ impl EtcdLocker {
     }
 
     /// This locker's id: the `<locker id>` level of its queue keys, and
-    /// [`super::Waiter::locker`] in [`EtcdLocker::status`].
+    /// [`crate::LockWaiter::locker`] in [`EtcdLocker::status`].
     #[must_use]
     pub fn id(&self) -> &str {
         &self.inner.id

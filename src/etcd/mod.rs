@@ -53,7 +53,6 @@ pub use crate::{Owner, parse_duration};
 pub use config::{DEFAULT_ENDPOINT, DEFAULT_PREFIX, EtcdConfig, MAX_TTL, MIN_TTL};
 pub use fence::FencedTxn;
 pub use locker::EtcdLocker;
-pub use status::{Holder, LockStatus, Waiter};
 
 use crate::{Error, Locker, Result};
 

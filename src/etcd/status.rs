@@ -1,60 +1,23 @@
-//! Who holds which lock and who waits for it, read in one request (for
-//! `fairlock status` and for progress reports of a waiting `lock`).
+//! Who holds which lock and who waits for it, read at one revision, with
+//! the time each holder's lease has left (for `fairlock status` and for
+//! progress reports of a waiting `lock`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
 
 use etcd_client::{GetOptions, SortOrder, SortTarget};
 
 use super::keys::{entry_name, prefix_end};
 use super::locker::EtcdLocker;
-use crate::{Key, Owner, RESERVED_SEGMENT, Result};
-
-/// One lock as seen at one etcd revision.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-pub struct LockStatus {
-    /// The lock's key (without the configured prefix).
-    pub key: String,
-    /// The holder, if the lock is held.
-    pub holder: Option<Holder>,
-    /// Waiters in queue order (fair mode grants in this order).
-    pub waiters: Vec<Waiter>,
-    /// Keys under the lock's queue that fairlock did not write (no lease,
-    /// or a name that is not `<locker id>/<f|u><slot>`), as full etcd keys.
-    /// They are never granted the lock and do not block the queue; remove
-    /// them with `etcdctl del <key>`.
-    pub foreign: Vec<String>,
-}
-
-/// The holder of a lock.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-pub struct Holder {
-    /// Who asked for the lock.
-    pub owner: Owner,
-    /// The holder's fencing token.
-    pub fencing_token: u64,
-    /// The session lease the lock key is bound to.
-    pub lease: i64,
-}
-
-/// A queued waiter.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-pub struct Waiter {
-    /// Who waits.
-    pub owner: Owner,
-    /// The id of the waiting locker (see [`EtcdLocker::id`]).
-    pub locker: String,
-    /// `true` for a fair waiter (handed the lock in order), `false` for an
-    /// unfair one (woken to try).
-    pub fair: bool,
-}
+use super::{etcd_err, timeout_err};
+use crate::{Key, LeaseId, LockHolder, LockStatus, LockWaiter, Owner, RESERVED_SEGMENT, Result};
 
 impl EtcdLocker {
     /// The locks under this locker's prefix (or just `key`), with holders
-    /// and queues, read at one revision. Locks with neither holder nor
-    /// waiters do not exist in etcd and are not listed.
+    /// and queues read at one revision, and each holder's lease with the
+    /// time it has left (asked right after, one query per lease). Locks
+    /// with neither holder nor waiters do not exist in etcd and are not
+    /// listed.
     ///
     /// # Examples
     /// ```no_run
@@ -80,7 +43,7 @@ impl EtcdLocker {
                     Some(prefix_end(prefix.as_bytes())),
                 )
                 .await?;
-            return Ok(group(&prefix, all));
+            return self.with_ttl(group(&prefix, all)).await;
         };
         key.validate()?;
         // The lock key and its queue, but not `<key>x` or `<key>/x`.
@@ -89,7 +52,45 @@ impl EtcdLocker {
         let end = prefix_end(&queue);
         let mut kvs = self.read(lock, None).await?;
         kvs.extend(self.read(queue, Some(end)).await?);
-        Ok(group(&prefix, kvs))
+        self.with_ttl(group(&prefix, kvs)).await
+    }
+
+    /// `locks` with each holder's `ttl_left` from its lease's time to live.
+    async fn with_ttl(&self, mut locks: Vec<LockStatus>) -> Result<Vec<LockStatus>> {
+        let mut known: HashMap<LeaseId, Option<Duration>> = HashMap::new();
+        for holder in locks.iter_mut().filter_map(|l| l.holder.as_mut()) {
+            let Some(lease) = holder.lease.filter(|&l| l != LeaseId::NONE) else {
+                continue;
+            };
+            holder.ttl_left = match known.get(&lease) {
+                Some(&left) => left,
+                None => {
+                    let left = self.time_to_live(lease).await?;
+                    known.insert(lease, left);
+                    left
+                }
+            };
+        }
+        Ok(locks)
+    }
+
+    /// The time `lease` has left; `None` once it is gone, or when the user
+    /// may not read the keys attached to it (etcd 3.4.26 and later check).
+    async fn time_to_live(&self, lease: LeaseId) -> Result<Option<Duration>> {
+        const OP: &str = "status";
+        let mut client = self.client().clone();
+        let timeout = self.config().request_timeout();
+        let answer =
+            tokio::time::timeout(timeout, Box::pin(client.lease_time_to_live(lease.0, None)))
+                .await
+                .map_err(|_| timeout_err(OP, timeout))?;
+        match answer {
+            // etcd answers -1 for a lease that expired or was revoked.
+            Ok(resp) => Ok(u64::try_from(resp.ttl()).ok().map(Duration::from_secs)),
+            // gRPC code 7: permission denied.
+            Err(etcd_client::Error::GRpcStatus(status)) if status.code() as i32 == 7 => Ok(None),
+            Err(e) => Err(etcd_err(OP)(e)),
+        }
     }
 
     async fn read(
@@ -131,12 +132,9 @@ fn group(prefix: &str, kvs: Vec<(Vec<u8>, Vec<u8>, i64, i64)>) -> Vec<LockStatus
             Some((lock, waiter)) => (lock, Some(waiter)),
             None => (name, None),
         };
-        let entry = locks.entry(lock.to_owned()).or_insert_with(|| LockStatus {
-            key: lock.to_owned(),
-            holder: None,
-            waiters: Vec::new(),
-            foreign: Vec::new(),
-        });
+        let entry = locks
+            .entry(lock.to_owned())
+            .or_insert_with(|| LockStatus::new(lock));
         // A fair holder's queue key may carry more lines after its grant:
         // the waiters behind it (see `release.rs`).
         let first = value.split(|&b| b == b'\n').next().unwrap_or_default();
@@ -144,19 +142,16 @@ fn group(prefix: &str, kvs: Vec<(Vec<u8>, Vec<u8>, i64, i64)>) -> Vec<LockStatus
         let queue = format!("{prefix}{lock}{marker}");
         match waiter.map(|_| entry_name(queue.as_bytes(), key.as_bytes()).filter(|_| lease != 0)) {
             Some(Some(name)) => {
-                entry.waiters.push(Waiter {
-                    owner,
-                    locker: name.locker.to_owned(),
-                    fair: name.fair,
-                });
+                entry
+                    .waiters
+                    .push(LockWaiter::new(owner, name.locker, name.fair));
             }
             Some(None) => entry.foreign.push(key.clone().into_owned()),
             None => {
-                entry.holder = Some(Holder {
-                    owner,
-                    fencing_token: u64::try_from(mod_revision).unwrap_or_default(),
-                    lease,
-                });
+                let token = u64::try_from(mod_revision).unwrap_or_default();
+                let mut holder = LockHolder::new(owner, token);
+                holder.lease = Some(LeaseId(lease));
+                entry.holder = Some(holder);
             }
         }
     }
@@ -216,6 +211,8 @@ mod tests {
         assert_eq!(a.key, "a");
         let holder = a.holder.as_ref().expect("holder");
         assert_eq!(holder.fencing_token, 5);
+        assert_eq!(holder.lease, Some(LeaseId(7)));
+        assert_eq!(holder.nodes, None);
         assert_eq!(holder.owner.describe(), "h:1");
         assert_eq!(
             holder.owner.requested_at,

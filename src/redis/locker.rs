@@ -101,7 +101,7 @@ impl RedisLocker {
     }
 
     /// This locker's id, as `locker=<id>` in its owner values and
-    /// [`super::Waiter::locker`] in [`RedisLocker::status`].
+    /// [`crate::LockWaiter::locker`] in [`RedisLocker::status`].
     #[must_use]
     pub fn id(&self) -> &str {
         &self.inner.id

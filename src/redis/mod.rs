@@ -112,7 +112,6 @@ use std::sync::Arc;
 pub use crate::Owner;
 pub use config::{DEFAULT_DRIFT_FACTOR, DEFAULT_PREFIX, MAX_TTL, MIN_TTL, RedisConfig};
 pub use locker::RedisLocker;
-pub use status::{Holder, LockStatus, Waiter};
 
 use crate::{Locker, Result};
 

@@ -8,56 +8,7 @@ use super::keys::Layout;
 use super::locker::RedisLocker;
 use super::node::Call;
 use super::scripts::STATUS_SCRIPT;
-use crate::{Key, Owner, RESERVED_SEGMENT, Result};
-
-/// One lock as seen now.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-pub struct LockStatus {
-    /// The lock's key (without the configured prefix).
-    pub key: String,
-    /// The holder, if the lock is held.
-    pub holder: Option<Holder>,
-    /// Live waiters in queue order (fair mode grants in this order).
-    pub waiters: Vec<Waiter>,
-}
-
-/// The holder of a lock.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-pub struct Holder {
-    /// Who asked for the lock.
-    pub owner: Owner,
-    /// The holder's fencing token.
-    pub fencing_token: u64,
-    /// Time until the lock key expires unless the holder's watchdog
-    /// extends it (the shortest among the nodes holding it). Serialized
-    /// as `ttl_left_ms`, whole milliseconds.
-    #[cfg_attr(
-        feature = "serde",
-        serde(
-            rename = "ttl_left_ms",
-            serialize_with = "crate::serialize::opt_millis"
-        )
-    )]
-    pub ttl_left: Option<Duration>,
-    /// On how many nodes this holder holds the key (1 on a single
-    /// instance; Redlock needs a majority).
-    pub nodes: usize,
-}
-
-/// A queued waiter.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-pub struct Waiter {
-    /// Who waits.
-    pub owner: Owner,
-    /// The id of the waiting locker (see [`RedisLocker::id`]).
-    pub locker: String,
-    /// `true` for a fair waiter (handed the lock in order), `false` for an
-    /// unfair one (woken to try).
-    pub fair: bool,
-}
+use crate::{Key, LockHolder, LockStatus, LockWaiter, NodeCount, Owner, RESERVED_SEGMENT, Result};
 
 /// What one node says about one lock.
 struct NodeView {
@@ -182,7 +133,7 @@ impl RedisLocker {
         if views.len() < nodes.quorum {
             return Err(nodes.unavailable("status", errors));
         }
-        Ok(merge(name, &views))
+        Ok(merge(name, &views, nodes.list.len()))
     }
 }
 
@@ -207,8 +158,8 @@ fn parse_view(values: Vec<redis::Value>) -> NodeView {
     }
 }
 
-/// One lock from the nodes' views.
-fn merge(name: &str, views: &[NodeView]) -> LockStatus {
+/// One lock from the views of the nodes that answered, out of `total`.
+fn merge(name: &str, views: &[NodeView], total: usize) -> LockStatus {
     let mut counts: HashMap<&str, (usize, i64)> = HashMap::new();
     for v in views.iter().filter(|v| !v.value.is_empty()) {
         let entry = counts.entry(v.value.as_str()).or_insert((0, i64::MAX));
@@ -220,12 +171,11 @@ fn merge(name: &str, views: &[NodeView]) -> LockStatus {
         .max_by_key(|(value, (n, _))| (*n, *value))
         .and_then(|(value, (nodes, pttl))| {
             let (token, owner) = value.split_once(' ')?;
-            Some(Holder {
-                owner: Owner::parse(owner),
-                fencing_token: token.parse().unwrap_or_default(),
-                ttl_left: u64::try_from(pttl).ok().map(Duration::from_millis),
-                nodes,
-            })
+            let mut holder =
+                LockHolder::new(Owner::parse(owner), token.parse().unwrap_or_default());
+            holder.ttl_left = u64::try_from(pttl).ok().map(Duration::from_millis);
+            holder.nodes = Some(NodeCount::new(nodes, total));
+            Some(holder)
         });
     let waiters = views
         .iter()
@@ -238,20 +188,16 @@ fn merge(name: &str, views: &[NodeView]) -> LockStatus {
                     let mut parts = record.splitn(4, ' ');
                     let (_hub, _mode, _ttl) = (parts.next()?, parts.next()?, parts.next()?);
                     let owner = Owner::parse(parts.next()?);
-                    Some(Waiter {
-                        locker: owner.field("locker").unwrap_or_default().to_owned(),
-                        fair: id.starts_with('f'),
-                        owner,
-                    })
+                    let locker = owner.field("locker").unwrap_or_default().to_owned();
+                    Some(LockWaiter::new(owner, locker, id.starts_with('f')))
                 })
                 .collect()
         })
         .unwrap_or_default();
-    LockStatus {
-        key: name.to_owned(),
-        holder,
-        waiters,
-    }
+    let mut lock = LockStatus::new(name);
+    lock.holder = holder;
+    lock.waiters = waiters;
+    lock
 }
 
 /// `s` with glob characters escaped, for `SCAN MATCH`.
@@ -293,10 +239,11 @@ mod tests {
             view(&format!("7 {owner}"), 800, &[]),
             view("", -2, &[]),
         ];
-        let lock = merge("a", &views);
+        let lock = merge("a", &views, 3);
         let holder = lock.holder.expect("holder");
         assert_eq!(holder.fencing_token, 7);
-        assert_eq!(holder.nodes, 2);
+        assert_eq!(holder.nodes, Some(NodeCount::new(2, 3)));
+        assert_eq!(holder.lease, None);
         assert_eq!(holder.ttl_left, Some(Duration::from_millis(800)));
         assert_eq!(holder.owner.describe(), "h:1");
         assert_eq!(lock.waiters.len(), 1);

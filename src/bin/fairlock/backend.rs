@@ -1,54 +1,14 @@
 //! The backend the endpoints name (etcd, or Redis for `redis://` URLs),
 //! behind one face for the commands: a locker, its id, the lock status.
 
-use std::time::Duration;
-
 use fairlock::etcd::EtcdLocker;
 use fairlock::redis::RedisLocker;
-use fairlock::{BackendConfig, Locker, Owner, Result};
+use fairlock::{BackendConfig, LockStatus, Locker, Result};
 
 /// A connected locker on either backend.
 pub enum Conn {
     Etcd(EtcdLocker),
     Redis(RedisLocker),
-}
-
-/// One lock, as either backend reports it; serialized as a line of
-/// `status --json`.
-#[derive(serde::Serialize)]
-pub struct LockView {
-    pub key: String,
-    pub holder: Option<HolderView>,
-    pub waiters: Vec<WaiterView>,
-    /// etcd: keys under the queue that fairlock did not write.
-    #[serde(skip)]
-    pub foreign: Vec<String>,
-}
-
-#[derive(serde::Serialize)]
-pub struct HolderView {
-    pub owner: Owner,
-    pub fencing_token: u64,
-    /// etcd: the session lease.
-    pub lease: Option<i64>,
-    /// Redis: time until the key expires unless extended.
-    #[serde(rename = "ttl_left_ms", serialize_with = "millis")]
-    pub ttl_left: Option<Duration>,
-    /// Redis: on how many of how many nodes the key is held.
-    #[serde(skip)]
-    pub nodes: Option<(usize, usize)>,
-}
-
-#[derive(serde::Serialize)]
-pub struct WaiterView {
-    pub owner: Owner,
-    pub locker: String,
-    pub fair: bool,
-}
-
-/// A duration as whole milliseconds, or `null`.
-fn millis<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-    serde::Serialize::serialize(&d.map(|d| d.as_millis() as u64), s)
 }
 
 impl Conn {
@@ -80,60 +40,10 @@ impl Conn {
         }
     }
 
-    pub async fn status(&self, key: Option<&fairlock::Key>) -> Result<Vec<LockView>> {
+    pub async fn status(&self, key: Option<&fairlock::Key>) -> Result<Vec<LockStatus>> {
         match self {
-            Conn::Etcd(l) => Ok(l
-                .status(key)
-                .await?
-                .into_iter()
-                .map(|s| LockView {
-                    key: s.key,
-                    holder: s.holder.map(|h| HolderView {
-                        owner: h.owner,
-                        fencing_token: h.fencing_token,
-                        lease: Some(h.lease),
-                        ttl_left: None,
-                        nodes: None,
-                    }),
-                    waiters: s
-                        .waiters
-                        .iter()
-                        .map(|w| WaiterView {
-                            owner: w.owner.clone(),
-                            locker: w.locker.clone(),
-                            fair: w.fair,
-                        })
-                        .collect(),
-                    foreign: s.foreign,
-                })
-                .collect()),
-            Conn::Redis(l) => {
-                let total = l.config().urls().len();
-                Ok(l.status(key)
-                    .await?
-                    .into_iter()
-                    .map(|s| LockView {
-                        key: s.key,
-                        holder: s.holder.map(|h| HolderView {
-                            owner: h.owner,
-                            fencing_token: h.fencing_token,
-                            lease: None,
-                            ttl_left: h.ttl_left,
-                            nodes: (total > 1).then_some((h.nodes, total)),
-                        }),
-                        waiters: s
-                            .waiters
-                            .iter()
-                            .map(|w| WaiterView {
-                                owner: w.owner.clone(),
-                                locker: w.locker.clone(),
-                                fair: w.fair,
-                            })
-                            .collect(),
-                        foreign: Vec::new(),
-                    })
-                    .collect())
-            }
+            Conn::Etcd(l) => l.status(key).await,
+            Conn::Redis(l) => l.status(key).await,
         }
     }
 

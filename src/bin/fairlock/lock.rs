@@ -6,11 +6,11 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
-use fairlock::{BackendConfig, Context, Error, Key, LockGuard};
+use fairlock::{BackendConfig, Context, Error, Key, LockGuard, LockStatus};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::args::LockArgs;
-use crate::backend::{Conn, LockView as LockStatus};
+use crate::backend::Conn;
 use crate::{exit, report};
 
 /// The signals `fairlock` handles: while waiting they cancel the wait,

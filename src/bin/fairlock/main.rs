@@ -6,7 +6,8 @@
 //! - `logging.rs`: `-v`/`RUST_LOG` tracing output on stderr.
 //! - `backend.rs`: etcd or Redis, by the endpoints' scheme, behind one face.
 //! - `lock.rs`: `fairlock lock`, the command runner.
-//! - `status.rs`: `fairlock status`; `watch.rs`: `status --watch`.
+//! - `status.rs`: `fairlock status`; `watch.rs`: `status --watch`;
+//!   `view.rs`: the text both show for holders' ages and the queue.
 //! - `demo.rs`: `fairlock demo`, with `svg.rs` drawing its timeline.
 
 mod args;
@@ -16,6 +17,7 @@ mod lock;
 mod logging;
 mod status;
 mod svg;
+mod view;
 mod watch;
 
 use std::process::ExitCode;

@@ -2,12 +2,12 @@
 
 use std::fmt::Write as _;
 
-use fairlock::{BackendConfig, Key};
+use fairlock::{BackendConfig, Key, LeaseId, LockStatus};
 
 use crate::args::StatusArgs;
-use crate::backend::{Conn, LockView as LockStatus};
+use crate::backend::Conn;
+use crate::view::{age, queue};
 use crate::{exit, report};
-use fairlock::Owner;
 
 pub async fn run(config: BackendConfig, a: StatusArgs) -> u8 {
     let key = a.key.as_deref().map(Key::from);
@@ -50,26 +50,20 @@ pub async fn run(config: BackendConfig, a: StatusArgs) -> u8 {
     0
 }
 
-fn age(owner: &Owner) -> String {
-    owner
-        .age()
-        .map_or("?".into(), |d| format!("{:.1}s", d.as_secs_f64()))
-}
-
 fn table(locks: &[LockStatus]) -> String {
     let mut out = String::new();
     for lock in locks {
         match &lock.holder {
             Some(h) => {
                 let mut lease = String::new();
-                if let Some(id) = h.lease {
-                    let _ = write!(lease, ", lease {id:x}");
+                if let Some(id) = h.lease.filter(|&id| id != LeaseId::NONE) {
+                    let _ = write!(lease, ", lease {id}");
                 }
                 if let Some(left) = h.ttl_left {
                     let _ = write!(lease, ", expires in {:.1}s", left.as_secs_f64());
                 }
-                if let Some((held, total)) = h.nodes {
-                    let _ = write!(lease, ", on {held} of {total} nodes");
+                if let Some(n) = h.nodes.filter(|n| n.total > 1) {
+                    let _ = write!(lease, ", on {} of {} nodes", n.holding, n.total);
                 }
                 let _ = writeln!(
                     out,
@@ -84,7 +78,11 @@ fn table(locks: &[LockStatus]) -> String {
                 let _ = writeln!(out, "{}: free", lock.key);
             }
         }
-        if lock.holder.as_ref().is_some_and(|h| h.lease == Some(0)) {
+        if lock
+            .holder
+            .as_ref()
+            .is_some_and(|h| h.lease == Some(LeaseId::NONE))
+        {
             let _ = writeln!(
                 out,
                 "  ! the lock key has no lease: fairlock did not write it, and nobody will \
@@ -98,16 +96,7 @@ fn table(locks: &[LockStatus]) -> String {
                  ignored; remove it with: etcdctl del '{key}'"
             );
         }
-        for (n, w) in lock.waiters.iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "  {:>3}. {} ({}), waiting {}",
-                n + 1,
-                w.owner.describe(),
-                if w.fair { "fair" } else { "unfair" },
-                age(&w.owner),
-            );
-        }
+        queue(&mut out, &lock.waiters);
     }
     out
 }
@@ -119,29 +108,34 @@ fn json(lock: &LockStatus) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{LockStatus, json};
-    use crate::backend::{HolderView, WaiterView};
-    use fairlock::Owner;
+    use std::time::Duration;
+
+    use fairlock::{LeaseId, LockHolder, LockStatus, LockWaiter, NodeCount, Owner};
+
+    use super::{json, table};
+
+    fn lock(lease: Option<LeaseId>, nodes: Option<NodeCount>) -> LockStatus {
+        let owner = Owner::parse("u1 pid=7 host=h\"q at=0");
+        let mut lock = LockStatus::new("a\\b\n");
+        let mut holder = LockHolder::new(owner.clone(), 12);
+        holder.lease = lease;
+        holder.ttl_left = Some(Duration::from_millis(2500));
+        holder.nodes = nodes;
+        lock.holder = Some(holder);
+        lock.waiters.push(LockWaiter::new(owner, "L", true));
+        lock
+    }
 
     #[test]
-    fn json_keeps_its_field_names_and_quotes_strings() {
-        let owner = Owner::parse("u1 pid=7 host=h\"q at=0");
-        let lock = LockStatus {
-            key: "a\\b\n".into(),
-            holder: Some(HolderView {
-                owner: owner.clone(),
-                fencing_token: 12,
-                lease: Some(34),
-                ttl_left: None,
-                nodes: Some((2, 3)),
-            }),
-            waiters: vec![WaiterView {
-                owner,
-                locker: "L".into(),
-                fair: true,
-            }],
-            foreign: vec!["x".into()],
-        };
+    fn text_and_json_show_the_lease_alike() {
+        let lease = LeaseId(0x390d_a204_9c11_9906);
+        let lock = lock(Some(lease), None);
+        let text = table(std::slice::from_ref(&lock));
+        assert!(
+            text.contains(", fencing token 12, lease 390da2049c119906, expires in 2.5s, asked "),
+            "{text}"
+        );
+        assert!(text.contains("    1. h\"q:7 (fair), waiting "), "{text}");
         let line = json(&lock);
         assert!(
             line.starts_with(
@@ -151,10 +145,27 @@ mod tests {
         );
         assert!(
             line.contains(
-                r#","fencing_token":12,"lease":34,"ttl_left_ms":null},"waiters":[{"owner":{"#
+                r#","fencing_token":12,"lease":"390da2049c119906","ttl_left_ms":2500,"nodes":null},"#
             ),
             "{line}"
         );
-        assert!(line.ends_with(r#""locker":"L","fair":true}]}"#), "{line}");
+        assert!(
+            line.ends_with(r#""locker":"L","fair":true}],"foreign":[]}"#),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn text_names_redlock_nodes_and_keys_without_a_lease() {
+        let text = table(&[lock(None, Some(NodeCount::new(2, 3)))]);
+        assert!(
+            text.contains("expires in 2.5s, on 2 of 3 nodes, asked"),
+            "{text}"
+        );
+        let text = table(&[lock(None, Some(NodeCount::new(1, 1)))]);
+        assert!(!text.contains("nodes"), "{text}");
+        let text = table(&[lock(Some(LeaseId::NONE), None)]);
+        assert!(text.contains("fencing token 12, expires"), "{text}");
+        assert!(text.contains("the lock key has no lease"), "{text}");
     }
 }

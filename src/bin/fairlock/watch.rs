@@ -6,9 +6,10 @@ use std::fmt::Write as _;
 use std::io::Write as _;
 use std::time::{Duration, Instant};
 
-use fairlock::{Key, Owner};
+use fairlock::{Key, LockStatus};
 
-use crate::backend::{Conn, LockView};
+use crate::backend::Conn;
+use crate::view::{age, queue};
 use crate::{exit, report};
 
 /// Clears the terminal and moves the cursor home.
@@ -54,7 +55,7 @@ struct Seen {
 }
 
 impl Seen {
-    fn render(&mut self, locks: &[LockView], key: Option<&Key>, prefix: &str) -> String {
+    fn render(&mut self, locks: &[LockStatus], key: Option<&Key>, prefix: &str) -> String {
         let now = Instant::now();
         let mut out = String::new();
         let _ = writeln!(
@@ -87,16 +88,7 @@ impl Seen {
                     let _ = writeln!(out, "{}  free", lock.key);
                 }
             }
-            for (n, w) in lock.waiters.iter().enumerate() {
-                let _ = writeln!(
-                    out,
-                    "  {:>3}. {} ({}), waiting {}",
-                    n + 1,
-                    w.owner.describe(),
-                    if w.fair { "fair" } else { "unfair" },
-                    age(&w.owner),
-                );
-            }
+            queue(&mut out, &lock.waiters);
         }
         // Forget grants that ended, so the map stays as small as the view.
         self.since = current;
@@ -108,35 +100,17 @@ fn secs(d: Duration) -> String {
     format!("{:.0}s", d.as_secs_f64())
 }
 
-fn age(owner: &Owner) -> String {
-    owner
-        .age()
-        .map_or("?".into(), |d| format!("{:.1}s", d.as_secs_f64()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{HolderView, WaiterView};
+    use fairlock::{LockHolder, LockWaiter, Owner};
 
-    fn view(token: u64) -> Vec<LockView> {
+    fn view(token: u64) -> Vec<LockStatus> {
         let owner = Owner::parse("u1 pid=7 host=h at=0");
-        vec![LockView {
-            key: "jobs".into(),
-            holder: Some(HolderView {
-                owner: owner.clone(),
-                fencing_token: token,
-                lease: None,
-                ttl_left: None,
-                nodes: None,
-            }),
-            waiters: vec![WaiterView {
-                owner,
-                locker: "L".into(),
-                fair: false,
-            }],
-            foreign: Vec::new(),
-        }]
+        let mut lock = LockStatus::new("jobs");
+        lock.holder = Some(LockHolder::new(owner.clone(), token));
+        lock.waiters.push(LockWaiter::new(owner, "L", false));
+        vec![lock]
     }
 
     #[test]

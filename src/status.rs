@@ -1,0 +1,158 @@
+//! What a backend's `status()` reports: who holds a lock and who waits for
+//! it, in one set of types for every backend ([`LockStatus`],
+//! [`LockHolder`], [`LockWaiter`]). Fields only one backend can fill are
+//! `Option`s (etcd: [`LockHolder::lease`]; Redis: [`LockHolder::nodes`]) or
+//! stay empty ([`LockStatus::foreign`] on Redis). With feature `serde`
+//! they implement `serde::Serialize` as `fairlock status --json` prints
+//! them (`serialize.rs`).
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::Owner;
+
+/// One lock as a backend sees it at one moment.
+///
+/// # Examples
+/// ```
+/// use fairlock::{LockHolder, LockStatus, Owner};
+///
+/// let mut lock = LockStatus::new("jobs/export");
+/// lock.holder = Some(LockHolder::new(Owner::parse("u1 pid=42 host=web1"), 7));
+/// assert_eq!(lock.holder.map(|h| h.owner.describe()), Some("web1:42".into()));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockStatus {
+    /// The lock's key (without the configured prefix).
+    pub key: String,
+    /// The holder, if the lock is held.
+    pub holder: Option<LockHolder>,
+    /// Live waiters in queue order (fair mode grants in this order).
+    pub waiters: Vec<LockWaiter>,
+    /// etcd: keys under the lock's queue that fairlock did not write (no
+    /// lease, or a name that is not `<locker id>/<f|u><slot>`), as full
+    /// etcd keys. They are never granted the lock and do not block the
+    /// queue; remove them with `etcdctl del <key>`. Empty on Redis.
+    pub foreign: Vec<String>,
+}
+
+/// The holder of a lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockHolder {
+    /// Who asked for the lock.
+    pub owner: Owner,
+    /// The holder's fencing token.
+    pub fencing_token: u64,
+    /// etcd: the lease the lock key is bound to ([`LeaseId::NONE`] for a
+    /// key without one, which fairlock did not write and nobody will
+    /// release). `None` on Redis, which has no leases.
+    pub lease: Option<LeaseId>,
+    /// Time until the lock expires unless its holder renews it: on etcd
+    /// the lease's time to live (whole seconds, as etcd answers), on Redis
+    /// the lock key's (the shortest among the nodes holding it). `None`
+    /// when there is nothing to expire or it is already gone.
+    pub ttl_left: Option<Duration>,
+    /// Redis: on how many of the configured nodes this holder holds the
+    /// key (Redlock needs a majority). `None` on etcd, which replicates by
+    /// itself.
+    pub nodes: Option<NodeCount>,
+}
+
+/// A queued waiter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockWaiter {
+    /// Who waits.
+    pub owner: Owner,
+    /// The id of the waiting locker (its `id()`: `EtcdLocker::id`,
+    /// `RedisLocker::id`).
+    pub locker: String,
+    /// `true` for a fair waiter (handed the lock in order), `false` for an
+    /// unfair one (woken to try).
+    pub fair: bool,
+}
+
+/// An etcd lease id. Shown as etcd's own tools show it, 16 hex digits
+/// (`etcdctl lease timetolive <id>` takes it as printed), and serialized
+/// (feature `serde`) as that string: as a JSON number a 63-bit id would
+/// lose digits in readers that parse numbers as doubles (JavaScript,
+/// jq 1.6).
+///
+/// # Examples
+/// ```
+/// let lease = fairlock::LeaseId(4111120175541098758);
+/// assert_eq!(lease.to_string(), "390da2049c119906");
+/// assert_eq!(fairlock::LeaseId(255).to_string(), "00000000000000ff");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LeaseId(pub i64);
+
+impl LeaseId {
+    /// etcd's "no lease" (lease 0).
+    pub const NONE: LeaseId = LeaseId(0);
+}
+
+impl fmt::Display for LeaseId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+/// On how many of the configured Redis nodes a holder holds the lock key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeCount {
+    /// Nodes whose lock key names this holder.
+    pub holding: usize,
+    /// Nodes configured (1 on a single instance).
+    pub total: usize,
+}
+
+impl LockStatus {
+    /// A lock with neither holder nor waiters, to fill in.
+    #[must_use]
+    pub fn new(key: impl Into<String>) -> Self {
+        LockStatus {
+            key: key.into(),
+            holder: None,
+            waiters: Vec::new(),
+            foreign: Vec::new(),
+        }
+    }
+}
+
+impl LockHolder {
+    /// A holder with no lease, time to live or node count, to fill in.
+    #[must_use]
+    pub fn new(owner: Owner, fencing_token: u64) -> Self {
+        LockHolder {
+            owner,
+            fencing_token,
+            lease: None,
+            ttl_left: None,
+            nodes: None,
+        }
+    }
+}
+
+impl LockWaiter {
+    /// A waiter of the locker with id `locker`.
+    #[must_use]
+    pub fn new(owner: Owner, locker: impl Into<String>, fair: bool) -> Self {
+        LockWaiter {
+            owner,
+            locker: locker.into(),
+            fair,
+        }
+    }
+}
+
+impl NodeCount {
+    /// `holding` of `total` nodes.
+    #[must_use]
+    pub fn new(holding: usize, total: usize) -> Self {
+        NodeCount { holding, total }
+    }
+}
