@@ -77,19 +77,22 @@ pub(crate) fn with_port(url: &str) -> String {
     format!("{scheme}://{authority}:{DEFAULT_PORT}{path}")
 }
 
-/// The URL with any password replaced, for logs and error messages.
+/// The URL with any password replaced, for logs and error messages; a URL
+/// with a mistyped scheme (`redis:/user:pw@host`) too.
 pub(crate) fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
+    let Some((scheme, rest)) = url.split_once(':') else {
         return url.to_string();
     };
+    let after_slashes = rest.trim_start_matches('/');
+    let slashes = &rest[..rest.len() - after_slashes.len()];
     // The userinfo ends at the last '@' before the path.
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rsplit_once('@') {
+    let authority_end = after_slashes.find('/').unwrap_or(after_slashes.len());
+    match after_slashes[..authority_end].rsplit_once('@') {
         Some((userinfo, host)) => {
             let user = userinfo.split_once(':').map_or("", |(u, _)| u);
             format!(
-                "{scheme}://{user}:<redacted>@{host}{}",
-                &rest[authority_end..]
+                "{scheme}:{slashes}{user}:<redacted>@{host}{}",
+                &after_slashes[authority_end..]
             )
         }
         None => url.to_string(),
@@ -144,5 +147,7 @@ mod tests {
         assert_eq!(redact("redis://u:pw@h:1/0"), "redis://u:<redacted>@h:1/0");
         assert_eq!(redact("redis://:pw@h:1"), "redis://:<redacted>@h:1");
         assert_eq!(redact("redis://h:1"), "redis://h:1");
+        assert_eq!(redact("redis:/u:pw@h:1"), "redis:/u:<redacted>@h:1");
+        assert_eq!(redact("rediss:u:pw@h"), "rediss:u:<redacted>@h");
     }
 }
