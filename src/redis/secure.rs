@@ -5,7 +5,7 @@ use redis::{ClientTlsConfig, IntoConnectionInfo, TlsCertificates};
 
 use super::config::RedisConfig;
 use super::error::NodeError;
-use super::url::redact;
+use super::url::{redact, with_port};
 use crate::{Error, Result};
 
 /// A client for `url`: TLS for `rediss://` (the configured CA and client
@@ -18,7 +18,7 @@ pub(crate) fn client(config: &RedisConfig, url: &str) -> Result<redis::Client> {
             e.kind()
         ))
     };
-    let mut info = url.into_connection_info().map_err(invalid)?;
+    let mut info = with_port(url).into_connection_info().map_err(invalid)?;
     if let Some((user, password)) = config.credentials()
         && info.redis_settings().password().is_none()
     {
