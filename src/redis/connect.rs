@@ -2,7 +2,7 @@
 //! nothing listening, or too few nodes answering.
 
 use super::config::RedisConfig;
-use super::error::{Failed, NodeError};
+use super::error::{FailedOp, NodeError};
 use super::secure::tls_failure;
 use crate::{BoxError, Error, Result};
 
@@ -32,7 +32,7 @@ pub(crate) fn check(config: &RedisConfig, mut errors: Vec<NodeError>) -> Result<
     }
     let total = config.urls().len();
     let quorum = config.quorum();
-    let mut failed = Failed {
+    let mut failed = FailedOp {
         op: "connect",
         total,
         quorum,

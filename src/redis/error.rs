@@ -93,7 +93,7 @@ impl fmt::Display for NodeError {
 impl std::error::Error for NodeError {}
 
 /// An operation that too few nodes answered, with each failure.
-pub(crate) struct Failed {
+pub(crate) struct FailedOp {
     pub op: &'static str,
     /// Nodes configured.
     pub total: usize,
@@ -110,7 +110,7 @@ const NOPERM_ADVICE: &str = "the Redis ACL user may not run this command or touc
      or channels; grant it the commands, ~PREFIX* keys and &PREFIX* channels listed in the \
      README's Production section";
 
-impl Failed {
+impl FailedOp {
     /// The public error for a refusal (wrong credentials, no permission)
     /// among the failures, if there is one: retrying would not help.
     pub fn refusal(&mut self) -> Option<Error> {
@@ -138,10 +138,10 @@ impl Failed {
     }
 }
 
-impl From<Failed> for Error {
+impl From<FailedOp> for Error {
     /// A refusal as such; else the node's own error on a single instance,
     /// and a quorum error naming every failure on Redlock.
-    fn from(mut failed: Failed) -> Error {
+    fn from(mut failed: FailedOp) -> Error {
         if let Some(refusal) = failed.refusal() {
             return refusal;
         }
@@ -196,7 +196,7 @@ mod tests {
 
     #[test]
     fn refusals_map_to_their_public_errors() {
-        let failed = |failure| Failed {
+        let failed = |failure| FailedOp {
             op: "lock",
             total: 1,
             quorum: 1,
@@ -219,7 +219,7 @@ mod tests {
     #[test]
     fn redlock_failures_name_every_node() {
         let slow = |n: &str| NodeError::new(n, Failure::NoAnswer(Duration::from_millis(5)));
-        let err = Error::from(Failed {
+        let err = Error::from(FailedOp {
             op: "unlock",
             total: 3,
             quorum: 2,

@@ -12,7 +12,7 @@ use redis::{FromRedisValue, Script};
 
 use super::config::RedisConfig;
 use super::connect;
-use super::error::{Failed, Failure, NodeError};
+use super::error::{FailedOp, Failure, NodeError};
 use super::secure;
 use super::url::{redact, with_port};
 use super::wake::Hub;
@@ -156,7 +156,7 @@ impl Nodes {
     /// The error for a request that too few nodes answered: the node's own
     /// error on a single instance, a quorum error on Redlock.
     pub fn unavailable(&self, op: &'static str, errors: Vec<NodeError>) -> Error {
-        Error::from(Failed {
+        Error::from(FailedOp {
             op,
             total: self.list.len(),
             quorum: self.quorum,
