@@ -59,9 +59,9 @@ pub(crate) struct LockAttempt {
     kind: AttemptKind,
     pub notify: Arc<Notify>,
     /// Whether dropping the attempt must remove what it wrote.
-    pub armed: bool,
+    armed: bool,
     /// Rounds sent so far: from the second on, `id` may be queued.
-    pub rounds: u32,
+    rounds: u32,
 }
 
 impl LockAttempt {
@@ -84,6 +84,18 @@ impl LockAttempt {
             armed: true,
             rounds: 0,
         }
+    }
+
+    /// Rounds sent so far.
+    pub fn rounds(&self) -> u32 {
+        self.rounds
+    }
+
+    /// Whether dropping the attempt removes what it wrote: after a busy
+    /// `try_lock` round, only where a node did not answer (it may still
+    /// grant the lock late).
+    pub fn stay_armed(&mut self, armed: bool) {
+        self.armed = armed;
     }
 
     /// Runs the acquire script on every node and decides.

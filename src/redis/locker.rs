@@ -49,11 +49,22 @@ impl RedisLocker {
     /// Connects to the configured node(s) and makes a locker, fair (arrival
     /// order) or unfair.
     ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo() -> fairlock::Result<()> {
+    /// use fairlock::redis::{RedisConfig, RedisLocker};
+    ///
+    /// // No port: 6379.
+    /// let locker = RedisLocker::connect(RedisConfig::new(["redis://127.0.0.1"]), false).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
-    /// [`crate::Error::InvalidConfig`] for a bad configuration;
-    /// [`crate::Error::Unsupported`] for fair mode on more than one node
-    /// (Redlock); [`crate::Error::Connect`] naming the nodes that did not answer when fewer
-    /// than a quorum answer within the connect timeout.
+    /// [`crate::Error::InvalidConfig`] for a bad configuration (a mistyped
+    /// scheme names the URL likely meant); [`crate::Error::Unsupported`] for
+    /// fair mode on more than one node (Redlock); [`crate::Error::Connect`]
+    /// naming the nodes that did not answer when fewer than a quorum answer
+    /// within the connect timeout (at once when they refuse connections).
     ///
     /// # Cancel safety
     /// Cancel safe: nothing is written to Redis until the first lock.
@@ -129,7 +140,7 @@ async fn lock(core: &Arc<Core>, ctx: &Context, key: &Key) -> Result<LockGuard> {
                 Ok(Round::Busy {
                     split, expires_in, ..
                 }) => {
-                    if attempt.rounds == 1 {
+                    if attempt.rounds() == 1 {
                         observe::queued(None);
                     }
                     last_ok = Some(Instant::now());
@@ -172,6 +183,7 @@ async fn lock(core: &Arc<Core>, ctx: &Context, key: &Key) -> Result<LockGuard> {
         }
     }
 }
+
 #[async_trait]
 impl Locker for RedisLocker {
     async fn try_lock(&self, key: &Key) -> Result<Option<LockGuard>> {
@@ -197,7 +209,7 @@ impl RedisLocker {
             Ok(Round::Busy { unsure, .. }) => {
                 // A node that did not answer may grant us the lock late:
                 // stay armed, so that dropping the attempt releases there.
-                attempt.armed = unsure;
+                attempt.stay_armed(unsure);
                 Ok(None)
             }
             Err(e) => Err(e),
