@@ -45,15 +45,16 @@ pub(crate) fn check(config: &RedisConfig, mut errors: Vec<NodeError>) -> Result<
     if total - errors.len() >= quorum {
         return Ok(());
     }
-    let names: Vec<&str> = errors.iter().map(|e| e.node.as_str()).collect();
-    let endpoints = names.join(",");
+    let endpoints = errors
+        .iter()
+        .map(|e| e.node.as_str())
+        .collect::<Vec<_>>()
+        .join(",");
     let source: BoxError = if errors.iter().all(NodeError::is_refused) {
-        format!(
-            "connection refused at {}; start redis-server there, or correct the host and \
-             port in the URL",
-            names.join(", ")
-        )
-        .into()
+        // `Error::Connect` names the endpoints already.
+        "connection refused: nothing listens there; start redis-server, or correct the \
+         host and port in the URL"
+            .into()
     } else {
         let why = errors
             .iter()
