@@ -24,6 +24,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use tokio::sync::{Notify, oneshot};
 
+use crate::fairness::Fairness;
+use crate::observe::{self, Site};
 use crate::{Context, Error, GuardRelease, Key, LockGuard, Locker, Result};
 
 /// The shared state lockers of one in-process "cluster" agree on.
@@ -34,11 +36,11 @@ pub struct MemoryStore {
 
 #[derive(Default)]
 struct Shared {
-    state: Mutex<State>,
+    state: Mutex<StoreState>,
 }
 
 #[derive(Default)]
-struct State {
+struct StoreState {
     /// Grows with every grant: the fencing token source.
     revision: u64,
     next_id: u64,
@@ -50,12 +52,13 @@ struct KeyState {
     /// (holder id, token)
     holder: Option<(u64, u64)>,
     /// Fair waiters in arrival order.
-    queue: VecDeque<Waiter>,
+    queue: VecDeque<FairWaiter>,
     /// Wakes unfair waiters when the lock becomes free.
     freed: Arc<Notify>,
 }
 
-struct Waiter {
+/// A fair waiter in a key's queue, granted by sending it the token.
+struct FairWaiter {
     id: u64,
     grant: oneshot::Sender<u64>,
 }
@@ -78,7 +81,7 @@ impl MemoryStore {
     pub fn locker(&self, fair: bool) -> MemoryLocker {
         MemoryLocker {
             store: self.clone(),
-            fair,
+            fairness: Fairness::from_fair(fair),
         }
     }
 
@@ -98,7 +101,7 @@ impl MemoryStore {
             .map_or(0, |ks| ks.queue.len())
     }
 
-    fn state(&self) -> MutexGuard<'_, State> {
+    fn state(&self) -> MutexGuard<'_, StoreState> {
         self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -106,7 +109,7 @@ impl MemoryStore {
     /// fair waiter or waking the unfair ones.
     fn release(&self, key: &str, id: u64) -> Result<()> {
         let mut state = self.state();
-        let State { revision, keys, .. } = &mut *state;
+        let StoreState { revision, keys, .. } = &mut *state;
         let Some(ks) = keys.get_mut(key) else {
             return Err(lost(key));
         };
@@ -140,7 +143,7 @@ fn lost(key: &str) -> Error {
 #[derive(Clone)]
 pub struct MemoryLocker {
     store: MemoryStore,
-    fair: bool,
+    fairness: Fairness,
 }
 
 struct MemoryRelease {
@@ -192,6 +195,10 @@ impl Drop for WaitCleanup {
 }
 
 impl MemoryLocker {
+    fn site(&self) -> Site {
+        Site::new("memory", self.fairness.is_fair())
+    }
+
     fn guard(&self, key: &Key, id: u64, token: u64) -> LockGuard {
         LockGuard::new(
             key.clone(),
@@ -209,9 +216,10 @@ impl MemoryLocker {
         let mut state = self.store.state();
         state.next_id += 1;
         let id = state.next_id;
-        let State { revision, keys, .. } = &mut *state;
+        let StoreState { revision, keys, .. } = &mut *state;
         let ks = keys.entry(key.to_string()).or_default();
-        if ks.holder.is_none() && (!self.fair || ks.queue.is_empty()) {
+        let queue_first = self.fairness.is_fair() && !ks.queue.is_empty();
+        if ks.holder.is_none() && !queue_first {
             *revision += 1;
             ks.holder = Some((id, *revision));
             return Some((id, *revision));
@@ -227,7 +235,7 @@ impl MemoryLocker {
             let mut state = self.store.state();
             state.next_id += 1;
             let id = state.next_id;
-            let State { revision, keys, .. } = &mut *state;
+            let StoreState { revision, keys, .. } = &mut *state;
             let ks = keys.entry(key.to_string()).or_default();
             if ks.holder.is_none() && ks.queue.is_empty() {
                 *revision += 1;
@@ -237,8 +245,8 @@ impl MemoryLocker {
                 return Ok(self.guard(key, id, token));
             }
             let (tx, rx) = oneshot::channel();
-            ks.queue.push_back(Waiter { id, grant: tx });
-            crate::observe::queued(Some(ks.queue.len()));
+            ks.queue.push_back(FairWaiter { id, grant: tx });
+            observe::queued(Some(ks.queue.len()));
             let cleanup = WaitCleanup {
                 store: self.store.clone(),
                 key: key.to_string(),
@@ -282,8 +290,7 @@ impl MemoryLocker {
 #[async_trait]
 impl Locker for MemoryLocker {
     async fn try_lock(&self, key: &Key) -> Result<Option<LockGuard>> {
-        let site = crate::observe::Site::new("memory", self.fair);
-        crate::observe::try_lock(site, key, async {
+        observe::try_lock(self.site(), key, async {
             key.validate()?;
             Ok(self
                 .take_if_free(key.as_str())
@@ -293,20 +300,18 @@ impl Locker for MemoryLocker {
     }
 
     async fn lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
-        let site = crate::observe::Site::new("memory", self.fair);
-        crate::observe::lock(site, key, async {
+        observe::lock(self.site(), key, async {
             key.validate()?;
             ctx.check(key.as_str())?;
-            if self.fair {
-                self.lock_fair(ctx, key).await
-            } else {
-                self.lock_unfair(ctx, key).await
+            match self.fairness {
+                Fairness::Fair => self.lock_fair(ctx, key).await,
+                Fairness::Unfair => self.lock_unfair(ctx, key).await,
             }
         })
         .await
     }
 
     fn is_fair(&self) -> bool {
-        self.fair
+        self.fairness.is_fair()
     }
 }

@@ -1,21 +1,6 @@
 //! The Redis backend: one instance, or Redlock over several independent
 //! masters (feature `redis`, on by default).
 //!
-//! - `config.rs`: [`RedisConfig`], URLs, TTL, timeouts, retry, drift.
-//! - `locker.rs`: [`RedisLocker`], connect, `try_lock`, `lock`; one round
-//!   runs on every node at once and needs a quorum (1 of 1, N/2+1 of N).
-//! - `scripts.rs`: the Lua scripts (acquire, release, leave, extend, raise,
-//!   status) every change goes through.
-//! - `node.rs`: the masters, each with a reconnecting connection and a
-//!   per-node timeout.
-//! - `wake.rs`: wake-ups by pub/sub, one subscriber per node.
-//! - `watchdog.rs`: extending held locks, loss signals, release.
-//! - `status.rs`: [`RedisLocker::status`], who holds and who waits.
-//! - `keys.rs`: the key layout.
-//! - `url.rs`: checking URLs, and redacting their passwords.
-//! - `secure.rs`: TLS and credentials of the connections, and telling
-//!   TLS, authentication and permission failures from the rest.
-//!
 //! # How a lock works here
 //! The lock key `<prefix><key>` holds `"<token> <owner>"`, written with
 //! `SET ... PX ttl` by a script that takes it only if it is free; the owner
@@ -94,25 +79,55 @@
 //! A free lock with nobody waiting has no keys; the one key that outlives
 //! the locks is the prefix's fencing counter `<prefix>_OWNERS_/fence` (a
 //! token must never repeat, so it is never deleted).
+//!
+//! # Layout
+//! Each file imports only from the files listed before it.
+//! - `url.rs`: checking URLs (and naming what a mistyped one meant), the
+//!   default port, redacting passwords.
+//! - `config.rs`: [`RedisConfig`]; `validate.rs`: its checks.
+//! - `wire.rs`: every key name and value format written to Redis, with
+//!   round-trip tests; `scripts.rs`: the Lua scripts that write them.
+//! - `error.rs`: one failed request to one node, classified by the Redis
+//!   error kind and code, and its mapping into [`crate::Error`].
+//! - `secure.rs`: the client of one URL (TLS, credentials), and telling a
+//!   failed TLS connection apart; `connect.rs`: what a failed connect says.
+//! - `wake.rs`: wake-ups by pub/sub, one subscriber per node.
+//! - `node.rs`: the masters, each with a reconnecting connection, the one
+//!   request helper (timeout and error mapping), and fan-out to all nodes.
+//! - `core.rs`: what a locker's operations share (nodes, configuration,
+//!   mode, id) and the poll and waiter-record times.
+//! - `watchdog.rs`: the guard of a grant, extending it every TTL/3, loss
+//!   signals, release.
+//! - `attempt.rs`: one `lock`/`try_lock` call: a round on every node
+//!   decided by quorum, and leaving the queue when giving up.
+//! - `locker.rs`: [`RedisLocker`], connect, `try_lock`, and the wait loop
+//!   of `lock`.
+//! - `status.rs`: [`RedisLocker::status`], who holds and who waits.
 
+mod attempt;
 mod config;
-mod keys;
+mod connect;
+mod core;
+mod error;
 mod locker;
 mod node;
 mod scripts;
 mod secure;
 mod status;
 mod url;
+mod validate;
 mod wake;
 mod watchdog;
+mod wire;
 
 use std::sync::Arc;
 
-/// Re-exported from the crate root, where it now lives.
+/// Who asked for a lock, as [`LockStatus`] shows it.
 pub use crate::Owner;
 pub use config::{DEFAULT_DRIFT_FACTOR, DEFAULT_PREFIX, MAX_TTL, MIN_TTL, RedisConfig};
 pub use locker::RedisLocker;
 
+use crate::fairness::Fairness;
 use crate::{Locker, Result};
 
 /// Connects to Redis and registers it as the process-wide locker provider:
@@ -145,7 +160,7 @@ pub async fn register(config: RedisConfig) -> Result<()> {
         Arc::new(RedisLocker::from_nodes(
             Arc::clone(&nodes),
             config.clone(),
-            fair,
+            Fairness::from_fair(fair),
         )) as Arc<dyn Locker>
     });
     Ok(())

@@ -1,11 +1,12 @@
 //! The Lua scripts: every change to a lock is one of these, run atomically
-//! by Redis. Each takes `KEYS = [lock, queue, fence]` (see `keys.rs`).
+//! by Redis. Each takes `KEYS = [lock, queue, fence]`; the formats they write are
+//! built and read on the Rust side in `wire.rs`.
 //!
 //! - lock key: `"<token> <owner>"`, with `PX ttl`;
 //! - queue: a sorted set of waiter ids, scored by arrival (last score + 1);
 //! - waiter record `<waiters><id>`: `"<hub> <f|u> <record ttl ms> <owner>"`
 //!   with `PX <record ttl>`, a short TTL (three of the waiter's polls, see
-//!   `locker.rs`) refreshed at every poll; a waiter whose record expired is
+//!   `core.rs`) refreshed at every poll; a waiter whose record expired is
 //!   dead and is dropped when it reaches the head. A fair handoff grants the
 //!   lock for the record TTL only: the grantee's confirming acquire renews it
 //!   to the full TTL, so a handoff to a waiter that died since its last poll

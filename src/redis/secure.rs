@@ -1,13 +1,12 @@
-//! The client of one Redis URL (TLS, credentials), and telling TLS,
-//! authentication and permission failures apart from the rest.
-
-use std::fmt;
+//! The client of one Redis URL (TLS, credentials), and telling a failed
+//! TLS connection from the rest.
 
 use redis::{ClientTlsConfig, IntoConnectionInfo, TlsCertificates};
 
 use super::config::RedisConfig;
-use super::url::redact;
-use crate::{BoxError, Error, Result};
+use super::error::NodeError;
+use super::url::{redact, with_port};
+use crate::{Error, Result};
 
 /// A client for `url`: TLS for `rediss://` (the configured CA and client
 /// certificate), and the configured credentials unless the URL has its own.
@@ -19,7 +18,7 @@ pub(crate) fn client(config: &RedisConfig, url: &str) -> Result<redis::Client> {
             e.kind()
         ))
     };
-    let mut info = url.into_connection_info().map_err(invalid)?;
+    let mut info = with_port(url).into_connection_info().map_err(invalid)?;
     if let Some((user, password)) = config.credentials()
         && info.redis_settings().password().is_none()
     {
@@ -49,67 +48,9 @@ pub(crate) fn client(config: &RedisConfig, url: &str) -> Result<redis::Client> {
     redis::Client::build_with_tls(info, certs).map_err(invalid)
 }
 
-/// A failed request to one node, named by its URL without password.
-#[derive(Debug)]
-pub(crate) struct NodeError {
-    pub node: String,
-    pub error: redis::RedisError,
-}
-
-impl fmt::Display for NodeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.node, self.error)
-    }
-}
-
-impl std::error::Error for NodeError {}
-
-/// The public error for a refusal (wrong credentials, no permission)
-/// among `errors`, if there is one: retrying would not help.
-pub(crate) fn refused(op: &'static str, errors: &mut Vec<BoxError>) -> Option<Error> {
-    let at = errors.iter().position(|e| {
-        e.downcast_ref::<NodeError>()
-            .is_some_and(|n| is_auth(&n.error) || is_noperm(&n.error))
-    })?;
-    let source = errors.swap_remove(at);
-    let node = source.downcast_ref::<NodeError>()?;
-    Some(if is_noperm(&node.error) {
-        Error::PermissionDenied {
-            backend: "redis",
-            op,
-            reason: "the Redis ACL user may not run this command or touch these keys or \
-                     channels; grant it the commands, ~PREFIX* keys and &PREFIX* channels \
-                     listed in the README's Production section"
-                .into(),
-            source,
-        }
-    } else {
-        Error::Auth {
-            backend: "redis",
-            reason: "the user name or password is wrong, the user does not exist or is \
-                     disabled, or the server needs a password; check the URL's user:password, \
-                     FAIRLOCK_USER and FAIRLOCK_PASSWORD"
-                .into(),
-            source,
-        }
-    })
-}
-
-fn is_auth(e: &redis::RedisError) -> bool {
-    e.kind() == redis::ErrorKind::AuthenticationFailed
-        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
-}
-
-fn is_noperm(e: &redis::RedisError) -> bool {
-    e.code() == Some("NOPERM")
-}
-
 /// What is wrong with the TLS connection, if `err` is a failed one.
-pub(crate) fn tls_failure(config: &RedisConfig, err: &BoxError) -> Option<String> {
-    let inner: &(dyn std::error::Error + 'static) = match err.downcast_ref::<NodeError>() {
-        Some(n) => &n.error,
-        None => err.as_ref(),
-    };
+pub(crate) fn tls_failure(config: &RedisConfig, err: &NodeError) -> Option<String> {
+    let inner: &(dyn std::error::Error + 'static) = err.redis_error()?;
     if let Some(reason) = crate::tls::diagnose(inner) {
         return Some(reason);
     }

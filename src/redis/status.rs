@@ -4,10 +4,10 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
-use super::keys::Layout;
 use super::locker::RedisLocker;
 use super::node::Call;
 use super::scripts::STATUS_SCRIPT;
+use super::wire::LockKeys as Layout;
 use crate::{Key, LockHolder, LockStatus, LockWaiter, NodeCount, Owner, RESERVED_SEGMENT, Result};
 
 /// What one node says about one lock.

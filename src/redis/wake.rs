@@ -12,21 +12,24 @@ use futures_util::StreamExt;
 use tokio::sync::{Notify, watch};
 use tokio::task::AbortHandle;
 
+use super::wire::wake_channel;
+use crate::backoff::Backoff;
+
 /// The wake-up side of one node.
 pub(crate) struct Hub {
     /// Names this hub's channel; waiters write it in their queue records.
     pub id: String,
-    shared: Arc<Shared>,
+    shared: Arc<Subscribers>,
     task: AbortHandle,
 }
 
-struct Shared {
+struct Subscribers {
     waiters: Mutex<HashMap<String, Arc<Notify>>>,
     /// `true` while subscribed.
     ready: watch::Sender<bool>,
 }
 
-impl Shared {
+impl Subscribers {
     fn waiters(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Notify>>> {
         self.waiters.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -34,19 +37,14 @@ impl Shared {
 
 impl Hub {
     /// Starts the subscriber task (it connects in the background).
-    pub fn start(client: redis::Client, wake_prefix: &str, node: &str) -> Hub {
+    pub fn start(client: redis::Client, wake_prefix: &str) -> Hub {
         let id = uuid::Uuid::new_v4().simple().to_string();
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(Subscribers {
             waiters: Mutex::new(HashMap::new()),
             ready: watch::channel(false).0,
         });
-        let channel = format!("{wake_prefix}{id}");
-        let task = tokio::spawn(listen(
-            client,
-            channel,
-            Arc::clone(&shared),
-            node.to_owned(),
-        ));
+        let channel = wake_channel(wake_prefix, &id);
+        let task = tokio::spawn(listen(client, channel, Arc::clone(&shared)));
         Hub {
             id,
             shared,
@@ -85,8 +83,8 @@ impl Drop for Hub {
 
 /// Subscribes and dispatches messages; reconnects after a loss, waking
 /// every waiter then so none misses a release published meanwhile.
-async fn listen(client: redis::Client, channel: String, shared: Arc<Shared>, _node: String) {
-    let mut pause = Duration::from_millis(50);
+async fn listen(client: redis::Client, channel: String, shared: Arc<Subscribers>) {
+    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
     loop {
         if let Ok(Ok(pubsub)) =
             tokio::time::timeout(Duration::from_secs(5), client.get_async_pubsub()).await
@@ -95,7 +93,7 @@ async fn listen(client: redis::Client, channel: String, shared: Arc<Shared>, _no
             if let Ok(Ok(())) =
                 tokio::time::timeout(Duration::from_secs(5), sink.subscribe(&channel)).await
             {
-                pause = Duration::from_millis(50);
+                backoff.reset();
                 shared.ready.send_replace(true);
                 for notify in shared.waiters().values() {
                     notify.notify_one();
@@ -111,7 +109,6 @@ async fn listen(client: redis::Client, channel: String, shared: Arc<Shared>, _no
                 shared.ready.send_replace(false);
             }
         }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_secs(1));
+        backoff.sleep().await;
     }
 }

@@ -8,10 +8,11 @@ use async_trait::async_trait;
 use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::keys::Layout;
-use super::locker::{Inner, jitter};
+use super::core::Core;
 use super::node::Call;
 use super::scripts::{EXTEND_SCRIPT, RELEASE_SCRIPT};
+use super::wire::LockKeys;
+use crate::backoff::{Backoff, jitter};
 use crate::{Error, Expiry, GuardRelease, Key, LockGuard, Result, observe};
 
 /// Builds the guard of a grant whose acquire request was sent at
@@ -19,35 +20,35 @@ use crate::{Error, Expiry, GuardRelease, Key, LockGuard, Result, observe};
 /// [`RedisConfig::validity_left`](super::config::RedisConfig)) and the
 /// first extend both count from `started`.
 pub(crate) fn guard(
-    inner: Arc<Inner>,
+    core: Arc<Core>,
     key: Key,
-    layout: Layout,
+    keys: LockKeys,
     owner: String,
     token: u64,
     started: Instant,
 ) -> LockGuard {
-    let config = &inner.config;
+    let config = &core.config;
     let deadline = started + config.ttl() - config.drift() - config.margin();
     let lost = CancellationToken::new();
     let expiry = Expiry::new(deadline);
     let task = tokio::spawn(watch(
-        Arc::clone(&inner),
-        layout.clone(),
+        Arc::clone(&core),
+        keys.clone(),
         owner.clone(),
         started,
         lost.clone(),
         expiry.clone(),
     ));
-    let held = Held {
-        inner,
+    let held_lock = HeldLock {
+        core,
         key: key.clone(),
-        layout,
+        keys,
         owner,
         expiry: expiry.clone(),
         lost: lost.clone(),
         watchdog: task.abort_handle(),
     };
-    LockGuard::new(key, token, Box::new(held)).with_loss_signal(lost, Some(expiry))
+    LockGuard::new(key, token, Box::new(held_lock)).with_loss_signal(lost, Some(expiry))
 }
 
 /// Extends the lock every TTL/3 on every node; a quorum of extends moves
@@ -56,40 +57,30 @@ pub(crate) fn guard(
 /// deadline passes without a quorum of extends (nodes unreachable, or this
 /// process paused).
 async fn watch(
-    inner: Arc<Inner>,
-    layout: Layout,
+    core: Arc<Core>,
+    keys: LockKeys,
     owner: String,
     started: Instant,
     lost: CancellationToken,
     expiry: Expiry,
 ) {
     let cause = tokio::select! {
-        () = extend_loop(&inner, &layout, &owner, started, &expiry) => {
+        () = extend_loop(&core, &keys, &owner, started, &expiry) => {
             "a majority of nodes say the lock is not ours"
         }
         () = expiry.passed() => "no extend acknowledged in time",
     };
-    observe::loss_cause("redis", format_args!("lock {}", layout.lock), cause);
+    observe::loss_cause("redis", format_args!("lock {}", keys.lock), cause);
     lost.cancel();
     expiry.expire();
 }
 
-async fn extend_loop(
-    inner: &Inner,
-    layout: &Layout,
-    owner: &str,
-    started: Instant,
-    expiry: &Expiry,
-) {
-    let config = &inner.config;
-    let nodes = &inner.nodes;
+async fn extend_loop(core: &Core, keys: &LockKeys, owner: &str, started: Instant, expiry: &Expiry) {
+    let config = &core.config;
+    let nodes = &core.nodes;
     let ttl = config.ttl();
     let period = ttl / 3;
-    let keys = [
-        layout.lock.as_str(),
-        layout.queue.as_str(),
-        layout.fence.as_str(),
-    ];
+    let script_keys = keys.script_keys();
     let ttl_ms = config.ttl_ms().to_string();
     // The first extend is due a period after the acquire was sent (the
     // grant's deadline counts from then), not after the guard was built.
@@ -100,7 +91,7 @@ async fn extend_loop(
         let results = nodes
             .all::<i64, _>(|_, _| Call {
                 script: &EXTEND_SCRIPT,
-                keys: &keys,
+                keys: &script_keys,
                 args: vec![owner.to_owned(), ttl_ms.clone()],
             })
             .await;
@@ -113,7 +104,7 @@ async fn extend_loop(
             return; // held by nobody or someone else on a majority: lost
         } else {
             // Nodes did not answer: try again soon, until the deadline.
-            observe::renewal_failed("redis", format_args!("lock {}", layout.lock));
+            observe::renewal_failed("redis", format_args!("lock {}", keys.lock));
             let (first, _) = config.retry_delay();
             next = Instant::now() + (first * 2 + jitter(first)).min(period);
         }
@@ -121,23 +112,23 @@ async fn extend_loop(
 }
 
 /// A held Redis lock: what a guard releases.
-struct Held {
-    inner: Arc<Inner>,
+struct HeldLock {
+    core: Arc<Core>,
     key: Key,
-    layout: Layout,
+    keys: LockKeys,
     owner: String,
     expiry: Expiry,
     lost: CancellationToken,
     watchdog: AbortHandle,
 }
 
-impl Drop for Held {
+impl Drop for HeldLock {
     fn drop(&mut self) {
         self.watchdog.abort();
     }
 }
 
-impl Held {
+impl HeldLock {
     fn lost_error(&self, reason: &str) -> Error {
         Error::LockLost {
             key: self.key.to_string(),
@@ -147,7 +138,7 @@ impl Held {
 }
 
 #[async_trait]
-impl GuardRelease for Held {
+impl GuardRelease for HeldLock {
     /// Deletes the lock key where this guard still holds it and passes the
     /// lock on; retries nodes that do not answer until the lock would have
     /// expired anyway.
@@ -161,33 +152,28 @@ impl GuardRelease for Held {
         // Stop extending first: our own release is not a loss.
         self.watchdog.abort();
         let was_lost = self.lost.is_cancelled() || self.expiry.has_passed();
-        let nodes = &self.inner.nodes;
-        let keys = [
-            self.layout.lock.as_str(),
-            self.layout.queue.as_str(),
-            self.layout.fence.as_str(),
-        ];
-        let (first, max) = self.inner.config.retry_delay();
-        let mut pause = first;
+        let nodes = &self.core.nodes;
+        let script_keys = self.keys.script_keys();
+        let (first, max) = self.core.config.retry_delay();
+        let mut backoff = Backoff::new(first, max).with_jitter();
         // Past this the key has expired on every node that did not answer.
-        let give_up = Instant::now() + self.inner.config.ttl();
+        let give_up = Instant::now() + self.core.config.ttl();
         let mut released = 0;
         let mut pending: Vec<usize> = (0..nodes.list.len()).collect();
         // Nodes sent a release that got no answer.
         let mut unanswered = vec![false; nodes.list.len()];
         loop {
-            let results = futures_util::future::join_all(pending.iter().map(|i| {
-                nodes.list[*i].run::<i64>(Call {
+            let results = nodes
+                .some::<i64>(&pending, || Call {
                     script: &RELEASE_SCRIPT,
-                    keys: &keys,
+                    keys: &script_keys,
                     args: vec![
                         self.owner.clone(),
-                        self.layout.waiters.clone(),
-                        self.layout.wake.clone(),
+                        self.keys.waiters.clone(),
+                        self.keys.wake.clone(),
                     ],
                 })
-            }))
-            .await;
+                .await;
             let mut still = Vec::new();
             let mut errors = Vec::new();
             for (i, r) in pending.iter().zip(results) {
@@ -210,8 +196,7 @@ impl GuardRelease for Held {
             if Instant::now() >= give_up {
                 return Err(nodes.unavailable("unlock", errors));
             }
-            tokio::time::sleep(pause + jitter(pause)).await;
-            pause = (pause * 2).min(max);
+            backoff.sleep().await;
         }
         // Nodes that did not answer (a quorum did) keep the key until it
         // expires: it no longer counts, as a quorum is free.

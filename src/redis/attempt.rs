@@ -1,0 +1,322 @@
+//! One call to `lock` or `try_lock`: a round of the acquire script on every
+//! node, decided by quorum (1 of 1, or N/2+1 of N) within the validity
+//! time, and the bookkeeping that makes giving up leave nothing behind.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+use super::core::Core;
+use super::node::Call;
+use super::scripts::{ACQUIRE_SCRIPT, LEAVE_SCRIPT, RAISE_SCRIPT, RELEASE_SCRIPT};
+use super::watchdog;
+use super::wire::{LockKeys, mode_tag, owner_value, waiter_id};
+use crate::backoff::Backoff;
+use crate::{Key, LockGuard, Result};
+
+/// What one round on every node came to.
+pub(crate) enum Round {
+    Granted(LockGuard),
+    /// Held by another. `split`: some nodes granted but too few (Redlock),
+    /// so retry after a random pause; `expires_in`: when the holder's key
+    /// expires if nobody renews it; `unsure`: some node did not answer, so
+    /// it may still apply our request later.
+    Busy {
+        split: bool,
+        expires_in: Option<Duration>,
+        unsure: bool,
+    },
+}
+
+/// Whether an attempt waits in the queue.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AttemptKind {
+    /// `lock`: joins the queue and waits.
+    Lock,
+    /// `try_lock`: one round, never queued.
+    TryLock,
+}
+
+/// What leaving removes.
+#[derive(Clone, Copy)]
+enum Leave {
+    /// The queue entry only; a lock held meanwhile is kept.
+    QueueOnly,
+    /// The queue entry, and the lock if it was handed over meanwhile.
+    QueueAndLock,
+}
+
+/// One call to `lock`/`try_lock`: its owner value and waiter id, so that
+/// giving up (error, cancel or drop) removes what it wrote.
+pub(crate) struct LockAttempt {
+    core: Arc<Core>,
+    key: Key,
+    keys: LockKeys,
+    /// `f<uuid>` or `u<uuid>`: the queue member and waiter record name.
+    id: String,
+    owner: String,
+    kind: AttemptKind,
+    pub notify: Arc<Notify>,
+    /// Whether dropping the attempt must remove what it wrote.
+    armed: bool,
+    /// Rounds sent so far: from the second on, `id` may be queued.
+    rounds: u32,
+}
+
+impl LockAttempt {
+    pub fn new(core: &Arc<Core>, key: &Key, kind: AttemptKind) -> Self {
+        let id = waiter_id(core.fairness);
+        let notify = Arc::new(Notify::new());
+        if kind == AttemptKind::Lock {
+            for node in &core.nodes.list {
+                node.hub.register(&id, &notify);
+            }
+        }
+        LockAttempt {
+            owner: owner_value(&id, &core.id),
+            keys: LockKeys::new(core.config.prefix(), key),
+            core: Arc::clone(core),
+            key: key.clone(),
+            id,
+            kind,
+            notify,
+            armed: true,
+            rounds: 0,
+        }
+    }
+
+    /// Rounds sent so far.
+    pub fn rounds(&self) -> u32 {
+        self.rounds
+    }
+
+    /// Whether dropping the attempt removes what it wrote: after a busy
+    /// `try_lock` round, only where a node did not answer (it may still
+    /// grant the lock late).
+    pub fn stay_armed(&mut self, armed: bool) {
+        self.armed = armed;
+    }
+
+    /// Runs the acquire script on every node and decides.
+    pub async fn round(&mut self) -> Result<Round> {
+        let core = Arc::clone(&self.core);
+        let (nodes, config, keys) = (&core.nodes, &core.config, &self.keys);
+        let script_keys = keys.script_keys();
+        let ttl_ms = config.ttl_ms().to_string();
+        let record_ms = core.record_ttl().as_millis().to_string();
+        let id = match self.kind {
+            AttemptKind::Lock => self.id.as_str(),
+            AttemptKind::TryLock => "",
+        };
+        let joined = if self.rounds > 0 { "1" } else { "0" };
+        self.rounds += 1;
+        let started = Instant::now();
+        let results: Vec<Result<(i64, i64), _>> = nodes
+            .all(|_, node| Call {
+                script: &ACQUIRE_SCRIPT,
+                keys: &script_keys,
+                args: vec![
+                    self.owner.clone(),
+                    ttl_ms.clone(),
+                    mode_tag(core.fairness).into(),
+                    id.into(),
+                    keys.waiters.clone(),
+                    keys.wake.clone(),
+                    node.hub.id.clone(),
+                    record_ms.clone(),
+                    joined.into(),
+                ],
+            })
+            .await;
+        let mut granted = Vec::new();
+        let mut busy = vec![false; nodes.list.len()];
+        let mut expires_in: Option<Duration> = None;
+        let mut errors = Vec::new();
+        for (i, result) in results.into_iter().enumerate() {
+            match result {
+                Ok((1, token)) => granted.push((i, u64::try_from(token).unwrap_or_default())),
+                Ok((_, pttl)) => {
+                    busy[i] = true;
+                    if let Ok(ms) = u64::try_from(pttl) {
+                        let d = Duration::from_millis(ms);
+                        expires_in = Some(expires_in.map_or(d, |e| e.min(d)));
+                    }
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        // A grant counts only if its local deadline (which leaves room for
+        // drift and the margin) is still ahead.
+        let valid = |at: Instant| config.validity_left(at.elapsed()).is_some();
+        if granted.len() >= nodes.quorum && valid(started) {
+            let token = granted.iter().map(|(_, t)| *t).max().unwrap_or_default();
+            let agreed = granted.iter().filter(|(_, t)| *t == token).count();
+            let raised =
+                agreed >= nodes.quorum || self.raise(&granted, token).await >= nodes.quorum;
+            if raised && valid(started) {
+                return Ok(Round::Granted(self.granted(token, started, &granted)));
+            }
+        }
+        // Too few grants (or too late): give back what we got, and what a
+        // node that did not answer may have granted all the same (its
+        // request can still be applied late); only nodes that answered
+        // "busy" hold nothing of ours.
+        let split = !granted.is_empty();
+        let unsure = !errors.is_empty();
+        if split || unsure {
+            let give_back: Vec<usize> = (0..nodes.list.len()).filter(|i| !busy[*i]).collect();
+            let _ = nodes
+                .some::<i64>(&give_back, || Call {
+                    script: &RELEASE_SCRIPT,
+                    keys: &script_keys,
+                    args: vec![self.owner.clone(), keys.waiters.clone(), keys.wake.clone()],
+                })
+                .await;
+        }
+        if nodes.list.len() - errors.len() < nodes.quorum {
+            return Err(nodes.unavailable("lock", errors));
+        }
+        Ok(Round::Busy {
+            split,
+            expires_in,
+            unsure,
+        })
+    }
+
+    /// Redlock: raises the fence counters of the granting nodes to `token`;
+    /// returns on how many nodes that was done while still held there.
+    async fn raise(&self, granted: &[(usize, u64)], token: u64) -> usize {
+        let script_keys = self.keys.script_keys();
+        let indexes: Vec<usize> = granted.iter().map(|(i, _)| *i).collect();
+        let results = self
+            .core
+            .nodes
+            .some::<i64>(&indexes, || Call {
+                script: &RAISE_SCRIPT,
+                keys: &script_keys,
+                args: vec![self.owner.clone(), token.to_string()],
+            })
+            .await;
+        results.into_iter().filter(|r| matches!(r, Ok(1))).count()
+    }
+
+    /// The guard for a grant; the attempt is done.
+    fn granted(&mut self, token: u64, started: Instant, granted: &[(usize, u64)]) -> LockGuard {
+        self.armed = false;
+        // Nodes that did not grant may still hold our queue entry (a grant
+        // removed it on its own node, so nothing is sent where all granted).
+        if self.kind == AttemptKind::Lock {
+            let others: Vec<usize> = (0..self.core.nodes.list.len())
+                .filter(|i| !granted.iter().any(|(g, _)| g == i))
+                .collect();
+            if !others.is_empty() {
+                self.spawn_leave(Leave::QueueOnly, others);
+            }
+        }
+        watchdog::guard(
+            Arc::clone(&self.core),
+            self.key.clone(),
+            self.keys.clone(),
+            self.owner.clone(),
+            token,
+            started,
+        )
+    }
+
+    /// The owner value the leave script matches a held lock against: none
+    /// when the lock is to be kept.
+    fn leave_owner(&self, leave: Leave) -> String {
+        match leave {
+            Leave::QueueOnly => String::new(),
+            Leave::QueueAndLock => self.owner.clone(),
+        }
+    }
+
+    /// Removes what this attempt wrote on `nodes` (queue entries; a lock
+    /// handed over meanwhile is released and passed on) in the background,
+    /// retrying nodes that do not answer for about one TTL.
+    fn spawn_leave(&self, leave: Leave, nodes: Vec<usize>) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let core = Arc::clone(&self.core);
+        let keys = self.keys.clone();
+        let id = self.id.clone();
+        let owner = self.leave_owner(leave);
+        rt.spawn(async move {
+            let (first, max) = core.config.retry_delay();
+            let mut backoff = Backoff::new(first, max);
+            // After about a TTL our records have expired anyway.
+            let give_up = Instant::now() + core.config.ttl();
+            let mut pending = nodes;
+            while !pending.is_empty() && Instant::now() < give_up {
+                pending = send_leave(&core, &keys, &id, &owner, &pending).await;
+                if !pending.is_empty() {
+                    backoff.sleep().await;
+                }
+            }
+        });
+    }
+
+    /// Gives up: removes what the attempt wrote, with one request per node
+    /// (each bounded by the per-node timeout); nodes that did not answer
+    /// are retried in the background.
+    pub async fn abandon(mut self) {
+        let all: Vec<usize> = (0..self.core.nodes.list.len()).collect();
+        let owner = self.leave_owner(Leave::QueueAndLock);
+        // Still armed: if this future is dropped half way, Drop cleans up.
+        let pending = send_leave(&self.core, &self.keys, &self.id, &owner, &all).await;
+        self.armed = false;
+        if !pending.is_empty() {
+            self.spawn_leave(Leave::QueueAndLock, pending);
+        }
+    }
+}
+
+/// Sends the leave script once to `nodes`; returns those that did not answer.
+async fn send_leave(
+    core: &Core,
+    keys: &LockKeys,
+    id: &str,
+    owner: &str,
+    nodes: &[usize],
+) -> Vec<usize> {
+    let script_keys = keys.script_keys();
+    let results = core
+        .nodes
+        .some::<i64>(nodes, || Call {
+            script: &LEAVE_SCRIPT,
+            keys: &script_keys,
+            args: vec![
+                owner.to_owned(),
+                id.to_owned(),
+                keys.waiters.clone(),
+                keys.wake.clone(),
+            ],
+        })
+        .await;
+    nodes
+        .iter()
+        .zip(results)
+        .filter(|(_, r)| r.is_err())
+        .map(|(i, _)| *i)
+        .collect()
+}
+
+impl Drop for LockAttempt {
+    fn drop(&mut self) {
+        if self.kind == AttemptKind::Lock {
+            for node in &self.core.nodes.list {
+                node.hub.deregister(&self.id);
+            }
+        }
+        if self.armed {
+            self.armed = false;
+            self.spawn_leave(
+                Leave::QueueAndLock,
+                (0..self.core.nodes.list.len()).collect(),
+            );
+        }
+    }
+}

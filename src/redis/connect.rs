@@ -1,0 +1,75 @@
+//! What a failed connect says: wrong TLS settings, refused credentials,
+//! nothing listening, or too few nodes answering.
+
+use super::config::RedisConfig;
+use super::error::{FailedOp, NodeError};
+use super::secure::tls_failure;
+use crate::{BoxError, Error, Result};
+
+/// The error for nodes that could not be reached.
+pub(crate) fn unreachable(config: &RedisConfig, endpoints: String, source: BoxError) -> Error {
+    Error::Connect {
+        backend: "redis",
+        endpoints,
+        timeout: config.connect_timeout(),
+        source,
+    }
+}
+
+/// Checks the `PING`s of a connect: `errors` holds the nodes that failed.
+/// Wrong TLS settings or credentials fail the same way on every retry, so
+/// they are reported even when a quorum answered; otherwise a quorum must
+/// have answered.
+pub(crate) fn check(config: &RedisConfig, mut errors: Vec<NodeError>) -> Result<()> {
+    if let Some(at) = errors.iter().position(|e| tls_failure(config, e).is_some()) {
+        let node = errors.swap_remove(at);
+        return Err(Error::Tls {
+            backend: "redis",
+            endpoints: node.node.clone(),
+            reason: tls_failure(config, &node).unwrap_or_default(),
+            source: Box::new(node),
+        });
+    }
+    let total = config.urls().len();
+    let quorum = config.quorum();
+    let mut failed = FailedOp {
+        op: "connect",
+        total,
+        quorum,
+        errors,
+    };
+    if let Some(refusal) = failed.refusal() {
+        return Err(refusal);
+    }
+    let errors = failed.errors;
+    if total - errors.len() >= quorum {
+        return Ok(());
+    }
+    let endpoints = errors
+        .iter()
+        .map(|e| e.node.as_str())
+        .collect::<Vec<_>>()
+        .join(",");
+    let source: BoxError = if errors.iter().all(NodeError::is_refused) {
+        // `Error::Connect` names the endpoints already.
+        "connection refused: nothing listens there; start redis-server, or correct the \
+         host and port in the URL"
+            .into()
+    } else {
+        let why = errors
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
+        if total > 1 {
+            format!(
+                "{} of {total} nodes answered, {quorum} needed ({why})",
+                total - errors.len(),
+            )
+            .into()
+        } else {
+            why.into()
+        }
+    };
+    Err(unreachable(config, endpoints, source))
+}

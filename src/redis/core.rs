@@ -1,0 +1,68 @@
+//! What every operation of one locker shares: the nodes, the
+//! configuration, the mode and the locker's id, and the times derived from
+//! them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::config::RedisConfig;
+use super::node::Nodes;
+use crate::Error;
+use crate::fairness::Fairness;
+use crate::observe::Site;
+
+/// Everything a locker's operations share.
+pub(crate) struct Core {
+    pub nodes: Arc<Nodes>,
+    pub config: RedisConfig,
+    pub fairness: Fairness,
+    /// Written into owner values as `locker=<id>`.
+    pub id: String,
+}
+
+impl Core {
+    pub fn new(nodes: Arc<Nodes>, config: RedisConfig, fairness: Fairness) -> Self {
+        Core {
+            nodes,
+            config,
+            fairness,
+            id: uuid::Uuid::new_v4().simple().to_string(),
+        }
+    }
+
+    pub fn site(&self) -> Site {
+        Site::new("redis", self.fairness.is_fair())
+    }
+
+    /// The error for fair mode on Redlock, if this locker is one.
+    pub fn check_mode(&self) -> Result<(), Error> {
+        if self.fairness.is_fair() && self.nodes.is_redlock() {
+            return Err(fair_redlock_unsupported());
+        }
+        Ok(())
+    }
+
+    /// How often a waiter re-checks (and refreshes its queue record)
+    /// without a wake-up: a fallback for lost messages.
+    pub fn poll(&self) -> Duration {
+        (self.config.ttl() / 3).min(Duration::from_secs(1))
+    }
+
+    /// How long a waiter record lives without a refresh: three polls. A
+    /// fair handoff grants the lock for this long only, until the grantee
+    /// confirms it, so a handoff to a waiter that died meanwhile blocks the
+    /// lock for this long rather than a whole TTL.
+    pub fn record_ttl(&self) -> Duration {
+        self.poll() * 3
+    }
+}
+
+/// The error for fair mode on Redlock.
+pub(crate) fn fair_redlock_unsupported() -> Error {
+    Error::Unsupported(
+        "fair mode on Redlock (several redis:// URLs): independent masters cannot agree \
+         on one arrival order without consensus; use one Redis instance or etcd for fair \
+         locks, or unfair mode on Redlock"
+            .into(),
+    )
+}

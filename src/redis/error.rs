@@ -1,0 +1,241 @@
+//! The Redis backend's own errors: one failed request to one node,
+//! classified by the Redis error kind and code, and the mapping of a failed
+//! operation (too few nodes answered) into the public [`Error`].
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::{BoxError, Error};
+
+/// What went wrong with one request to one node.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// `NOAUTH`, `WRONGPASS`, or the client's failed `AUTH`: wrong or
+    /// missing credentials.
+    Auth(redis::RedisError),
+    /// `NOPERM`: the ACL user may not run the command or touch the key.
+    NoPerm(redis::RedisError),
+    /// `WRONGTYPE`: a key under the prefix holds something fairlock did
+    /// not write.
+    WrongType(redis::RedisError),
+    /// Nothing listens at the node's address.
+    Refused(redis::RedisError),
+    /// Any other failure of the connection or the server's answer.
+    Other(redis::RedisError),
+    /// No answer within the timeout.
+    NoAnswer(Duration),
+}
+
+impl Failure {
+    /// Classifies an error of the redis client.
+    pub fn classify(error: redis::RedisError) -> Self {
+        if error.kind() == redis::ErrorKind::AuthenticationFailed
+            || matches!(error.code(), Some("NOAUTH" | "WRONGPASS"))
+        {
+            Failure::Auth(error)
+        } else if error.code() == Some("NOPERM") {
+            Failure::NoPerm(error)
+        } else if error.code() == Some("WRONGTYPE") {
+            Failure::WrongType(error)
+        } else if error.is_connection_refusal() {
+            Failure::Refused(error)
+        } else {
+            Failure::Other(error)
+        }
+    }
+}
+
+/// A failed request to one node, named by its URL without password.
+#[derive(Debug)]
+pub(crate) struct NodeError {
+    pub node: String,
+    pub failure: Failure,
+}
+
+impl NodeError {
+    pub fn new(node: &str, failure: Failure) -> Self {
+        NodeError {
+            node: node.to_owned(),
+            failure,
+        }
+    }
+
+    /// The redis client's error behind this one, if any.
+    pub fn redis_error(&self) -> Option<&redis::RedisError> {
+        match &self.failure {
+            Failure::Auth(e)
+            | Failure::NoPerm(e)
+            | Failure::WrongType(e)
+            | Failure::Refused(e)
+            | Failure::Other(e) => Some(e),
+            Failure::NoAnswer(_) => None,
+        }
+    }
+
+    /// `true` when nothing listens at the node's address.
+    pub fn is_refused(&self) -> bool {
+        matches!(self.failure, Failure::Refused(_))
+    }
+}
+
+impl fmt::Display for NodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.failure {
+            Failure::NoAnswer(after) => write!(f, "{}: no answer within {after:?}", self.node),
+            Failure::Refused(_) => write!(f, "{}: connection refused", self.node),
+            Failure::Auth(e) | Failure::NoPerm(e) | Failure::WrongType(e) | Failure::Other(e) => {
+                write!(f, "{}: {e}", self.node)
+            }
+        }
+    }
+}
+
+impl std::error::Error for NodeError {}
+
+/// An operation that too few nodes answered, with each failure.
+pub(crate) struct FailedOp {
+    pub op: &'static str,
+    /// Nodes configured.
+    pub total: usize,
+    /// Nodes needed.
+    pub quorum: usize,
+    pub errors: Vec<NodeError>,
+}
+
+const AUTH_ADVICE: &str = "the user name or password is wrong, the user does not exist or is \
+     disabled, or the server needs a password; check the URL's user:password, FAIRLOCK_USER \
+     and FAIRLOCK_PASSWORD";
+
+const NOPERM_ADVICE: &str = "the Redis ACL user may not run this command or touch these keys \
+     or channels; grant it the commands, ~PREFIX* keys and &PREFIX* channels listed in the \
+     README's Production section";
+
+impl FailedOp {
+    /// The public error for a refusal (wrong credentials, no permission)
+    /// among the failures, if there is one: retrying would not help.
+    pub fn refusal(&mut self) -> Option<Error> {
+        let at = self
+            .errors
+            .iter()
+            .position(|e| matches!(e.failure, Failure::Auth(_) | Failure::NoPerm(_)))?;
+        let node = self.errors.swap_remove(at);
+        let no_perm = matches!(node.failure, Failure::NoPerm(_));
+        let source: BoxError = Box::new(node);
+        Some(if no_perm {
+            Error::PermissionDenied {
+                backend: "redis",
+                op: self.op,
+                reason: NOPERM_ADVICE.into(),
+                source,
+            }
+        } else {
+            Error::Auth {
+                backend: "redis",
+                reason: AUTH_ADVICE.into(),
+                source,
+            }
+        })
+    }
+}
+
+impl From<FailedOp> for Error {
+    /// A refusal as such; else the node's own error on a single instance,
+    /// and a quorum error naming every failure on Redlock.
+    fn from(mut failed: FailedOp) -> Error {
+        if let Some(refusal) = failed.refusal() {
+            return refusal;
+        }
+        let answered = failed.total - failed.errors.len();
+        let mut errors = failed.errors.into_iter();
+        let first: BoxError = match errors.next() {
+            Some(e) => Box::new(e),
+            None => "no node answered".into(),
+        };
+        if failed.total <= 1 {
+            return Error::Backend {
+                backend: "redis",
+                op: failed.op,
+                source: first,
+            };
+        }
+        let rest: Vec<String> = errors.map(|e| e.to_string()).collect();
+        let source = if rest.is_empty() {
+            first
+        } else {
+            format!("{first}; {}", rest.join("; ")).into()
+        };
+        Error::Unavailable {
+            backend: "redis",
+            op: failed.op,
+            answered,
+            needed: failed.quorum,
+            total: failed.total,
+            source,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(text: &str) -> redis::RedisError {
+        redis::RedisError::from((redis::ErrorKind::Client, "answer", text.to_owned()))
+    }
+
+    #[test]
+    fn classifies_by_code_and_kind() {
+        let io = |kind| redis::RedisError::from(std::io::Error::from(kind));
+        let refused = Failure::classify(io(std::io::ErrorKind::ConnectionRefused));
+        assert!(matches!(refused, Failure::Refused(_)), "{refused:?}");
+        let reset = Failure::classify(io(std::io::ErrorKind::ConnectionReset));
+        assert!(matches!(reset, Failure::Other(_)), "{reset:?}");
+        let auth = redis::RedisError::from((redis::ErrorKind::AuthenticationFailed, "auth"));
+        assert!(matches!(Failure::classify(auth), Failure::Auth(_)));
+    }
+
+    #[test]
+    fn refusals_map_to_their_public_errors() {
+        let failed = |failure| FailedOp {
+            op: "lock",
+            total: 1,
+            quorum: 1,
+            errors: vec![NodeError::new("redis://h:1", failure)],
+        };
+        let denied = Error::from(failed(Failure::NoPerm(answer("NOPERM"))));
+        assert!(
+            matches!(denied, Error::PermissionDenied { op: "lock", .. }),
+            "{denied:?}"
+        );
+        let auth = Error::from(failed(Failure::Auth(answer("WRONGPASS"))));
+        assert!(matches!(auth, Error::Auth { .. }), "{auth:?}");
+        let slow = Error::from(failed(Failure::NoAnswer(Duration::from_millis(5))));
+        assert!(
+            matches!(slow, Error::Backend { op: "lock", .. }),
+            "{slow:?}"
+        );
+    }
+
+    #[test]
+    fn redlock_failures_name_every_node() {
+        let slow = |n: &str| NodeError::new(n, Failure::NoAnswer(Duration::from_millis(5)));
+        let err = Error::from(FailedOp {
+            op: "unlock",
+            total: 3,
+            quorum: 2,
+            errors: vec![slow("redis://a:1"), slow("redis://b:1")],
+        });
+        let Error::Unavailable {
+            answered, source, ..
+        } = &err
+        else {
+            panic!("{err:?}");
+        };
+        assert_eq!(*answered, 1);
+        let text = source.to_string();
+        assert!(
+            text.contains("redis://a:1") && text.contains("redis://b:1"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,240 @@
+//! Everything fairlock writes to Redis, by name and by format: the keys of
+//! a lock, the lock value, the waiter ids and records, and the wake-up
+//! messages. The Lua scripts (`scripts.rs`) write the same formats; the
+//! functions here build and read them on the Rust side.
+//!
+//! For prefix `fairlock:` and key `jobs/export`:
+//! - lock key `fairlock:jobs/export`, value `"<token> <owner>"`, `PX ttl`;
+//! - queue `fairlock:jobs/export/_OWNERS_/queue` (sorted set of waiter ids);
+//! - waiter records `fairlock:jobs/export/_OWNERS_/w/<id>`, each
+//!   `"<hub> <f|u> <record ttl ms> <owner>"`;
+//! - the fencing counter `fairlock:_OWNERS_/fence`, one per prefix, the only
+//!   key that outlives the locks (a token must never repeat);
+//! - wake-up channels `fairlock:_OWNERS_/wake/<hub id>`, one per connection;
+//!   a message is the id of the one waiter it wakes.
+//!
+//! Keys may not contain a `_OWNERS_` segment, so none of these names can be
+//! another lock's key.
+
+use crate::fairness::Fairness;
+use crate::{Key, RESERVED_SEGMENT};
+
+/// The Redis keys of one lock.
+#[derive(Clone, Debug)]
+pub(crate) struct LockKeys {
+    pub lock: String,
+    pub queue: String,
+    /// Prefix of the waiter records.
+    pub waiters: String,
+    pub fence: String,
+    /// Prefix of the wake-up channels.
+    pub wake: String,
+}
+
+impl LockKeys {
+    pub fn new(prefix: &str, key: &Key) -> Self {
+        let lock = format!("{prefix}{key}");
+        LockKeys {
+            queue: format!("{lock}/{RESERVED_SEGMENT}/queue"),
+            waiters: format!("{lock}/{RESERVED_SEGMENT}/w/"),
+            fence: fence_key(prefix),
+            wake: wake_prefix(prefix),
+            lock,
+        }
+    }
+
+    /// `KEYS` of every script: `[lock, queue, fence]`.
+    pub fn script_keys(&self) -> [&str; 3] {
+        [self.lock.as_str(), self.queue.as_str(), self.fence.as_str()]
+    }
+}
+
+/// The fencing counter of a prefix.
+pub(crate) fn fence_key(prefix: &str) -> String {
+    format!("{prefix}{RESERVED_SEGMENT}/fence")
+}
+
+/// The prefix of the wake-up channels.
+pub(crate) fn wake_prefix(prefix: &str) -> String {
+    format!("{prefix}{RESERVED_SEGMENT}/wake/")
+}
+
+/// The wake-up channel of the hub `hub` (a release publishes the id of the
+/// waiter it serves there).
+pub(crate) fn wake_channel(wake_prefix: &str, hub: &str) -> String {
+    format!("{wake_prefix}{hub}")
+}
+
+/// The owner value of one attempt (see [`crate::owner`]), with the
+/// locker's id: `<attempt> pid=<pid> host=<host> at=<unix ms> locker=<id>`.
+pub(crate) fn owner_value(attempt: &str, locker: &str) -> String {
+    crate::owner::owner_value(attempt, &format!("locker={locker}"))
+}
+
+/// The tag of a mode in waiter ids, records and the acquire script's
+/// arguments: `f` (fair) or `u` (unfair).
+pub(crate) fn mode_tag(fairness: Fairness) -> &'static str {
+    match fairness {
+        Fairness::Fair => "f",
+        Fairness::Unfair => "u",
+    }
+}
+
+/// The mode of a tag written by [`mode_tag`].
+// `status.rs` reads lock values and waiter records with code of its own;
+// these readers are its to use, and only the tests call them so far.
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) fn parse_mode_tag(tag: &str) -> Option<Fairness> {
+    match tag {
+        "f" => Some(Fairness::Fair),
+        "u" => Some(Fairness::Unfair),
+        _ => None,
+    }
+}
+
+/// A new waiter id: the mode's tag and a random uuid, `f<uuid>` or
+/// `u<uuid>`; it names the queue member and the waiter record.
+pub(crate) fn waiter_id(fairness: Fairness) -> String {
+    format!("{}{}", mode_tag(fairness), uuid::Uuid::new_v4().simple())
+}
+
+/// The mode a waiter id was made for.
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) fn waiter_fairness(id: &str) -> Option<Fairness> {
+    parse_mode_tag(id.get(..1)?)
+}
+
+/// The value of a held lock key: `"<token> <owner>"`.
+#[cfg_attr(not(test), allow(dead_code))]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct LockValue {
+    pub token: u64,
+    pub owner: String,
+}
+
+#[cfg_attr(not(test), allow(dead_code))]
+impl LockValue {
+    /// The value as the scripts write it.
+    pub fn encode(&self) -> String {
+        format!("{} {}", self.token, self.owner)
+    }
+
+    /// Reads a lock key's value; `None` for anything else.
+    pub fn parse(value: &str) -> Option<Self> {
+        let (token, owner) = value.split_once(' ')?;
+        Some(LockValue {
+            token: token.parse().ok()?,
+            owner: owner.to_owned(),
+        })
+    }
+}
+
+/// A waiter record: `"<hub> <f|u> <record ttl ms> <owner>"`, where `hub`
+/// names the wake-up channel the waiter listens on.
+#[cfg_attr(not(test), allow(dead_code))]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct WaiterRecord {
+    pub hub: String,
+    pub fairness: Fairness,
+    pub ttl_ms: u64,
+    pub owner: String,
+}
+
+#[cfg_attr(not(test), allow(dead_code))]
+impl WaiterRecord {
+    /// The record as the acquire script writes it.
+    pub fn encode(&self) -> String {
+        format!(
+            "{} {} {} {}",
+            self.hub,
+            mode_tag(self.fairness),
+            self.ttl_ms,
+            self.owner
+        )
+    }
+
+    /// Reads a waiter record; `None` for anything else.
+    pub fn parse(record: &str) -> Option<Self> {
+        let mut parts = record.splitn(4, ' ');
+        let hub = parts.next()?.to_owned();
+        let fairness = parse_mode_tag(parts.next()?)?;
+        let ttl_ms = parts.next()?.parse().ok()?;
+        Some(WaiterRecord {
+            hub,
+            fairness,
+            ttl_ms,
+            owner: parts.next()?.to_owned(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn internal_keys_cannot_be_lock_keys() {
+        let a = LockKeys::new("p:", &Key::from("a"));
+        assert_eq!(a.lock, "p:a");
+        assert_eq!(a.queue, "p:a/_OWNERS_/queue");
+        assert_eq!(a.waiters, "p:a/_OWNERS_/w/");
+        assert_eq!(a.fence, "p:_OWNERS_/fence");
+        assert_eq!(a.wake, "p:_OWNERS_/wake/");
+        assert_eq!(
+            a.script_keys(),
+            ["p:a", "p:a/_OWNERS_/queue", "p:_OWNERS_/fence"]
+        );
+        // A key naming any of them is refused by Key::validate.
+        for k in [&a.queue, &a.fence, &a.waiters, &a.wake] {
+            let name = k.strip_prefix("p:").unwrap();
+            assert!(Key::from(name).validate().is_err(), "{name}");
+        }
+        assert_eq!(wake_channel(&a.wake, "h1"), "p:_OWNERS_/wake/h1");
+    }
+
+    #[test]
+    fn owner_values_name_attempt_and_locker() {
+        let owner = owner_value("fabc", "L1");
+        assert!(owner.starts_with("fabc pid=") && owner.ends_with(" locker=L1"));
+        let parsed = crate::Owner::parse(&owner);
+        assert_eq!(parsed.field("locker"), Some("L1"));
+    }
+
+    #[test]
+    fn waiter_ids_round_trip() {
+        for fairness in [Fairness::Fair, Fairness::Unfair] {
+            let id = waiter_id(fairness);
+            assert_eq!(id.len(), 33, "{id}");
+            assert_eq!(waiter_fairness(&id), Some(fairness));
+            assert_eq!(parse_mode_tag(mode_tag(fairness)), Some(fairness));
+        }
+        assert_eq!(waiter_fairness(""), None);
+        assert_eq!(waiter_fairness("x1"), None);
+    }
+
+    #[test]
+    fn lock_values_round_trip() {
+        let value = LockValue {
+            token: 42,
+            owner: "fabc pid=1 host=h at=5 locker=L".into(),
+        };
+        assert_eq!(value.encode(), "42 fabc pid=1 host=h at=5 locker=L");
+        assert_eq!(LockValue::parse(&value.encode()), Some(value));
+        assert_eq!(LockValue::parse(""), None);
+        assert_eq!(LockValue::parse("x owner"), None);
+    }
+
+    #[test]
+    fn waiter_records_round_trip() {
+        let record = WaiterRecord {
+            hub: "hub1".into(),
+            fairness: Fairness::Unfair,
+            ttl_ms: 3000,
+            owner: "uabc pid=1 host=h locker=L".into(),
+        };
+        assert_eq!(record.encode(), "hub1 u 3000 uabc pid=1 host=h locker=L");
+        assert_eq!(WaiterRecord::parse(&record.encode()), Some(record));
+        assert_eq!(WaiterRecord::parse("hub x 1 o"), None);
+        assert_eq!(WaiterRecord::parse("hub f 1"), None);
+    }
+}
