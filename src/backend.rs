@@ -51,6 +51,7 @@ fn kind(endpoint: &str) -> Result<Kind> {
         "redis" | "rediss" => Ok(Kind::Redis),
         "http" | "https" => Ok(Kind::Etcd),
         other => {
+            let (endpoint, rest) = (redact(endpoint), redact(rest));
             let hint = closest_scheme(other)
                 .map(|s| format!("did you mean {s}://{rest}? "))
                 .unwrap_or_default();
@@ -77,12 +78,25 @@ fn bare_kind(endpoint: &str) -> Result<Kind> {
             closest_scheme(head).unwrap_or("redis").to_owned()
         };
         let host = rest.trim_start_matches('/');
+        let (endpoint, host) = (redact(endpoint), redact(host));
         return Err(Error::InvalidConfig(format!(
             "endpoint {endpoint:?} looks like a mistyped URL; did you mean {scheme}://{host}? \
              (etcd endpoints are host:port or http://host:port)"
         )));
     }
     Ok(Kind::Etcd)
+}
+
+/// `endpoint` with the password of a `user:password@` part replaced, for
+/// messages about endpoints that are not valid URLs.
+fn redact(endpoint: &str) -> String {
+    let Some(at) = endpoint.rfind('@') else {
+        return endpoint.to_owned();
+    };
+    match endpoint[..at].rfind(':') {
+        Some(colon) => format!("{}:***{}", &endpoint[..colon], &endpoint[at..]),
+        None => endpoint.to_owned(),
+    }
 }
 
 /// The known scheme a typo most likely meant (at most two edits away).
@@ -449,6 +463,11 @@ mod tests {
             let text = err(typo);
             assert!(text.contains(meant), "{typo}: {text}");
         }
+        let secret = err("redis:/app:s3cret@h:6379");
+        assert!(!secret.contains("s3cret"), "{secret}");
+        assert!(secret.contains("redis://app:***@h:6379"), "{secret}");
+        let secret = err("reddis://app:s3cret@h:1");
+        assert!(!secret.contains("s3cret"), "{secret}");
         let far = err("postgres://a");
         assert!(!far.contains("did you mean"), "{far}");
         // A host named like a scheme, with a port, is still a host.
