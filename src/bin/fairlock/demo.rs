@@ -2,11 +2,10 @@
 //! then unfair mode, and each grant is judged against the order in which
 //! etcd saw the requests arrive.
 //!
-//! The workload (see `demo/worker.rs`): process 0 asks again as soon as it
-//! releases, while the other processes' requests arrive on a schedule.
-//! Fair mode queues process 0's new request behind everyone waiting;
-//! unfair mode lets it take the lock whenever it finds it free, ahead of
-//! waiters that asked earlier. Prints every grant, a verdict per mode
+//! The workload (see `demo/worker.rs`): each process asks again as soon as
+//! it releases. Fair mode queues that new request behind everyone waiting,
+//! so the processes take turns; unfair mode lets it take the lock whenever
+//! it finds it free, ahead of waiters that asked earlier, who wait longer. Prints every grant, a verdict per mode
 //! (fair mode must grant in strict arrival order), the modes' figures side
 //! by side, and with `--svg` a timeline (`svg.rs`).
 //!
@@ -21,6 +20,7 @@ mod record;
 mod table;
 mod worker;
 
+use std::io::Write;
 use std::process::Stdio;
 
 use etcd_client::Client;
@@ -76,20 +76,26 @@ async fn coordinator(config: EtcdConfig, o: &DemoArgs) -> Result<u8, AnyError> {
         "fair" => &["fair"],
         _ => &["unfair"],
     };
-    println!("etcd {}: {}", config.endpoints().join(","), workload(o));
+    let mut out = std::io::stdout();
+    writeln!(
+        out,
+        "etcd {}: {}",
+        config.endpoints().join(","),
+        workload(o)
+    )?;
     let mut runs = Vec::new();
     for mode in modes {
         let run = run_mode(&config, &mut client, o, mode).await?;
-        table::print_run(&run);
+        table::print_run(&mut out, &run)?;
         runs.push(run);
     }
     if runs.len() > 1 {
-        table::print_summary(&runs);
+        table::print_summary(&mut out, &runs)?;
     }
     if let Some(path) = &o.svg {
         std::fs::write(path, svg::render(&picture(o, &runs)))
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        println!("\ntimeline written to {}", path.display());
+        writeln!(out, "\ntimeline written to {}", path.display())?;
     }
     locker.close().await?;
     let fair_kept = runs
@@ -101,23 +107,18 @@ async fn coordinator(config: EtcdConfig, o: &DemoArgs) -> Result<u8, AnyError> {
 
 /// The workload in words.
 fn workload(o: &DemoArgs) -> String {
-    let eager = format!(
-        "process 0 asks {} times, each time as soon as it has released",
-        o.tasks
-    );
-    let others = match o.processes {
-        1 => String::new(),
-        2 => format!("; process 1 asks {} times", o.tasks),
-        p => format!("; processes 1-{} ask {} times each", p - 1, o.tasks),
+    let who = match o.processes {
+        1 => "1 process asks".to_owned(),
+        p => format!("{p} processes each ask"),
     };
-    let schedule = if o.processes > 1 {
-        format!(", one request every {} ms", o.interval_ms)
+    let stagger = if o.processes > 1 {
+        format!(", process p first at p x {} ms", o.interval_ms)
     } else {
         String::new()
     };
     format!(
-        "{eager}{others}{schedule}; each request holds the lock {} ms",
-        o.hold_ms
+        "{who} {} times, again as soon as they release{stagger}; each holds the lock {} ms",
+        o.tasks, o.hold_ms
     )
 }
 
@@ -221,14 +222,12 @@ fn picture(o: &DemoArgs, runs: &[ModeRun]) -> svg::Picture {
             }
         })
         .collect();
-    let groups = (0..o.processes)
-        .map(|p| match p {
-            0 => "process 0 (asks again at once)".to_owned(),
-            p => format!("process {p}"),
-        })
-        .collect();
+    let groups = (0..o.processes).map(|p| format!("process {p}")).collect();
     svg::Picture {
         title: format!("fairlock demo: {}", workload(o)),
+        note: "A row per request, in the order etcd saw the requests arrive; \
+               both runs on one time scale."
+            .to_owned(),
         groups,
         panels,
     }

@@ -8,6 +8,8 @@ use std::fmt::Write as _;
 /// What to draw.
 pub struct Picture {
     pub title: String,
+    /// A second, smaller line under the title.
+    pub note: String,
     /// The names of the row groups (colours), for the legend.
     pub groups: Vec<String>,
     pub panels: Vec<Panel>,
@@ -37,7 +39,7 @@ pub struct Row {
 const LABEL_W: u64 = 64;
 const PLOT_W: u64 = 520;
 const GAP: u64 = 36;
-const TOP: u64 = 64;
+const TOP: u64 = 70;
 /// Rows shrink to fit this height, down to [`MIN_ROW`].
 const ROWS_H: u64 = 640;
 const MAX_ROW: u64 = 18;
@@ -76,8 +78,10 @@ pub fn render(p: &Picture) -> String {
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" \
          font-family=\"sans-serif\" font-size=\"12\">\n\
          <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <text x=\"10\" y=\"22\" font-size=\"14\">{}</text>",
-        escape(&p.title)
+         <text x=\"10\" y=\"20\" font-size=\"14\">{}</text>\n\
+         <text x=\"10\" y=\"36\" fill=\"#555\">{}</text>",
+        escape(&p.title),
+        escape(&p.note)
     );
     for (i, panel) in p.panels.iter().enumerate() {
         let left = 10 + u64::try_from(i).unwrap_or(0) * (LABEL_W + PLOT_W + GAP);

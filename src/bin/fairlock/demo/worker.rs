@@ -1,11 +1,9 @@
-//! One worker process of the demo: one locker, and its requests for the
-//! demo's lock. Process 0 is eager: it asks `tasks` times in a row, each
-//! time as soon as it has released. Every other process runs `tasks` tasks
-//! that ask once each, arriving one every `interval` across those
-//! processes. Each grant is printed as a [`Request`] line.
+//! One worker process of the demo: one locker asking for the demo's lock
+//! `tasks` times in a row, each time as soon as it has released; process
+//! `p` first asks `p` intervals after the start. Each grant is printed as a
+//! [`Request`] line.
 
 use std::io::Write;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fairlock::etcd::{EtcdConfig, EtcdLocker};
@@ -31,34 +29,15 @@ pub fn now_ms() -> u64 {
 /// Runs worker process `process`; returns when all its requests were
 /// granted and released.
 pub async fn run(config: EtcdConfig, o: &DemoArgs, process: u64) -> Result<(), AnyError> {
-    let locker = Arc::new(EtcdLocker::connect(config, o.mode == "fair").await?);
-    let mut tasks = Vec::new();
-    if process == 0 {
-        let (locker, o) = (Arc::clone(&locker), o.clone());
-        tasks.push(tokio::spawn(async move {
-            sleep_until(o.start_ms).await;
-            for request in 0..o.tasks {
-                ask(&locker, &o, process, request).await?;
-            }
-            Ok::<_, AnyError>(())
-        }));
-    } else {
-        let others = o.processes - 1;
-        for request in 0..o.tasks {
-            let (locker, o) = (Arc::clone(&locker), o.clone());
-            let arrival = request * others + (process - 1) + 1;
-            tasks.push(tokio::spawn(async move {
-                sleep_until(o.start_ms + arrival * o.interval_ms).await;
-                ask(&locker, &o, process, request).await
-            }));
-        }
+    let locker = EtcdLocker::connect(config, o.mode == "fair").await?;
+    // The session lease before the start, so that the first request is
+    // one write like the others.
+    locker.lease_id().await?;
+    sleep_until(o.start_ms + process * o.interval_ms).await;
+    for request in 0..o.tasks {
+        ask(&locker, o, process, request).await?;
     }
-    for t in tasks {
-        t.await??;
-    }
-    if let Ok(locker) = Arc::try_unwrap(locker) {
-        locker.close().await?;
-    }
+    locker.close().await?;
     Ok(())
 }
 
