@@ -32,8 +32,7 @@ use tokio::process::Command;
 use crate::args::DemoArgs;
 use crate::{exit, report, svg};
 use judge::ModeRun;
-use record::Request;
-use worker::AnyError;
+use record::{AnyError, Request};
 
 /// Time for every worker process to connect before the first request.
 const START_DELAY_MS: u64 = 1500;

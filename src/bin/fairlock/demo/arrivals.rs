@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use etcd_client::{Client, EventType, GetOptions, WatchOptions};
 
-use super::worker::{AnyError, LOCK_KEY};
+use super::record::{AnyError, LOCK_KEY};
 
 /// The last key the demo writes in a run: the replay reads up to it.
 const END_KEY: &str = "end";

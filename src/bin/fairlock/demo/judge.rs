@@ -3,8 +3,7 @@
 //! processes only approximately keep).
 
 use super::arrivals::Arrivals;
-use super::record::Request;
-use super::worker::AnyError;
+use super::record::{AnyError, Request};
 
 /// One granted request, judged.
 #[derive(Clone, Debug)]

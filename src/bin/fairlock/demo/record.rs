@@ -2,6 +2,12 @@
 //! `REQUEST <process> <request> <asked ms> <granted ms> <released ms> <token>`,
 //! times in milliseconds since the run's start by the worker's clock.
 
+/// Any error of the demo, reported as one line.
+pub type AnyError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The key every request asks for, under the run's prefix.
+pub const LOCK_KEY: &str = "demo";
+
 /// One granted request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Request {

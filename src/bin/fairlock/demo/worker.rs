@@ -9,13 +9,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fairlock::etcd::{EtcdConfig, EtcdLocker};
 use fairlock::{Context, Key, Locker};
 
-use super::record::Request;
+use super::record::{AnyError, LOCK_KEY, Request};
 use crate::args::DemoArgs;
-
-pub type AnyError = Box<dyn std::error::Error + Send + Sync>;
-
-/// The key every request asks for, under the run's prefix.
-pub const LOCK_KEY: &str = "demo";
 
 /// How long one request may wait before the demo gives up.
 const PATIENCE: Duration = Duration::from_secs(120);
