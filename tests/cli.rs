@@ -306,28 +306,6 @@ fn bad_input_is_a_clear_error() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("EXAMPLES"));
 }
 
-/// The demo runs its processes and reports a fair verdict; `--svg` writes
-/// a picture.
-#[test]
-fn demo_reports_fair_order_and_draws_it() {
-    let prefix = support::unique_prefix("cli-demo");
-    let dir = tempfile::tempdir().expect("tmp");
-    let svg = dir.path().join("t.svg");
-    let out = run(fairlock(&prefix)
-        .args(["demo", "--processes", "2", "--tasks", "3", "--svg"])
-        .arg(&svg));
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}{}", stderr(&out));
-    assert!(
-        text.contains("fair mode granted all 6 requests in strict arrival order"),
-        "{text}"
-    );
-    assert!(text.contains("verdict: unfair mode"), "{text}");
-    let picture = std::fs::read_to_string(&svg).expect("svg written");
-    assert!(picture.starts_with("<svg") && picture.contains("unfair mode"));
-    assert_eq!(picture.matches("<rect x=").count(), 12, "one bar per grant");
-}
-
 /// Each subcommand has its own help: `lock --help` lists lock's options and
 /// the global ones, not those of status or demo.
 #[test]

@@ -120,8 +120,10 @@ pub enum Command {
     /// Show each lock under the prefix (or just KEY): holder, fencing
     /// token, age, and the queue in order.
     Status(StatusArgs),
-    /// The ordering demo: P processes x T tasks ask for one lock, fair
-    /// mode then unfair mode; prints every grant and a verdict.
+    /// The ordering demo (etcd): P processes each ask for one lock T times,
+    /// again as soon as they release, fair mode then unfair mode; prints
+    /// every grant against the order etcd saw the requests arrive, a
+    /// verdict per mode and a summary.
     Demo(DemoArgs),
     /// Print a completion script for SHELL (source it, or install it where
     /// your shell looks for completions).
@@ -204,20 +206,22 @@ pub struct DemoArgs {
     /// Worker processes
     #[arg(long, value_name = "P", default_value_t = 3)]
     pub processes: u64,
-    /// Tasks per process
+    /// Requests per process, each made as soon as the previous one is
+    /// released
     #[arg(long, value_name = "T", default_value_t = 8)]
     pub tasks: u64,
-    /// Time between arrivals, in milliseconds
+    /// Time between the processes' first requests, in milliseconds
     #[arg(long, value_name = "I", default_value_t = 40)]
     pub interval_ms: u64,
-    /// How long each task holds the lock, in milliseconds
+    /// How long each request holds the lock, in milliseconds
     #[arg(long, value_name = "H", default_value_t = 60)]
     pub hold_ms: u64,
     /// Which modes to run
     #[arg(long, value_name = "M", default_value = "both",
           value_parser = ["both", "fair", "unfair"])]
     pub mode: String,
-    /// Also write a timeline picture (SVG) of both runs
+    /// Also write a timeline picture (SVG) of the runs: a row per request,
+    /// from its arrival through its wait to its hold
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
     /// Internal: run as worker process N of a demo.

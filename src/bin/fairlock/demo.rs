@@ -1,30 +1,56 @@
-//! `fairlock demo`: P processes x T tasks ask for one lock, arriving a fixed
-//! interval apart, each holding it for a while; fair mode, then unfair mode.
-//! Prints every grant and a verdict: fair mode must grant in arrival order;
-//! unfair mode reports how many grants came out of order. `--svg` draws the
-//! hold intervals on a timeline.
+//! `fairlock demo`: worker processes ask for one lock on etcd, fair mode
+//! then unfair mode, and each grant is judged against the order in which
+//! etcd saw the requests arrive.
 //!
-//! The workers are this same program, re-run with `demo --worker N`.
+//! The workload (see `demo/worker.rs`): each process asks again as soon as
+//! it releases. Fair mode queues that new request behind everyone waiting,
+//! so the processes take turns; unfair mode lets it take the lock whenever
+//! it finds it free, ahead of waiters that asked earlier, who wait longer. Prints every grant, a verdict per mode
+//! (fair mode must grant in strict arrival order), the modes' figures side
+//! by side, and with `--svg` a timeline (`svg.rs`).
+//!
+//! - `demo/worker.rs`: one worker process (this program, re-run with
+//!   `demo --worker N`), printing a `demo/record.rs` line per grant;
+//! - `demo/arrivals.rs`: the arrival order, replayed from etcd's history;
+//! - `demo/judge.rs`: each grant against it; `demo/table.rs`: the output.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+mod arrivals;
+mod judge;
+mod record;
+mod table;
+mod worker;
 
-use fairlock::{BackendConfig, Context, Key};
+use std::io::Write;
+use std::process::Stdio;
+
+use etcd_client::Client;
+use fairlock::BackendConfig;
+use fairlock::etcd::{EtcdConfig, EtcdLocker};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
 
 use crate::args::DemoArgs;
-use crate::backend::Conn;
 use crate::{exit, report, svg};
+use judge::ModeRun;
+use record::{AnyError, Request};
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
+/// Time for every worker process to connect before the first request.
+const START_DELAY_MS: u64 = 1500;
 
 pub async fn run(config: BackendConfig, a: DemoArgs) -> u8 {
+    let config = match config {
+        BackendConfig::Etcd(c) => c,
+        other => {
+            eprintln!(
+                "fairlock demo: the demo runs on etcd only, not {}: it judges each grant by \
+                 the revision at which etcd saw the request arrive",
+                other.backend()
+            );
+            return exit::USAGE;
+        }
+    };
     let result = match a.worker {
-        Some(process) => worker(config, &a, process).await,
+        Some(process) => worker::run(config, &a, process).await.map(|()| 0),
         None => coordinator(config, &a).await,
     };
     result.unwrap_or_else(|e| {
@@ -33,204 +59,175 @@ pub async fn run(config: BackendConfig, a: DemoArgs) -> u8 {
     })
 }
 
-type AnyError = Box<dyn std::error::Error + Send + Sync>;
-
-/// One process: `tasks` tasks sharing one locker (as in the seed, one
-/// `GetLocker` per process), task j of process i arriving in slot j*P+i.
-async fn worker(config: BackendConfig, o: &DemoArgs, process: u64) -> Result<u8, AnyError> {
-    let fair = o.mode == "fair";
-    let conn = std::sync::Arc::new(Conn::connect(&config, fair).await?);
-    let locker = std::sync::Arc::clone(&conn);
-    let mut tasks = Vec::new();
-    for task in 0..o.tasks {
-        let (locker, o) = (locker.clone(), o.clone());
-        tasks.push(tokio::spawn(async move {
-            let slot = task * o.processes + process;
-            let arrival = o.start_ms + slot * o.interval_ms;
-            tokio::time::sleep(Duration::from_millis(arrival.saturating_sub(now_ms()))).await;
-            let ctx = Context::background().with_timeout(Duration::from_secs(120));
-            let guard = locker.locker().lock(&ctx, &Key::from("demo")).await?;
-            let granted = now_ms();
-            let token = guard.fencing_token();
-            tokio::time::sleep(Duration::from_millis(o.hold_ms)).await;
-            let released = now_ms();
-            guard.unlock().await?;
-            let mut out = std::io::stdout().lock();
-            writeln!(
-                out,
-                "GRANT {process} {task} {slot} {} {} {} {token}",
-                arrival - o.start_ms,
-                granted.saturating_sub(o.start_ms),
-                released.saturating_sub(o.start_ms),
-            )?;
-            out.flush()?;
-            Ok::<_, AnyError>(())
-        }));
-    }
-    for t in tasks {
-        t.await??;
-    }
-    drop(locker);
-    if let Ok(conn) = std::sync::Arc::try_unwrap(conn) {
-        conn.close().await?;
-    }
-    Ok(0)
-}
-
-/// One grant, as reported by a worker.
-pub struct Grant {
-    pub process: u64,
-    pub task: u64,
-    pub slot: u64,
-    pub arrival_ms: u64,
-    pub granted_ms: u64,
-    pub released_ms: u64,
-    pub token: u64,
-}
-
-/// Runs the workers for each mode, prints the grant table and the verdict.
-async fn coordinator(config: BackendConfig, o: &DemoArgs) -> Result<u8, AnyError> {
-    // Fail early, with a clear message, if the servers are not there.
-    if let Err(e) = Conn::connect(&config, false).await {
-        report(&e);
-        return Ok(exit::UNAVAILABLE);
-    }
+/// Runs the workers for each mode and prints the grants, the verdicts and
+/// the summary; 0 if fair mode (when run) kept arrival order.
+async fn coordinator(config: EtcdConfig, o: &DemoArgs) -> Result<u8, AnyError> {
+    let locker = match EtcdLocker::connect(config.clone(), false).await {
+        Ok(locker) => locker,
+        Err(e) => {
+            report(&e);
+            return Ok(exit::of(&e));
+        }
+    };
+    let mut client = locker.client().clone();
     let modes: &[&str] = match o.mode.as_str() {
         "both" => &["fair", "unfair"],
         "fair" => &["fair"],
         _ => &["unfair"],
     };
-    println!(
-        "{} {}: {} processes x {} tasks, one arrival every {} ms, each holds the lock {} ms",
-        config.backend(),
+    let mut out = std::io::stdout();
+    writeln!(
+        out,
+        "etcd {}: {}",
         config.endpoints().join(","),
-        o.processes,
-        o.tasks,
-        o.interval_ms,
-        o.hold_ms
-    );
-    let mut fair_ok = true;
+        workload(o)
+    )?;
     let mut runs = Vec::new();
     for mode in modes {
-        let config = config.clone();
-        let o2 = o.clone();
-        let mode2 = (*mode).to_owned();
-        let grants = tokio::task::spawn_blocking(move || run_mode(&o2, &mode2, &config)).await??;
-        let out_of_order = report_mode(mode, &grants);
-        if *mode == "fair" {
-            fair_ok = out_of_order == 0 && grants.len() as u64 == o.processes * o.tasks;
-        }
-        runs.push(((*mode).to_owned(), grants));
+        let run = run_mode(&config, &mut client, o, mode).await?;
+        table::print_run(&mut out, &run)?;
+        runs.push(run);
+    }
+    if runs.len() > 1 {
+        table::print_summary(&mut out, &runs)?;
     }
     if let Some(path) = &o.svg {
-        std::fs::write(path, svg::timeline(o, &runs))
+        std::fs::write(path, svg::render(&picture(o, &runs)))
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        println!("\ntimeline written to {}", path.display());
+        writeln!(out, "\ntimeline written to {}", path.display())?;
     }
-    Ok(if fair_ok { 0 } else { 1 })
+    locker.close().await?;
+    let fair_kept = runs
+        .iter()
+        .filter(|r| r.mode == "fair")
+        .all(ModeRun::is_fair);
+    Ok(if fair_kept { 0 } else { 1 })
 }
 
-fn run_mode(o: &DemoArgs, mode: &str, config: &BackendConfig) -> Result<Vec<Grant>, AnyError> {
+/// The workload in words.
+fn workload(o: &DemoArgs) -> String {
+    let who = match o.processes {
+        1 => "1 process asks".to_owned(),
+        p => format!("{p} processes each ask"),
+    };
+    let stagger = if o.processes > 1 {
+        format!(", process p first at p x {} ms", o.interval_ms)
+    } else {
+        String::new()
+    };
+    format!(
+        "{who} {} times, again as soon as they release{stagger}; each holds the lock {} ms",
+        o.tasks, o.hold_ms
+    )
+}
+
+/// One mode: starts the worker processes under a fresh prefix, collects
+/// their grants, and judges them by the arrivals etcd saw.
+async fn run_mode(
+    config: &EtcdConfig,
+    client: &mut Client,
+    o: &DemoArgs,
+    mode: &str,
+) -> Result<ModeRun, AnyError> {
     let prefix = format!("{}demo-{}/", config.prefix(), uuid::Uuid::new_v4().simple());
-    let start_ms = now_ms() + 1500; // time for every process to connect first
+    let since = arrivals::revision_now(client, &prefix).await?;
+    let start_ms = worker::now_ms() + START_DELAY_MS;
     let exe = std::env::current_exe()?;
-    let mut children = Vec::new();
+    let number = |n: u64| n.to_string();
+    let mut workers = Vec::new();
     for p in 0..o.processes {
-        let number = |n: u64| n.to_string();
-        children.push(
-            Command::new(&exe)
-                .args(["--endpoints", &config.endpoints().join(",")])
-                .args(["--prefix", &prefix, "demo", "--mode", mode])
-                .args(["--worker", &number(p), "--start-ms", &number(start_ms)])
-                .args(["--processes", &number(o.processes)])
-                .args(["--tasks", &number(o.tasks)])
-                .args(["--interval-ms", &number(o.interval_ms)])
-                .args(["--hold-ms", &number(o.hold_ms)])
-                .stdout(Stdio::piped())
-                .spawn()?,
-        );
-    }
-    let mut grants = Vec::new();
-    let mut failed = Vec::new();
-    for (p, mut child) in children.into_iter().enumerate() {
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        for line in BufReader::new(stdout).lines() {
-            let line = line?;
-            let f: Vec<u64> = line
-                .strip_prefix("GRANT ")
-                .map(|rest| rest.split(' ').filter_map(|x| x.parse().ok()).collect())
-                .unwrap_or_default();
-            if let [
-                process,
-                task,
-                slot,
-                arrival_ms,
-                granted_ms,
-                released_ms,
-                token,
-            ] = f[..]
-            {
-                grants.push(Grant {
-                    process,
-                    task,
-                    slot,
-                    arrival_ms,
-                    granted_ms,
-                    released_ms,
-                    token,
-                });
+        let mut child = Command::new(&exe)
+            .args(["--endpoints", &config.endpoints().join(",")])
+            .args(["--prefix", &prefix, "demo", "--mode", mode])
+            .args(["--worker", &number(p), "--start-ms", &number(start_ms)])
+            .args(["--processes", &number(o.processes)])
+            .args(["--tasks", &number(o.tasks)])
+            .args(["--interval-ms", &number(o.interval_ms)])
+            .args(["--hold-ms", &number(o.hold_ms)])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()?;
+        let stdout = child.stdout.take().ok_or("no stdout from a worker")?;
+        let lines = tokio::spawn(async move {
+            let mut lines = BufReader::new(stdout).lines();
+            let mut requests = Vec::new();
+            while let Some(line) = lines.next_line().await? {
+                requests.extend(Request::parse(&line));
             }
-        }
-        if !child.wait()?.success() {
+            Ok::<_, std::io::Error>(requests)
+        });
+        workers.push((child, lines));
+    }
+    let mut requests = Vec::new();
+    let mut failed = Vec::new();
+    for (p, (mut child, lines)) in workers.into_iter().enumerate() {
+        requests.extend(lines.await??);
+        if !child.wait().await?.success() {
             failed.push(p);
         }
     }
     if !failed.is_empty() {
         return Err(format!("{mode} mode: worker processes {failed:?} failed").into());
     }
-    grants.sort_by_key(|g| g.token);
-    Ok(grants)
+    let arrivals = arrivals::replay(client, &prefix, since).await?;
+    let expected = usize::try_from(o.processes * o.tasks)?;
+    ModeRun::judge(mode, requests, &arrivals, expected)
 }
 
-/// Prints the grants in grant order; returns how many came out of arrival
-/// order (granted while an earlier arrival still waited).
-fn report_mode(mode: &str, grants: &[Grant]) -> usize {
-    println!("\n== {mode} mode ==");
-    println!(" #  process task  arrived  granted   waited  fencing token");
-    let mut served = std::collections::BTreeSet::new();
-    let mut out_of_order = 0;
-    for (n, g) in grants.iter().enumerate() {
-        // Out of order: some earlier arrival had not been served yet.
-        let skipped = (0..g.slot).any(|s| !served.contains(&s));
-        served.insert(g.slot);
-        if skipped {
-            out_of_order += 1;
-        }
-        println!(
-            "{:>2}  {:>7} {:>4} {:>6}ms {:>6}ms {:>6}ms  {:>6}{}",
-            n,
-            g.process,
-            g.task,
-            g.arrival_ms,
-            g.granted_ms,
-            g.granted_ms.saturating_sub(g.arrival_ms),
-            g.token,
-            if skipped {
-                "  <- ahead of an earlier arrival"
-            } else {
-                ""
+/// The timeline of the runs: a row per request in arrival order, coloured
+/// by process.
+fn picture(o: &DemoArgs, runs: &[ModeRun]) -> svg::Picture {
+    let panels = runs
+        .iter()
+        .map(|run| {
+            let mut grants = run.grants.clone();
+            grants.sort_by_key(|g| g.arrival);
+            svg::Panel {
+                title: format!(
+                    "{} mode: {} of {} out of arrival order, longest wait {} ms",
+                    run.mode,
+                    run.out_of_order(),
+                    run.grants.len(),
+                    run.longest_wait_ms()
+                ),
+                rows: grants
+                    .iter()
+                    .map(|g| {
+                        let r = &g.request;
+                        svg::Row {
+                            label: format!("#{} p{}", g.arrival, r.process),
+                            group: usize::try_from(r.process).unwrap_or(0),
+                            asked_ms: r.asked_ms,
+                            granted_ms: r.granted_ms,
+                            released_ms: r.released_ms,
+                            flagged: g.ahead_of > 0,
+                            tooltip: format!(
+                                "process {} request {}: arrival #{} (revision {}), asked at {} ms, \
+                                 waited {} ms, held {}-{} ms, token {}",
+                                r.process,
+                                r.request,
+                                g.arrival,
+                                g.arrival_rev,
+                                r.asked_ms,
+                                r.wait_ms(),
+                                r.granted_ms,
+                                r.released_ms,
+                                r.token
+                            ),
+                        }
+                    })
+                    .collect(),
             }
-        );
+        })
+        .collect();
+    let groups = (0..o.processes).map(|p| format!("process {p}")).collect();
+    svg::Picture {
+        title: format!("fairlock demo: {}", workload(o)),
+        note: "A row per request, in the order etcd saw the requests arrive; \
+               both runs on one time scale."
+            .to_owned(),
+        groups,
+        panels,
     }
-    let n = grants.len();
-    match (mode, out_of_order) {
-        ("fair", 0) => {
-            println!("verdict: fair mode granted all {n} requests in strict arrival order");
-        }
-        ("fair", k) => {
-            println!("verdict: FAIL: fair mode granted {k} of {n} requests out of arrival order");
-        }
-        (_, k) => println!("verdict: unfair mode granted {k} of {n} requests out of arrival order"),
-    }
-    out_of_order
 }
