@@ -30,7 +30,8 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
 use crate::args::DemoArgs;
-use crate::{exit, report, svg};
+use crate::exit::{self, report};
+use crate::svg;
 use judge::ModeRun;
 use record::{AnyError, Request};
 

@@ -11,7 +11,7 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::args::LockArgs;
 use crate::backend::Conn;
-use crate::{exit, report};
+use crate::exit::{self, report};
 
 /// The signals `fairlock` handles: while waiting they cancel the wait,
 /// while the command runs they are passed on to it.

@@ -8,11 +8,13 @@
 //! - `lock.rs`: `fairlock lock`, the command runner.
 //! - `status.rs`: `fairlock status`; `watch.rs`: `status --watch`;
 //!   `view.rs`: the text both show for holders' ages and the queue.
+//! - `exit.rs`: the exit codes, and how an error is reported on stderr.
 //! - `demo.rs`: `fairlock demo`, with `svg.rs` drawing its timeline.
 
 mod args;
 mod backend;
 mod demo;
+mod exit;
 mod lock;
 mod logging;
 mod status;
@@ -25,34 +27,6 @@ use std::process::ExitCode;
 use fairlock::BackendConfig;
 
 use args::{Command, Global};
-
-/// Exit codes of `fairlock` itself (documented in `--help`).
-pub mod exit {
-    /// Bad arguments.
-    pub const USAGE: u8 = 2;
-    /// The backend (etcd or Redis) unreachable or failing.
-    pub const UNAVAILABLE: u8 = 69;
-    /// Authentication failed, or permission was denied (EX_NOPERM).
-    pub const NOPERM: u8 = 77;
-    /// The lock was held (`--nonblock`) or the wait timed out.
-    pub const CONFLICT: u8 = 75;
-    /// The lock was lost while the command ran.
-    pub const LOST: u8 = 76;
-    /// The command could not be executed.
-    pub const NOT_EXECUTABLE: u8 = 126;
-    /// The command was not found.
-    pub const NOT_FOUND: u8 = 127;
-
-    /// The exit code for a failure to reach or use the backend:
-    /// [`NOPERM`] for refused credentials or permissions, else
-    /// [`UNAVAILABLE`].
-    pub fn of(e: &fairlock::Error) -> u8 {
-        match e {
-            fairlock::Error::Auth { .. } | fairlock::Error::PermissionDenied { .. } => NOPERM,
-            _ => UNAVAILABLE,
-        }
-    }
-}
 
 fn main() -> ExitCode {
     let cli = match args::parse(std::env::args_os()) {
@@ -141,15 +115,4 @@ fn config(global: &Global) -> fairlock::Result<BackendConfig> {
     }
     config.validate()?;
     Ok(config)
-}
-
-/// One line on stderr for an error, with its causes.
-pub fn report(e: &dyn std::error::Error) {
-    let mut line = format!("fairlock: {e}");
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        line.push_str(&format!(": {c}"));
-        cause = c.source();
-    }
-    eprintln!("{line}");
 }

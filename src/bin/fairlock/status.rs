@@ -6,8 +6,8 @@ use fairlock::{BackendConfig, Key, LeaseId, LockStatus};
 
 use crate::args::StatusArgs;
 use crate::backend::Conn;
+use crate::exit::{self, report};
 use crate::view::{age, queue};
-use crate::{exit, report};
 
 pub async fn run(config: BackendConfig, a: StatusArgs) -> u8 {
     let key = a.key.as_deref().map(Key::from);
