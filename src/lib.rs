@@ -50,8 +50,8 @@
 //! lock is lost. The remedy for writes is the fencing token,
 //! [`LockGuard::fencing_token`]: it grows with every new holder, so a
 //! resource that refuses tokens lower than the highest it has seen refuses
-//! a stale holder's writes. On etcd, `FencedTxn` (in [`etcd`]) runs a
-//! transaction only while the guard still holds the lock.
+//! a stale holder's writes. On etcd, [`FencedTxn`](etcd::FencedTxn) runs
+//! a transaction only while the guard still holds the lock.
 //!
 //! # Backends
 //! - [`etcd`] (feature `etcd`, default): fair and unfair, on one etcd or a
