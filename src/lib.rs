@@ -82,6 +82,13 @@
 //! Every lock, try-lock and unlock runs in a [`tracing`] span, with events
 //! for grants, releases, retries and losses; install a subscriber to see
 //! them.
+//!
+//! # More
+//! The repository's `examples/` run against etcd: `basic` (the program
+//! above), `fenced` (a write a stale holder cannot make) and `ordering`
+//! (processes queueing on one fair lock). Its `docs/` folder explains how
+//! the backends work, what they cost etcd and Redis, and how they behave
+//! under faults.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
