@@ -15,5 +15,5 @@ start_etcd
 
 # Not `exec`: the EXIT trap must survive to stop etcd afterwards.
 status=0
-cargo run --release --quiet --bin fairlock -- demo "$@" || status=$?
+cargo run --release --quiet --features cli --bin fairlock -- demo "$@" || status=$?
 exit "$status"

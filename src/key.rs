@@ -4,7 +4,8 @@ use std::fmt;
 
 use crate::{Error, Result};
 
-/// The path segment reserved for fair-mode waiter queues.
+/// The path segment reserved for the backends' own records (waiter queues,
+/// counters): no key may have it as a `/`-separated segment.
 pub const RESERVED_SEGMENT: &str = "_OWNERS_";
 
 /// The longest key accepted, in bytes.

@@ -1,32 +1,96 @@
-#![doc = include_str!("../README.md")]
+//! Distributed locks for services that run on several machines: **fair**
+//! (granted in arrival order) or **unfair**, with a **fencing token** for
+//! every grant and a signal when a held lock is lost, on etcd or Redis.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use fairlock::{Context, Key};
+//!
+//! #[tokio::main]
+//! async fn main() -> fairlock::Result<()> {
+//!     // Once per process: connect to etcd (FAIRLOCK_ENDPOINTS, default
+//!     // 127.0.0.1:2379) and make it the backend of get_locker.
+//!     fairlock::etcd::register(fairlock::etcd::EtcdConfig::from_env()?).await?;
+//!
+//!     let locker = fairlock::get_locker(true)?; // true: fair
+//!     let ctx = Context::background().with_timeout(Duration::from_secs(30));
+//!     let guard = locker.lock(&ctx, &Key::from("nightly-export")).await?;
+//!     println!("exporting with fencing token {}", guard.fencing_token());
+//!     guard.unlock().await?; // reports a lock lost while held
+//!     Ok(())
+//! }
+//! ```
+//!
+//! # Taking a lock
+//! [`get_locker`] hands out a [`Locker`] of the backend registered for the
+//! process (see [Backends](#backends)). [`Locker::lock`] waits in line
+//! until the lock is granted, or until its [`Context`] is cancelled or its
+//! deadline passes; [`Locker::try_lock`] takes the lock only if it is free
+//! now (`Ok(None)` when someone else holds it, which is not an error). A
+//! lock is named by a [`Key`], any non-empty string without a `_OWNERS_`
+//! path segment.
+//!
+//! # Fair or unfair
+//! A fair locker (`get_locker(true)`) grants in strict arrival order: a
+//! waiter is never overtaken, and a release hands the lock straight to the
+//! first waiter. An unfair locker (`get_locker(false)`) lets a caller that
+//! finds the lock free take it ahead of the queue, which saves a handoff
+//! when critical sections are short but lets a waiter starve. Fair and
+//! unfair lockers on one key exclude each other. Redlock (several Redis
+//! masters) is unfair only.
+//!
+//! # What a lease can and cannot promise
+//! A lock is held through a lease that the backend renews in the
+//! background, so the lock of a crashed holder frees itself after the TTL.
+//! No lease makes a holder safe by itself: a holder paused (GC, swap, a VM
+//! migration) or cut off for longer than the TTL loses the lock while it
+//! still runs its critical section. The [`LockGuard`] tells:
+//! [`LockGuard::is_held`] answers from a local monotonic deadline without a
+//! request, [`LockGuard::lost`] and [`LockGuard::lost_token`] fire when the
+//! lock is lost. The remedy for writes is the fencing token,
+//! [`LockGuard::fencing_token`]: it grows with every new holder, so a
+//! resource that refuses tokens lower than the highest it has seen refuses
+//! a stale holder's writes. On etcd, [`FencedTxn`](etcd::FencedTxn) runs
+//! a transaction only while the guard still holds the lock.
+//!
+//! # Backends
+//! - [`etcd`] (feature `etcd`, default): fair and unfair, on one etcd or a
+//!   cluster. Building it needs `protoc`.
+//! - [`redis`] (feature `redis`, default): one Redis instance (fair and
+//!   unfair), or Redlock over several masters (unfair).
+//! - [`memory`]: in-process, with the same semantics, for tests.
+//!
+//! [`register_from_env`] and [`connect_from_env`] pick etcd or Redis from
+//! `FAIRLOCK_ENDPOINTS` by scheme ([`BackendConfig`]); [`TlsConfig`] sets
+//! up TLS for either. A backend of one's own implements [`Locker`] with the
+//! parts in [`provider`].
+//!
+//! # Errors
+//! One [`Error`] type. [`Error::needs_config_fix`] tells the failures
+//! retrying cannot cure (bad configuration, TLS, credentials, permissions)
+//! from the rest.
+//!
+//! # Features
+//! | feature | default | what |
+//! |---|---|---|
+//! | `etcd` | yes | the etcd backend; its build needs `protoc` |
+//! | `redis` | yes | the Redis backend |
+//! | `serde` | no | `serde::Serialize` on the status types |
+//! | `metrics` | no | `fairlock_*` metrics through the `metrics` facade |
+//! | `cli` | no | the `fairlock` command |
+//!
+//! Every lock, try-lock and unlock runs in a [`tracing`] span, with events
+//! for grants, releases, retries and losses; install a subscriber to see
+//! them.
+//!
+//! # More
+//! The repository's `examples/` run against etcd: `basic` (the program
+//! above), `fenced` (a write a stale holder cannot make) and `ordering`
+//! (processes queueing on one fair lock). Its `docs/` folder explains how
+//! the backends work, what they cost etcd and Redis, and how they behave
+//! under faults.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
-
-//! # Map of the crate
-//! - [`Locker`], [`LockGuard`]: the trait every backend implements and the
-//!   guard it returns (`locker.rs`).
-//! - [`register_locker_provider`], [`get_locker`], [`Registry`]: choosing a
-//!   backend once per process (`registry.rs`).
-//! - [`Key`], [`Context`], [`Error`]: lock names, deadlines and cancellation,
-//!   errors.
-//! - [`Expiry`]: a lease's local monotonic deadline, behind
-//!   [`LockGuard::is_held`] (`expiry.rs`).
-//! - [`Owner`]: who asked for a lock, as every backend records it
-//!   (`owner.rs`); [`parse_duration`] (`duration.rs`).
-//! - [`etcd`]: the etcd backend (feature `etcd`, on by default).
-//! - [`redis`]: the Redis backend, one instance or Redlock over several
-//!   masters (feature `redis`, on by default).
-//! - [`BackendConfig`], [`register_from_env`], [`connect_from_env`]: the
-//!   backend named by `FAIRLOCK_ENDPOINTS`, by scheme (`backend.rs`).
-//! - [`TlsConfig`]: CA bundle, client certificate and server name for TLS
-//!   connections to either backend (`tls.rs`).
-//! - With feature `serde`, the status types and [`Owner`] implement
-//!   `serde::Serialize` (`serialize.rs`).
-//! - `observe.rs`: the tracing spans and events, and the `fairlock_*`
-//!   metrics (feature `metrics`), of every backend.
-//! - [`memory`]: an in-process backend with the same semantics, for tests.
-//! - The `fairlock` command (feature `cli`, on by default) is built from
-//!   `src/bin/fairlock/` on top of this API.
 
 #[cfg(any(feature = "etcd", feature = "redis"))]
 mod access;
@@ -52,6 +116,7 @@ mod tls;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod memory;
+pub mod provider;
 #[cfg(feature = "redis")]
 pub mod redis;
 
@@ -63,12 +128,20 @@ pub use backend::{BackendConfig, connect_from_env, register_from_env};
 pub use context::Context;
 pub use duration::parse_duration;
 pub use error::{BoxError, Error, Result};
-pub use expiry::Expiry;
-pub use key::{Key, MAX_KEY_LEN, RESERVED_SEGMENT};
-pub use locker::{GuardRelease, LockGuard, Locker};
-pub use owner::Owner;
-pub use registry::{LockerProvider, Registry, get_locker, register_locker_provider};
+pub use key::{Key, MAX_KEY_LEN};
+pub use locker::{LockGuard, Locker};
+pub use registry::{get_locker, register_locker_provider};
 pub use status::{LeaseId, LockHolder, LockStatus, LockWaiter, NodeCount};
 #[cfg(any(feature = "etcd", feature = "redis"))]
 pub use tls::TlsConfig;
 pub use tokio_util::sync::CancellationToken;
+
+// The backend-author items, documented in `provider`, also stay reachable
+// (hidden) at the root, where the crate's own modules name them.
+#[doc(hidden)]
+pub use provider::{Expiry, GuardRelease, LockerProvider, Owner, RESERVED_SEGMENT, Registry};
+
+// The README's code blocks, compiled and run by `cargo test --doc`.
+#[cfg(all(doctest, feature = "etcd", feature = "redis"))]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -81,8 +81,8 @@ pub trait Locker: Send + Sync + 'static {
 
 /// What a backend does to release one held lock; the inside of a [`LockGuard`].
 ///
-/// Backends outside this crate implement it to build guards with
-/// [`LockGuard::new`].
+/// For backend authors: a backend implements it to build guards with
+/// [`LockGuard::new`] (see [`crate::provider`]).
 #[async_trait]
 pub trait GuardRelease: Any + Send + Sync {
     /// Releases the lock. Runs at most once per guard.
@@ -129,8 +129,10 @@ pub struct LockGuard {
 }
 
 impl LockGuard {
-    /// Builds a guard for a backend. Without
-    /// [`LockGuard::with_loss_signal`] the guard is never reported lost.
+    /// Builds a guard; for backend authors (see [`crate::provider`]), not
+    /// for applications, which get guards from [`Locker::lock`] and
+    /// [`Locker::try_lock`]. Without [`LockGuard::with_loss_signal`] the
+    /// guard is never reported lost.
     pub fn new(key: Key, fencing_token: u64, release: Box<dyn GuardRelease>) -> Self {
         LockGuard {
             key,
@@ -157,7 +159,8 @@ impl LockGuard {
 
     /// Ties the guard to its backend's loss signals: `lost` is cancelled by
     /// the backend when the lock is known lost (its session ended, or the
-    /// lease `expiry` passed); the guard also checks `expiry` itself.
+    /// lease `expiry` passed); the guard also checks `expiry` itself. For
+    /// backend authors (see [`crate::provider`]).
     pub fn with_loss_signal(mut self, lost: CancellationToken, expiry: Option<Expiry>) -> Self {
         self.lost = lost;
         self.expiry = expiry;

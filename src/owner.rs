@@ -26,7 +26,7 @@ impl Owner {
     ///
     /// # Examples
     /// ```
-    /// let owner = fairlock::Owner::parse("u1f2e pid=42 host=web1 at=1700000000000");
+    /// let owner = fairlock::provider::Owner::parse("u1f2e pid=42 host=web1 at=1700000000000");
     /// assert_eq!(owner.describe(), "web1:42");
     /// ```
     #[must_use]

@@ -17,7 +17,7 @@ pub type LockerProvider = Arc<dyn Fn(bool) -> Arc<dyn Locker> + Send + Sync>;
 /// # Examples
 /// ```
 /// use std::sync::Arc;
-/// use fairlock::{Registry, memory::MemoryStore};
+/// use fairlock::{memory::MemoryStore, provider::Registry};
 ///
 /// let registry = Registry::new();
 /// assert!(registry.get_locker(true).is_err());

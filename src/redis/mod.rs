@@ -122,7 +122,7 @@ mod wire;
 
 use std::sync::Arc;
 
-/// Who asked for a lock, as [`LockStatus`] shows it.
+/// Who asked for a lock, as [`crate::LockStatus`] shows it.
 pub use crate::Owner;
 pub use config::{DEFAULT_DRIFT_FACTOR, DEFAULT_PREFIX, MAX_TTL, MIN_TTL, RedisConfig};
 pub use locker::RedisLocker;
