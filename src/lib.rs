@@ -104,6 +104,7 @@ mod expiry;
 mod fairness;
 mod key;
 mod locker;
+mod loss;
 mod observe;
 mod owner;
 mod registry;
@@ -130,6 +131,7 @@ pub use duration::parse_duration;
 pub use error::{BoxError, Error, Result};
 pub use key::{Key, MAX_KEY_LEN};
 pub use locker::{LockGuard, Locker};
+pub use loss::LossCause;
 pub use registry::{get_locker, register_locker_provider};
 pub use status::{LeaseId, LockHolder, LockStatus, LockWaiter, NodeCount};
 #[cfg(any(feature = "etcd", feature = "redis"))]

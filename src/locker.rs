@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::observe::{self, Holding, Site};
-use crate::{Context, Expiry, Key, Result};
+use crate::{Context, Expiry, Key, LossCause, Result};
 
 /// A source of distributed locks: one backend, one mode (fair or unfair).
 ///
@@ -95,6 +95,12 @@ pub trait GuardRelease: Any + Send + Sync {
     /// when the guard is released. The default watches nothing.
     fn watch_for_loss(&self, lost: CancellationToken) {
         let _ = lost;
+    }
+
+    /// Why the lock was lost, once the backend knows (see
+    /// [`LockGuard::loss_cause`]). The default knows nothing.
+    fn loss_cause(&self) -> Option<LossCause> {
+        None
     }
 }
 
@@ -225,6 +231,37 @@ impl LockGuard {
     pub fn lost_token(&self) -> CancellationToken {
         self.watch_for_loss();
         self.lost.clone()
+    }
+
+    /// Why the lock was lost: `None` while it is held (as
+    /// [`LockGuard::is_held`] sees it); once lost, the cause the backend
+    /// recorded (the lock key deleted or taken over, the lease ended on the
+    /// server), else [`LossCause::Expired`] when the lease's local deadline
+    /// passed, else [`LossCause::Unspecified`].
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(guard: fairlock::LockGuard) {
+    /// guard.lost().await;
+    /// eprintln!("lost: {}", guard.loss_cause().expect("lost"));
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn loss_cause(&self) -> Option<LossCause> {
+        if self.is_held() {
+            return None;
+        }
+        let expired = self.expiry.as_ref().is_some_and(Expiry::has_passed);
+        Some(
+            self.release
+                .as_ref()
+                .and_then(|r| r.loss_cause())
+                .unwrap_or(if expired {
+                    LossCause::Expired
+                } else {
+                    LossCause::Unspecified
+                }),
+        )
     }
 
     /// Marks the lock lost (a backend saw a fenced write rejected).

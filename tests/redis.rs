@@ -124,6 +124,7 @@ async fn refused_extend_signals_the_loss() {
         .await
         .expect("the loss is never signalled");
     assert!(!guard.is_held());
+    assert_eq!(guard.loss_cause(), Some(fairlock::LossCause::KeyChanged));
     assert!(guard.unlock().await.is_err());
     assert_eq!(
         get(&r.urls[0], &r.lock_key(&key)).await.as_deref(),
@@ -151,6 +152,7 @@ async fn stopped_server_makes_the_holder_lose_its_lock() {
         .await
         .expect("the loss is never signalled");
     assert!(!guard.is_held());
+    assert_eq!(guard.loss_cause(), Some(fairlock::LossCause::Expired));
     server.signal("-CONT");
     let err = guard.unlock().await.expect_err("lost");
     assert!(matches!(err, Error::LockLost { .. }), "{err}");

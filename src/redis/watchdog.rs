@@ -13,7 +13,8 @@ use super::node::Call;
 use super::scripts::{EXTEND_SCRIPT, RELEASE_SCRIPT};
 use super::wire::LockKeys;
 use crate::backoff::{Backoff, jitter};
-use crate::{Error, Expiry, GuardRelease, Key, LockGuard, Result, observe};
+use crate::loss::LossCell;
+use crate::{Error, Expiry, GuardRelease, Key, LockGuard, LossCause, Result, observe};
 
 /// Builds the guard of a grant whose acquire request was sent at
 /// `started`, and starts its watchdog. The local deadline (see
@@ -31,6 +32,7 @@ pub(crate) fn guard(
     let deadline = started + config.ttl() - config.drift() - config.margin();
     let lost = CancellationToken::new();
     let expiry = Expiry::new(deadline);
+    let loss = LossCell::default();
     let task = tokio::spawn(watch(
         Arc::clone(&core),
         keys.clone(),
@@ -38,6 +40,7 @@ pub(crate) fn guard(
         started,
         lost.clone(),
         expiry.clone(),
+        loss.clone(),
     ));
     let held_lock = HeldLock {
         core,
@@ -46,6 +49,7 @@ pub(crate) fn guard(
         owner,
         expiry: expiry.clone(),
         lost: lost.clone(),
+        loss,
         watchdog: task.abort_handle(),
     };
     LockGuard::new(key, token, Box::new(held_lock)).with_loss_signal(lost, Some(expiry))
@@ -63,14 +67,16 @@ async fn watch(
     started: Instant,
     lost: CancellationToken,
     expiry: Expiry,
+    loss: LossCell,
 ) {
-    let cause = tokio::select! {
+    let (cause, why) = tokio::select! {
         () = extend_loop(&core, &keys, &owner, started, &expiry) => {
-            "a majority of nodes say the lock is not ours"
+            (LossCause::KeyChanged, "a majority of nodes say the lock is not ours")
         }
-        () = expiry.passed() => "no extend acknowledged in time",
+        () = expiry.passed() => (LossCause::Expired, "no extend acknowledged in time"),
     };
-    observe::loss_cause("redis", format_args!("lock {}", keys.lock), cause);
+    observe::loss_cause("redis", format_args!("lock {}", keys.lock), why);
+    loss.record(cause);
     lost.cancel();
     expiry.expire();
 }
@@ -119,6 +125,8 @@ struct HeldLock {
     owner: String,
     expiry: Expiry,
     lost: CancellationToken,
+    /// Why the watchdog declared the lock lost.
+    loss: LossCell,
     watchdog: AbortHandle,
 }
 
@@ -212,5 +220,8 @@ impl GuardRelease for HeldLock {
             );
         }
         Ok(())
+    }
+    fn loss_cause(&self) -> Option<LossCause> {
+        self.loss.get()
     }
 }

@@ -204,9 +204,11 @@ async fn run_holding(guard: LockGuard, a: &LockArgs, signals: &mut Signals) -> u
             }
         },
         Ok(Err(())) => {
+            let cause = guard
+                .loss_cause()
+                .unwrap_or(fairlock::LossCause::Unspecified);
             eprintln!(
-                "fairlock: lock {key} was lost while {} ran (its lease expired or the \
-                 servers were unreachable for the TTL); sending SIGTERM",
+                "fairlock: lock {key} was lost while {} ran: {cause}; sending SIGTERM",
                 a.cmd[0]
             );
             send(pid, libc::SIGTERM);
