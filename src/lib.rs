@@ -25,6 +25,8 @@
 //! - `observe.rs`: the tracing spans and events, and the `fairlock_*`
 //!   metrics (feature `metrics`), of every backend.
 //! - [`memory`]: an in-process backend with the same semantics, for tests.
+//! - [`conformance`]: the checks every backend passes, for authors of new
+//!   backends (feature `conformance`; `src/conformance/`).
 //! - The `fairlock` command (feature `cli`, on by default) is built from
 //!   `src/bin/fairlock/` on top of this API.
 
@@ -48,6 +50,8 @@ mod serialize;
 #[cfg(any(feature = "etcd", feature = "redis"))]
 mod tls;
 
+#[cfg(feature = "conformance")]
+pub mod conformance;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod memory;
