@@ -1,6 +1,6 @@
 //! Test support: the conformance suite's [`Backend`] on Redis, shared by
-//! tests/redis.rs (one server, fair mode supported) and tests/redlock.rs
-//! (several servers, Redlock: fair mode refused).
+//! tests/redis.rs (one server, fair mode supported), tests/redlock.rs
+//! (several servers, Redlock: fair mode refused) and tests/tls_redis.rs.
 
 use std::sync::Arc;
 
