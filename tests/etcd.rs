@@ -10,8 +10,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use etcd_client::{GetOptions, Txn, TxnOp};
-use fairlock::conformance::Backend;
-use fairlock::conformance::patient;
+use fairlock::conformance::{Backend, patient};
 use fairlock::etcd::{EtcdConfig, EtcdLocker, FencedTxn};
 use fairlock::{Error, Key, Locker};
 use support::etcd_backend::EtcdBackend as Etcd;

@@ -6,8 +6,7 @@ mod support;
 
 use std::time::Duration;
 
-use fairlock::conformance::Backend;
-use fairlock::conformance::patient;
+use fairlock::conformance::{Backend, patient};
 use fairlock::redis::{RedisConfig, RedisLocker};
 use fairlock::{Error, Key, Locker};
 use support::redis_backend::{RedisBackend as Redis, take};

@@ -9,8 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
-use fairlock::conformance::Backend;
-use fairlock::conformance::patient;
+use fairlock::conformance::{Backend, patient};
 use fairlock::etcd::{EtcdConfig, EtcdLocker};
 use fairlock::{Error, Key, Locker, TlsConfig};
 use support::etcd_backend::EtcdBackend;
