@@ -63,7 +63,8 @@
 //! [`register_from_env`] and [`connect_from_env`] pick etcd or Redis from
 //! `FAIRLOCK_ENDPOINTS` by scheme ([`BackendConfig`]); [`TlsConfig`] sets
 //! up TLS for either. A backend of one's own implements [`Locker`] with the
-//! parts in [`provider`].
+//! parts in [`provider`], and checks it with the suite every backend here
+//! passes, `fairlock::conformance` (feature `conformance`).
 //!
 //! # Errors
 //! One [`Error`] type. [`Error::needs_config_fix`] tells the failures
@@ -78,6 +79,7 @@
 //! | `serde` | no | `serde::Serialize` on the status types |
 //! | `metrics` | no | `fairlock_*` metrics through the `metrics` facade |
 //! | `cli` | no | the `fairlock` command |
+//! | `conformance` | no | the conformance suite, for backend authors |
 //!
 //! Every lock, try-lock and unlock runs in a [`tracing`] span, with events
 //! for grants, releases, retries and losses; install a subscriber to see
@@ -114,6 +116,8 @@ mod status;
 #[cfg(any(feature = "etcd", feature = "redis"))]
 mod tls;
 
+#[cfg(feature = "conformance")]
+pub mod conformance;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod memory;

@@ -123,6 +123,7 @@ pub trait GuardRelease: Any + Send + Sync {
 /// [`LockGuard::fencing_token`] to the resource (or, on etcd, use
 /// `fairlock::etcd::FencedTxn`).
 #[must_use = "if unused the lock is released at once"]
+#[clippy::has_significant_drop]
 pub struct LockGuard {
     key: Key,
     token: u64,

@@ -1,9 +1,6 @@
 //! The conformance suite and etcd-only behaviour, against a real etcd that
 //! the tests start themselves (see tests/support).
 
-mod conformance;
-#[path = "support/etcd_backend.rs"]
-mod etcd_backend;
 mod support;
 
 use std::io::{BufRead, BufReader, Write};
@@ -12,11 +9,11 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use conformance::Backend;
-use etcd_backend::EtcdBackend as Etcd;
 use etcd_client::{GetOptions, Txn, TxnOp};
+use fairlock::conformance::{Backend, patient};
 use fairlock::etcd::{EtcdConfig, EtcdLocker, FencedTxn};
-use fairlock::{Context, Error, Key, Locker};
+use fairlock::{Error, Key, Locker};
+use support::etcd_backend::EtcdBackend as Etcd;
 
 async fn etcd(test: &str) -> Etcd {
     let server = support::shared();
@@ -26,11 +23,7 @@ async fn etcd(test: &str) -> Etcd {
     Etcd::new(client.clone(), client, config)
 }
 
-conformance_tests!(etcd);
-
-fn patient() -> Context {
-    Context::background().with_timeout(Duration::from_secs(120))
-}
+fairlock::conformance_tests!(etcd);
 
 // ---- child processes -------------------------------------------------------
 //

@@ -7,15 +7,11 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
+use fairlock::conformance::patient;
 use fairlock::etcd::{EtcdConfig, EtcdLocker};
-use fairlock::{Context, Error, Key, Locker};
+use fairlock::{Error, Key, Locker};
 use support::chain;
 use support::cluster::Cluster;
-
-/// A deadline that only guards against a hang; never reached when correct.
-fn patient() -> Context {
-    Context::background().with_timeout(Duration::from_secs(120))
-}
 
 /// Two lockers of one mode take turns on one key, `rounds` times each;
 /// every `lock` must succeed and tokens must grow.

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Client, EventType, GetOptions, PutOptions, WatchOptions};
+use fairlock::conformance::patient;
 use fairlock::etcd::{EtcdConfig, EtcdLocker};
 use fairlock::{Context, Error, Key, Locker};
 
@@ -18,10 +19,6 @@ async fn setup(test: &str) -> (Client, EtcdConfig) {
     let config =
         EtcdConfig::new([server.endpoint.clone()]).with_prefix(support::unique_prefix(test));
     (server.client().await, config)
-}
-
-fn patient() -> Context {
-    Context::background().with_timeout(Duration::from_secs(120))
 }
 
 /// Every queue key name created under `queue` from revision `from` on, and

@@ -1,11 +1,9 @@
 //! The conformance suite on the in-process memory backend.
 
-mod conformance;
-
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use conformance::Backend;
+use fairlock::conformance::Backend;
 use fairlock::memory::MemoryStore;
 use fairlock::{Key, Locker};
 
@@ -47,4 +45,4 @@ impl Backend for Memory {
     }
 }
 
-conformance_tests!(memory);
+fairlock::conformance_tests!(memory);

@@ -2,19 +2,15 @@
 //! redis-server that the tests start themselves (see tests/support).
 #![cfg(feature = "redis")]
 
-mod conformance;
 mod support;
 
 use std::time::Duration;
 
-use conformance::Backend;
+use fairlock::conformance::{Backend, patient};
 use fairlock::redis::{RedisConfig, RedisLocker};
 use fairlock::{Error, Key, Locker};
-use redis_backend::{RedisBackend as Redis, patient, take};
+use support::redis_backend::{RedisBackend as Redis, take};
 use support::redis_server::{self as rs, RedisServer, conn};
-
-#[path = "support/redis_backend.rs"]
-mod redis_backend;
 
 async fn connect(urls: Vec<String>, test: &str, ttl: Duration) -> Redis {
     let config = RedisConfig::new(urls)
@@ -32,7 +28,7 @@ async fn redis(test: &str) -> Redis {
     .await
 }
 
-conformance_tests!(redis);
+fairlock::conformance_tests!(redis);
 
 async fn get(url: &str, key: &str) -> Option<String> {
     redis::cmd("GET")

@@ -2,19 +2,15 @@
 //! happens when masters die (see tests/support).
 #![cfg(feature = "redis")]
 
-mod conformance;
 mod support;
 
 use std::time::Duration;
 
-use conformance::Backend;
+use fairlock::conformance::{Backend, patient};
 use fairlock::redis::{RedisConfig, RedisLocker};
 use fairlock::{Context, Error, Key, Locker};
-use redis_backend::{RedisBackend as Redlock, patient, take};
+use support::redis_backend::{RedisBackend as Redlock, take};
 use support::redis_server::{self as rs, RedisServer, conn};
-
-#[path = "support/redis_backend.rs"]
-mod redis_backend;
 
 fn urls(servers: &[RedisServer]) -> Vec<String> {
     servers.iter().map(|s| s.url.clone()).collect()
@@ -28,7 +24,7 @@ async fn redlock(test: &str) -> Redlock {
     connect(rs::shared_five(), test).await
 }
 
-conformance_tests!(redlock);
+fairlock::conformance_tests!(redlock);
 
 /// A lock with five masters, two of them killed, is still granted; with
 /// three killed it is a clear error naming how many answered, at once

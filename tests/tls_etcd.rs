@@ -3,19 +3,16 @@
 //! expiries, and one test per TLS or auth failure (see tests/support/tls.rs
 //! for the certificates and the server's users).
 
-mod conformance;
-#[path = "support/etcd_backend.rs"]
-mod etcd_backend;
 mod support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use conformance::Backend;
-use etcd_backend::EtcdBackend;
 use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
+use fairlock::conformance::{Backend, patient};
 use fairlock::etcd::{EtcdConfig, EtcdLocker};
-use fairlock::{Context, Error, Key, Locker, TlsConfig};
+use fairlock::{Error, Key, Locker, TlsConfig};
+use support::etcd_backend::EtcdBackend;
 use support::tls::{self, ETCD_PREFIX, ETCD_USER, certs, client_tls, secure_etcd};
 
 /// A root client over mutual TLS, for the tests' own checks.
@@ -59,11 +56,7 @@ async fn secure(test: &str) -> EtcdBackend {
     EtcdBackend::new(app.client().clone(), root_client().await, config)
 }
 
-conformance_tests!(secure);
-
-fn patient() -> Context {
-    Context::background().with_timeout(Duration::from_secs(120))
-}
+fairlock::conformance_tests!(secure);
 
 /// Waits until etcd has let `n` auth tokens expire (it logs each).
 async fn tokens_expired(log: std::sync::mpsc::Receiver<String>, n: usize) {

@@ -3,20 +3,17 @@
 //! Redlock over TLS, and one test per TLS or auth failure.
 #![cfg(feature = "redis")]
 
-mod conformance;
 mod support;
 
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use fairlock::conformance::patient;
 use fairlock::redis::{RedisConfig, RedisLocker};
 use fairlock::{Error, Key, Locker, TlsConfig};
-use redis_backend::{RedisBackend, patient};
+use support::redis_backend::RedisBackend;
 use support::redis_server::{self as rs, RedisServer};
 use support::tls::{certs, client_tls};
-
-#[path = "support/redis_backend.rs"]
-mod redis_backend;
 
 /// The prefix the ACL user may touch, its name and password.
 const PREFIX: &str = "app-locks:";
@@ -94,7 +91,7 @@ async fn secure(test: &str) -> RedisBackend {
     RedisBackend::new(base, vec![secure_redis().1.clone()])
 }
 
-conformance_tests!(secure);
+fairlock::conformance_tests!(secure);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_over_tls_with_users_in_the_urls() {

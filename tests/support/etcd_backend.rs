@@ -1,22 +1,16 @@
 //! Test support: the conformance suite's [`Backend`] on etcd, shared by
 //! tests/etcd.rs (a plain etcd) and tests/tls_etcd.rs (mutual TLS, as a
 //! user whose role covers only the test prefix).
-//!
-//! It implements `conformance::Backend`, which only the test binaries that
-//! also declare `mod conformance` have, so it is not declared in
-//! tests/support/mod.rs: those files include it with
-//! `#[path = "support/etcd_backend.rs"] mod etcd_backend;`.
-#![allow(dead_code)]
 
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use etcd_client::Client;
+use fairlock::conformance::Backend;
 use fairlock::etcd::{EtcdConfig, EtcdLocker};
 use fairlock::{Key, Locker};
 
-use crate::conformance::Backend;
-use crate::support;
+use super::{count_keys, wait_for_count};
 
 /// Lockers on one connection under one prefix, and a connection that may
 /// read everything under it for the checks.
@@ -54,13 +48,13 @@ impl Backend for EtcdBackend {
     }
     async fn wait_queued(&self, key: &Key, n: usize) {
         let queue = format!("{}{key}/_OWNERS_/", self.config.prefix());
-        support::wait_for_count(&mut self.checker.clone(), &queue, n as i64, false).await;
+        wait_for_count(&mut self.checker.clone(), &queue, n as i64, false).await;
     }
     async fn wait_clean(&self) {
-        support::wait_for_count(&mut self.checker.clone(), self.config.prefix(), 0, true).await;
+        wait_for_count(&mut self.checker.clone(), self.config.prefix(), 0, true).await;
     }
     async fn is_clean(&self) -> bool {
-        support::count_keys(&mut self.checker.clone(), self.config.prefix()).await == 0
+        count_keys(&mut self.checker.clone(), self.config.prefix()).await == 0
     }
     /// Nothing left under the prefix, and every locker's session lease
     /// gone once it is closed.

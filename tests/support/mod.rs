@@ -20,8 +20,11 @@ use etcd_client::{Client, GetOptions, WatchOptions};
 #[cfg(all(test, feature = "cli"))]
 pub mod cli;
 pub mod cluster;
+pub mod etcd_backend;
 pub mod net;
 pub mod proxy;
+#[cfg(feature = "redis")]
+pub mod redis_backend;
 #[cfg(feature = "redis")]
 pub mod redis_server;
 pub mod tls;

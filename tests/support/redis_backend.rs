@@ -1,21 +1,15 @@
 //! Test support: the conformance suite's [`Backend`] on Redis, shared by
-//! tests/redis.rs (one server, fair mode supported) and tests/redlock.rs
-//! (several servers, Redlock: fair mode refused).
-//!
-//! It implements `conformance::Backend`, which only the test binaries that
-//! also declare `mod conformance` have, so it is not declared in
-//! tests/support/mod.rs: those two files include it with
-//! `#[path = "support/redis_backend.rs"] mod redis_backend;`.
-#![allow(dead_code)]
+//! tests/redis.rs (one server, fair mode supported), tests/redlock.rs
+//! (several servers, Redlock: fair mode refused) and tests/tls_redis.rs.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use fairlock::conformance::Backend;
 use fairlock::redis::{RedisConfig, RedisLocker};
-use fairlock::{Context, Key, LockGuard, Locker};
+use fairlock::{Key, LockGuard, Locker};
 
-use crate::conformance::Backend;
-use crate::support::redis_server as rs;
+use super::redis_server as rs;
 
 /// A base locker on one or more redis-servers, with the URLs of the servers
 /// whose keys the test checks.
@@ -51,6 +45,17 @@ impl RedisBackend {
         rs::queue_key(self.prefix(), key)
     }
 
+    /// The keys left under the prefix (but the fencing counter), as
+    /// `url: key`, on every checked server.
+    pub async fn keys_left(&self) -> Vec<String> {
+        let mut left = Vec::new();
+        for url in &self.urls {
+            let keys = rs::keys_left(url, self.prefix()).await;
+            left.extend(keys.into_iter().map(|k| format!("{url}: {k}")));
+        }
+        left
+    }
+
     /// The Redis key that holds `key`'s lock.
     pub fn lock_key(&self, key: &Key) -> String {
         format!("{}{key}", self.prefix())
@@ -70,29 +75,21 @@ impl Backend for RedisBackend {
             rs::wait_clean(url, self.prefix()).await;
         }
     }
-    /// Waits (on keyspace events) until nothing is left: a waiter that
-    /// gave up removes its entry before returning unless Redis is slower
-    /// than the per-node timeout, when the removal goes on in the
-    /// background; a machine under load must not make that a failure.
-    /// Entries that are never removed still fail (the wait panics).
+    /// No key under the prefix on any checked server (but the fencing
+    /// counter), read once. A waiter that gave up removes its entry before
+    /// returning, unless a server does not answer within the per-node
+    /// timeout (then the removal goes on in the background, and this is
+    /// `false`).
     async fn is_clean(&self) -> bool {
-        self.wait_clean().await;
-        true
+        self.keys_left().await.is_empty()
     }
     async fn finish(&self) {
-        for url in &self.urls {
-            let left = rs::keys_left(url, self.prefix()).await;
-            assert!(left.is_empty(), "keys left on {url}: {left:?}");
-        }
+        let left = self.keys_left().await;
+        assert!(left.is_empty(), "keys left: {left:?}");
     }
     fn supports_fair(&self) -> bool {
         self.fair
     }
-}
-
-/// A deadline that only guards against a hang.
-pub fn patient() -> Context {
-    Context::background().with_timeout(std::time::Duration::from_secs(120))
 }
 
 /// Takes `key` on `locker` with `try_lock`, which must find it free.

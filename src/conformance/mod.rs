@@ -1,0 +1,126 @@
+//! The conformance suite: the checks every backend of the [`Locker`] trait
+//! passes (feature `conformance`). This crate runs it on etcd, Redis,
+//! Redlock and the in-memory backend; write a backend of your own and run
+//! it there too.
+//!
+//! # Running it on a backend
+//! 1. Implement [`Backend`] for a small type of your test: how to make a
+//!    locker, how to see that waiters are queued and that the store is
+//!    clean, and what to check at the end ([`Backend::finish`]). Its
+//!    documentation is the contract; read "right now" in
+//!    [`Backend::is_clean`] closely.
+//! 2. Write an `async fn(&str) -> YourBackend` that builds a fresh backend
+//!    for each check (a new key prefix or store; the `&str` is a name of the
+//!    check to build it from).
+//! 3. Call [`conformance_tests!`](crate::conformance_tests) with it in a
+//!    test file: every check becomes a `#[test]` of its own, run on its own
+//!    multi-thread runtime by [`run`]. Or call the checks yourself from your
+//!    own tests; each is an `async fn` taking the backend.
+//!
+//! Turn the feature on for your tests only:
+//! ```toml
+//! [dev-dependencies]
+//! fairlock = { version = "0.1", features = ["conformance"] }
+//! ```
+//!
+//! # The checks
+//! Each check builds its lockers from the backend, panics when a promise is
+//! broken, and ends with [`Backend::finish`]. A backend that refuses fair
+//! mode ([`Backend::supports_fair`] is `false`) skips what needs it.
+//! - [`mutual_exclusion`]: one holder at a time, no lost update, strictly
+//!   growing fencing tokens, in fair, unfair and mixed modes.
+//! - [`fair_order`]: fair waiters are granted in arrival order.
+//! - [`key_isolation`]: `a`, `ab` and `a/b` are independent locks.
+//! - [`try_lock`]: free, held (also to its own locker), free again.
+//! - [`timeout_leaves_nothing`], [`cancel_leaves_nothing`]: a `lock` that
+//!   gives up cleans up before it returns.
+//! - [`drop_future_leaves_nothing`], [`drop_guard_releases`]: dropping
+//!   cleans up in the background.
+//! - [`bad_input`]: clear errors for bad keys and a cancelled context.
+//!
+//! [`patient`] is the context the checks give every `lock` that must
+//! succeed.
+//!
+//! # Example
+//! The in-memory backend under the suite; a networked backend reads its
+//! server in [`Backend::is_clean`] and waits on the server's change events
+//! in the waits.
+//! ```
+//! use std::sync::Arc;
+//!
+//! use async_trait::async_trait;
+//! use fairlock::conformance::{self, Backend};
+//! use fairlock::memory::MemoryStore;
+//! use fairlock::{Key, Locker};
+//!
+//! struct Memory(MemoryStore);
+//!
+//! /// Polls the store between scheduler turns (an in-process store has no
+//! /// change events; its state changes only when other tasks run).
+//! async fn until(mut done: impl FnMut() -> bool) {
+//!     while !done() {
+//!         tokio::task::yield_now().await;
+//!     }
+//! }
+//!
+//! #[async_trait]
+//! impl Backend for Memory {
+//!     fn locker(&self, fair: bool) -> Arc<dyn Locker> {
+//!         Arc::new(self.0.locker(fair))
+//!     }
+//!     async fn wait_queued(&self, key: &Key, n: usize) {
+//!         until(|| self.0.waiting(key) >= n).await;
+//!     }
+//!     async fn wait_clean(&self) {
+//!         until(|| self.0.is_idle()).await;
+//!     }
+//!     async fn is_clean(&self) -> bool {
+//!         self.0.is_idle()
+//!     }
+//!     async fn finish(&self) {
+//!         assert!(self.0.is_idle(), "the store is not idle at the end");
+//!     }
+//! }
+//!
+//! async fn memory(_check: &str) -> Memory {
+//!     Memory(MemoryStore::new())
+//! }
+//!
+//! // In a test file: all the checks, one #[test] each.
+//! fairlock::conformance_tests!(memory);
+//!
+//! // Or one check, by hand.
+//! fn main() {
+//!     conformance::run(async { conformance::try_lock(&memory("try").await).await });
+//! }
+//! ```
+//!
+//! # Map
+//! - `backend.rs`: [`Backend`], the contract of the backend under test.
+//! - `deadline.rs`: [`patient`].
+//! - `exclusion.rs`: [`mutual_exclusion`], [`fair_order`], [`key_isolation`].
+//! - `cleanup.rs`: [`timeout_leaves_nothing`], [`cancel_leaves_nothing`],
+//!   [`drop_future_leaves_nothing`], [`drop_guard_releases`].
+//! - `entry_points.rs`: [`try_lock`], [`bad_input`].
+//! - `suite.rs`: [`run`] and [`conformance_tests!`](crate::conformance_tests).
+//!
+//! The checks use only this crate's own dependencies (tokio,
+//! async-trait), none of its dev-dependencies.
+//!
+//! [`Locker`]: crate::Locker
+
+mod backend;
+mod cleanup;
+mod deadline;
+mod entry_points;
+mod exclusion;
+mod suite;
+
+pub use backend::Backend;
+pub use cleanup::{
+    cancel_leaves_nothing, drop_future_leaves_nothing, drop_guard_releases, timeout_leaves_nothing,
+};
+pub use deadline::patient;
+pub use entry_points::{bad_input, try_lock};
+pub use exclusion::{fair_order, key_isolation, mutual_exclusion};
+pub use suite::run;
