@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::observe::{self, Holding, Site};
+use crate::observe::{self, Granted, Holding, Site};
 use crate::{Context, Expiry, Key, LossCause, Result};
 
 /// A source of distributed locks: one backend, one mode (fair or unfair).
@@ -104,6 +104,25 @@ pub trait GuardRelease: Any + Send + Sync {
     }
 }
 
+impl Granted for LockGuard {
+    fn fencing_token(&self) -> u64 {
+        self.token
+    }
+
+    /// Counts the guard as held from now on, for the metrics and events
+    /// of `site` (see `observe.rs`).
+    fn observed(mut self, site: Site) -> Self {
+        self.holding = Some(Holding::start(
+            site,
+            &self.key,
+            self.token,
+            self.expiry.clone(),
+            self.lost.clone(),
+        ));
+        self
+    }
+}
+
 /// Proof of holding a lock; releases it on [`LockGuard::unlock`] or drop.
 ///
 /// `unlock().await` is the documented path: it reports errors (such as a
@@ -150,18 +169,6 @@ impl LockGuard {
             release: Some(release),
             holding: None,
         }
-    }
-
-    /// Counts the guard as held from now on, for the metrics and events
-    /// of `site` (see `observe.rs`).
-    pub(crate) fn observed(mut self, site: Site) -> Self {
-        self.holding = Some(Holding::start(site, &self, self.lost.clone()));
-        self
-    }
-
-    /// The lease's local deadline, if the backend gave one.
-    pub(crate) fn expiry(&self) -> Option<&Expiry> {
-        self.expiry.as_ref()
     }
 
     /// Ties the guard to its backend's loss signals: `lost` is cancelled by

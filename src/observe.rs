@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Level, Span, debug, warn};
 
-use crate::{Error, Expiry, Key, LockGuard, Result};
+use crate::{Error, Expiry, Key, Result};
 
 /// Which backend and mode an operation runs on: the labels of every metric
 /// and the fields of every span.
@@ -37,12 +37,22 @@ impl Site {
     }
 }
 
+/// What a grant hands out (the crate's `LockGuard`), as far as the spans
+/// and metrics need it.
+pub(crate) trait Granted {
+    /// The grant's fencing token.
+    fn fencing_token(&self) -> u64;
+    /// Starts counting the grant as held at `site`.
+    fn observed(self, site: Site) -> Self;
+}
+
 /// Runs a backend's `lock`: in a `lock` span, counted in
 /// `fairlock_waiting` while it waits (also when the future is dropped),
 /// then as a grant or a failure.
-pub(crate) async fn lock<F>(site: Site, key: &Key, op: F) -> Result<LockGuard>
+pub(crate) async fn lock<G, F>(site: Site, key: &Key, op: F) -> Result<G>
 where
-    F: Future<Output = Result<LockGuard>>,
+    G: Granted,
+    F: Future<Output = Result<G>>,
 {
     let span = tracing::debug_span!("lock", backend = site.backend, key = %key, mode = site.mode);
     let mut waiting = Waiting::start(site);
@@ -65,9 +75,10 @@ where
 }
 
 /// Runs a backend's `try_lock` in a `try_lock` span.
-pub(crate) async fn try_lock<F>(site: Site, key: &Key, op: F) -> Result<Option<LockGuard>>
+pub(crate) async fn try_lock<G, F>(site: Site, key: &Key, op: F) -> Result<Option<G>>
 where
-    F: Future<Output = Result<Option<LockGuard>>>,
+    G: Granted,
+    F: Future<Output = Result<Option<G>>>,
 {
     let span =
         tracing::debug_span!("try_lock", backend = site.backend, key = %key, mode = site.mode);
@@ -86,7 +97,7 @@ where
     }
 }
 
-fn granted(site: Site, guard: LockGuard, waited: Duration) -> LockGuard {
+fn granted<G: Granted>(site: Site, guard: G, waited: Duration) -> G {
     debug!(
         token = guard.fencing_token(),
         waited_ms = millis(waited),
@@ -209,7 +220,13 @@ pub(crate) struct Holding {
 impl Holding {
     /// Starts counting a held lock; with metrics on or a subscriber taking
     /// warnings, a task watches for its loss.
-    pub fn start(site: Site, guard: &LockGuard, lost: CancellationToken) -> Self {
+    pub fn start(
+        site: Site,
+        key: &Key,
+        token: u64,
+        expiry: Option<Expiry>,
+        lost: CancellationToken,
+    ) -> Self {
         metrics::held(site, 1.0);
         let state = Arc::new(AtomicU8::new(HELD));
         let granted_at = Instant::now();
@@ -220,12 +237,11 @@ impl Holding {
             .map(|rt| {
                 let loss = Loss {
                     site,
-                    key: guard.key().clone(),
-                    token: guard.fencing_token(),
+                    key: key.clone(),
+                    token,
                     granted_at,
                     state: Arc::clone(&state),
                 };
-                let expiry = guard.expiry().cloned();
                 rt.spawn(loss.watch(lost, expiry)).abort_handle()
             });
         Holding {
