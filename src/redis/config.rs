@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use super::url::redact;
-use crate::{Error, Result, TlsConfig};
+use crate::TlsConfig;
 
 /// The smallest TTL accepted: the watchdog extends every TTL/3 and each
 /// extend may take a per-node timeout, so shorter TTLs expire under load.
@@ -76,28 +76,6 @@ impl RedisConfig {
         }
     }
 
-    /// Reads the environment: `FAIRLOCK_ENDPOINTS` (comma separated
-    /// `redis://` or `rediss://` URLs), `FAIRLOCK_PREFIX`, `FAIRLOCK_TTL`
-    /// (e.g. `10s`, `1500ms`, `2m`, or plain seconds), `FAIRLOCK_CACERT`,
-    /// `FAIRLOCK_CERT`, `FAIRLOCK_KEY` (TLS), `FAIRLOCK_USER` and
-    /// `FAIRLOCK_PASSWORD` (an ACL user, for URLs without credentials).
-    ///
-    /// # Errors
-    /// [`Error::InvalidConfig`] when `FAIRLOCK_ENDPOINTS` is unset or holds
-    /// something other than `redis://` URLs, or `FAIRLOCK_TTL` does not
-    /// parse.
-    pub fn from_env() -> Result<Self> {
-        match crate::BackendConfig::from_env()? {
-            crate::BackendConfig::Redis(config) => Ok(config),
-            #[allow(unreachable_patterns)]
-            other => Err(Error::InvalidConfig(format!(
-                "FAIRLOCK_ENDPOINTS={:?} are not redis:// URLs; set e.g. \
-                 FAIRLOCK_ENDPOINTS=redis://127.0.0.1:6379",
-                other.endpoints().join(",")
-            ))),
-        }
-    }
-
     /// Sets the prefix of every Redis key fairlock writes.
     #[must_use]
     pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
@@ -124,7 +102,7 @@ impl RedisConfig {
         self
     }
 
-    /// Sets how long connecting may take before [`Error::Connect`].
+    /// Sets how long connecting may take before [`Error::Connect`](crate::Error::Connect).
     #[must_use]
     pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
