@@ -13,6 +13,8 @@ pub const MAX_TTL: Duration = Duration::from_secs(3600);
 pub const DEFAULT_ENDPOINT: &str = "127.0.0.1:2379";
 /// The key prefix used when none is configured.
 pub const DEFAULT_PREFIX: &str = "/fairlock/";
+/// The port of an endpoint given without one.
+pub const DEFAULT_PORT: u16 = 2379;
 
 /// Configuration of the etcd backend.
 ///
@@ -33,6 +35,9 @@ pub struct EtcdConfig {
     prefix: String,
     ttl: Duration,
     connect_timeout: Duration,
+    /// Set by [`EtcdConfig::with_connect_timeout`]: then endpoints that
+    /// refuse connections are retried for the whole connect timeout.
+    connect_timeout_set: bool,
     request_timeout: Duration,
     user: Option<(String, String)>,
     tls: Option<TlsConfig>,
@@ -40,8 +45,15 @@ pub struct EtcdConfig {
 
 impl EtcdConfig {
     /// A configuration for the given endpoints (`"host:port"` or
-    /// `"http://host:port"`), with the defaults: prefix `/fairlock/`, TTL
+    /// `"http://host:port"`; an endpoint without a port gets
+    /// [`DEFAULT_PORT`], 2379), with the defaults: prefix `/fairlock/`, TTL
     /// 10 s, connect timeout 5 s, request timeout 5 s.
+    ///
+    /// # Examples
+    /// ```
+    /// let config = fairlock::etcd::EtcdConfig::new(["10.0.0.7", "http://etcd-2"]);
+    /// assert_eq!(config.endpoints(), ["10.0.0.7:2379", "http://etcd-2:2379"]);
+    /// ```
     #[must_use]
     pub fn new<I, S>(endpoints: I) -> Self
     where
@@ -49,10 +61,14 @@ impl EtcdConfig {
         S: Into<String>,
     {
         EtcdConfig {
-            endpoints: endpoints.into_iter().map(Into::into).collect(),
+            endpoints: endpoints
+                .into_iter()
+                .map(|e| with_default_port(e.into()))
+                .collect(),
             prefix: DEFAULT_PREFIX.to_string(),
             ttl: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(5),
+            connect_timeout_set: false,
             request_timeout: Duration::from_secs(5),
             user: None,
             tls: None,
@@ -103,9 +119,15 @@ impl EtcdConfig {
     }
 
     /// Sets how long connecting may take before [`Error::Connect`].
+    ///
+    /// Without it, connecting gives up after about a second when every
+    /// endpoint refuses connections (nothing listens there). With it, such
+    /// endpoints are retried for the whole timeout: set it to wait for a
+    /// server that is still starting.
     #[must_use]
     pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
+        self.connect_timeout_set = true;
         self
     }
 
@@ -192,6 +214,11 @@ impl EtcdConfig {
         self.request_timeout
     }
 
+    /// `true` once [`EtcdConfig::with_connect_timeout`] was called.
+    pub(crate) fn connect_timeout_is_set(&self) -> bool {
+        self.connect_timeout_set
+    }
+
     pub(crate) fn user(&self) -> Option<&(String, String)> {
         self.user.as_ref()
     }
@@ -272,6 +299,35 @@ impl EtcdConfig {
     }
 }
 
+/// `endpoint` with `:2379` appended if it names no port: `host`,
+/// `http://host`, `https://host/`, `[::1]`. Left as given when it has a
+/// port or is not understood (validation and connect report those).
+fn with_default_port(endpoint: String) -> String {
+    let rest = ["http://", "https://"]
+        .iter()
+        .find_map(|scheme| {
+            endpoint
+                .get(..scheme.len())
+                .filter(|s| s.eq_ignore_ascii_case(scheme))
+                .map(|s| &endpoint[s.len()..])
+        })
+        .unwrap_or(&endpoint);
+    let host = rest.trim_end_matches('/');
+    let has_port = match host.strip_prefix('[') {
+        Some(v6) => v6.contains("]:") || !v6.ends_with(']'),
+        None => host.contains(':'),
+    };
+    if host.is_empty()
+        || has_port
+        || host.contains(['/', '@'])
+        || host.contains(char::is_whitespace)
+    {
+        return endpoint;
+    }
+    let scheme = &endpoint[..endpoint.len() - rest.len()];
+    format!("{scheme}{host}:{DEFAULT_PORT}")
+}
+
 impl Default for EtcdConfig {
     fn default() -> Self {
         EtcdConfig::new([DEFAULT_ENDPOINT])
@@ -309,6 +365,35 @@ mod tests {
         assert!(
             dbg.contains("redacted PEM") && !dbg.contains("secret"),
             "{dbg}"
+        );
+    }
+
+    #[test]
+    fn endpoints_without_a_port_get_2379() {
+        let config = EtcdConfig::new([
+            "127.0.0.1",
+            "etcd-1",
+            "http://etcd-2",
+            "HTTPS://etcd-3/",
+            "[::1]",
+            "127.0.0.1:1",
+            "http://etcd-4:22379",
+            "[::1]:4001",
+            "",
+        ]);
+        assert_eq!(
+            config.endpoints(),
+            [
+                "127.0.0.1:2379",
+                "etcd-1:2379",
+                "http://etcd-2:2379",
+                "HTTPS://etcd-3:2379",
+                "[::1]:2379",
+                "127.0.0.1:1",
+                "http://etcd-4:22379",
+                "[::1]:4001",
+                "",
+            ]
         );
     }
 

@@ -13,8 +13,8 @@ use etcd_client::{Client, EventType, WatchOptions, WatchRequestSender, WatchResp
 use tokio::sync::{Notify, broadcast, mpsc};
 use tokio::task::AbortHandle;
 
-use super::{etcd_err, timeout_err};
-use crate::Result;
+use super::error::EtcdResult;
+use super::request::request;
 
 /// One change seen by a watch.
 #[derive(Clone, Debug)]
@@ -111,13 +111,13 @@ struct Routes {
     map: HashMap<i64, Route>,
 }
 
-struct Conn {
+struct Stream {
     cmd: mpsc::UnboundedSender<Cmd>,
     routes: Mutex<Routes>,
     tasks: Mutex<Vec<AbortHandle>>,
 }
 
-impl Drop for Conn {
+impl Drop for Stream {
     fn drop(&mut self) {
         for task in self
             .tasks
@@ -130,7 +130,7 @@ impl Drop for Conn {
     }
 }
 
-impl Conn {
+impl Stream {
     fn routes(&self) -> std::sync::MutexGuard<'_, Routes> {
         self.routes.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -158,7 +158,7 @@ impl Conn {
 /// after it breaks.
 pub(crate) struct WatchHub {
     client: Client,
-    conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
+    stream: tokio::sync::Mutex<Option<Arc<Stream>>>,
     next_id: AtomicI64,
     /// Bounds opening a stream.
     timeout: Duration,
@@ -168,7 +168,7 @@ pub(crate) struct WatchHub {
 pub(crate) struct Subscription {
     id: i64,
     rx: Arc<Inbox>,
-    conn: Arc<Conn>,
+    conn: Arc<Stream>,
 }
 
 impl Subscription {
@@ -215,7 +215,7 @@ impl WatchHub {
     pub fn new(client: Client, timeout: Duration) -> Self {
         WatchHub {
             client,
-            conn: tokio::sync::Mutex::new(None),
+            stream: tokio::sync::Mutex::new(None),
             next_id: AtomicI64::new(1),
             timeout,
         }
@@ -223,7 +223,7 @@ impl WatchHub {
 
     /// Registers a watcher and returns its subscription. The first message
     /// is `Created` (or `Ended`).
-    pub async fn subscribe(&self, target: Target) -> Result<Subscription> {
+    pub async fn subscribe(&self, target: Target) -> EtcdResult<Subscription> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut options = WatchOptions::new().with_watch_id(id);
         if let Some(end) = target.range_end {
@@ -232,7 +232,7 @@ impl WatchHub {
         if let Some(rev) = target.start_revision {
             options = options.with_start_revision(rev);
         }
-        let mut slot = self.conn.lock().await;
+        let mut slot = self.stream.lock().await;
         let rx = Arc::new(Inbox::default());
         if let Some(conn) = slot.as_ref()
             && conn.add_route(id, Arc::clone(&rx))
@@ -248,13 +248,12 @@ impl WatchHub {
         // the old one `Ended`).
         let rx = Arc::new(Inbox::default());
         let mut client = self.client.watch_client();
-        let stream = tokio::time::timeout(
+        let stream = request(
+            "watch",
             self.timeout,
-            Box::pin(client.watch(target.key, Some(options))),
+            client.watch(target.key, Some(options)),
         )
-        .await
-        .map_err(|_| timeout_err("watch", self.timeout))?
-        .map_err(etcd_err("watch"))?;
+        .await?;
         let conn = open(stream.split(), id, Arc::clone(&rx));
         *slot = Some(Arc::clone(&conn));
         Ok(Subscription { id, rx, conn })
@@ -267,9 +266,9 @@ fn open(
     (mut sender, mut responses): (WatchRequestSender, WatchResponseStream),
     first_id: i64,
     first_tx: Arc<Inbox>,
-) -> Arc<Conn> {
+) -> Arc<Stream> {
     let (cmd_tx, mut cmd_rx) = mpsc::unbounded_channel::<Cmd>();
-    let conn = Arc::new(Conn {
+    let conn = Arc::new(Stream {
         cmd: cmd_tx,
         routes: Mutex::new(Routes {
             alive: true,
@@ -277,7 +276,7 @@ fn open(
         }),
         tasks: Mutex::new(Vec::new()),
     });
-    let weak: Weak<Conn> = Arc::downgrade(&conn);
+    let weak: Weak<Stream> = Arc::downgrade(&conn);
     let writer_conn = weak.clone();
     let writer = tokio::spawn(async move {
         while let Some(cmd) = cmd_rx.recv().await {
