@@ -9,7 +9,7 @@ use tokio::task::JoinHandle;
 
 use super::cleanup::{self, Written};
 use super::error::{EtcdError, EtcdResult};
-use super::held::{Grant, Held};
+use super::held::{Grant, HeldLock};
 use super::keys::{LockKeys, owner_value};
 use super::session::Lease;
 use super::slots::Slot;
@@ -17,7 +17,7 @@ use super::state::LockerState;
 use crate::{Key, LockGuard};
 
 /// One attempt to take a lock.
-pub(crate) struct Attempt {
+pub(crate) struct LockAttempt {
     pub state: Arc<LockerState>,
     pub key: Key,
     pub keys: LockKeys,
@@ -37,10 +37,10 @@ pub(crate) struct Attempt {
     armed: bool,
 }
 
-impl Attempt {
+impl LockAttempt {
     /// An attempt of `try_lock`: it never queues.
     pub fn direct(state: &Arc<LockerState>, key: &Key) -> Self {
-        Attempt::new(state, key, None)
+        LockAttempt::new(state, key, None)
     }
 
     /// An attempt of `lock`, and the queue key it waits under (in a slot
@@ -49,13 +49,13 @@ impl Attempt {
         let keys = state.keys(key);
         let slot = state.slots.take(&keys.lock);
         let queue_key = keys.waiter(&state.id, state.fairness, slot.number());
-        let attempt = Attempt::new(state, key, Some((queue_key.clone(), slot)));
+        let attempt = LockAttempt::new(state, key, Some((queue_key.clone(), slot)));
         (attempt, queue_key)
     }
 
     fn new(state: &Arc<LockerState>, key: &Key, queue: Option<(Vec<u8>, Slot)>) -> Self {
         let (queue_key, slot) = queue.unzip();
-        Attempt {
+        LockAttempt {
             queue_key,
             slot,
             value: owner_value(state.fairness),
@@ -141,7 +141,7 @@ impl Attempt {
         };
         let token = u64::try_from(grant.token).unwrap_or_default();
         let key = self.key.clone();
-        let held = Held::new(
+        let held = HeldLock::new(
             Arc::clone(&self.state),
             self.key.clone(),
             self.keys.clone(),
@@ -188,7 +188,7 @@ impl Attempt {
     }
 }
 
-impl Drop for Attempt {
+impl Drop for LockAttempt {
     fn drop(&mut self) {
         self.start_abandon();
     }

@@ -8,7 +8,7 @@ use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnResponse};
 use tokio::task::JoinHandle;
 
 use super::error::EtcdResult;
-use super::held::{Behind, Grant, Held};
+use super::held::{Behind, Grant, HeldLock};
 use super::keys::LockKeys;
 use super::release;
 use super::request::{range_at, retry_backoff};
@@ -124,7 +124,7 @@ async fn abandon_once(
         behind: Behind::LookUp,
         lease: Arc::clone(lease),
     };
-    let held = Held::new(
+    let held = HeldLock::new(
         Arc::clone(state),
         key.clone(),
         keys.clone(),

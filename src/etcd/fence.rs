@@ -6,7 +6,7 @@ use std::future::Future;
 use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse, TxnResponse};
 
 use super::error::EtcdError;
-use super::held::Held;
+use super::held::HeldLock;
 use crate::{Error, LockGuard, Result};
 
 /// etcd operations conditional on holding the lock; implemented for
@@ -62,10 +62,10 @@ mod sealed {
     impl Sealed for crate::LockGuard {}
 }
 
-fn held(guard: &LockGuard) -> Result<&Held> {
+fn held(guard: &LockGuard) -> Result<&HeldLock> {
     guard
         .backend()
-        .and_then(|b| b.downcast_ref::<Held>())
+        .and_then(|b| b.downcast_ref::<HeldLock>())
         .ok_or_else(|| {
             Error::Unsupported(
                 "fenced etcd txns need a guard from the etcd backend (fairlock::etcd::EtcdLocker)"

@@ -53,7 +53,7 @@ pub(crate) enum Lookahead {
 }
 
 /// A held etcd lock: what a guard releases.
-pub(crate) struct Held {
+pub(crate) struct HeldLock {
     pub state: Arc<LockerState>,
     pub key: Key,
     pub keys: LockKeys,
@@ -71,7 +71,7 @@ pub(crate) struct Held {
     pub slot: Option<Slot>,
 }
 
-impl Held {
+impl HeldLock {
     /// The lock `grant` gave: `key` with its etcd `keys`, and our queue key
     /// if we wrote one. With [`Behind::LookUp`] the successors are looked
     /// up now, while the caller works, so the release needs no read.
@@ -95,7 +95,7 @@ impl Held {
                 }))
             }
         };
-        Held {
+        HeldLock {
             state,
             key,
             keys,
@@ -134,7 +134,7 @@ impl Held {
     }
 }
 
-impl Drop for Held {
+impl Drop for HeldLock {
     fn drop(&mut self) {
         if let Lookahead::Pending(lookup) = &self.lookahead {
             lookup.abort();

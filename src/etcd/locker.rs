@@ -8,7 +8,7 @@ use etcd_client::{
     Client, Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnResponse,
 };
 
-use super::attempt::Attempt;
+use super::attempt::LockAttempt;
 use super::config::EtcdConfig;
 use super::connect::connect;
 use super::error::{EtcdError, EtcdResult};
@@ -156,7 +156,7 @@ impl EtcdLocker {
 impl EtcdLocker {
     /// One attempt of `try_lock`.
     async fn try_lock_once(&self, key: &Key) -> EtcdResult<Option<LockGuard>> {
-        let mut attempt = Attempt::direct(&self.inner, key);
+        let mut attempt = LockAttempt::direct(&self.inner, key);
         let keys = attempt.keys.clone();
         let mut when = vec![Compare::create_revision(
             keys.lock.clone(),
@@ -232,7 +232,7 @@ impl EtcdLocker {
     /// One attempt of `lock`: queue, wait, and on failure remove what it
     /// wrote before returning the error.
     async fn lock_once(&self, ctx: &Context, key: &Key) -> Result<LockGuard, Failed> {
-        let (mut attempt, queue_key) = Attempt::queued(&self.inner, key);
+        let (mut attempt, queue_key) = LockAttempt::queued(&self.inner, key);
         let outcome = {
             tokio::select! {
                 res = queue::acquire(&mut attempt, &queue_key) => res,

@@ -4,7 +4,7 @@
 
 use etcd_client::{Compare, CompareOp, GetOptions, GetResponse, SortOrder, SortTarget, Txn, TxnOp};
 
-use super::attempt::Attempt;
+use super::attempt::LockAttempt;
 use super::error::EtcdResult;
 use super::held::Behind;
 use super::keys::{is_waiter, passed_along};
@@ -32,7 +32,7 @@ pub(crate) enum Position {
 
 /// A queued waiter's place in line, borrowing its attempt.
 pub(crate) struct Place<'a> {
-    pub attempt: &'a Attempt,
+    pub attempt: &'a LockAttempt,
     pub lease: &'a Lease,
     /// The attempt's queue key, created at `my_rev`.
     pub queue_key: &'a [u8],

@@ -39,7 +39,7 @@ use std::sync::Arc;
 use etcd_client::{Compare, CompareOp, Txn};
 use tokio::time::Sleep;
 
-use super::attempt::Attempt;
+use super::attempt::LockAttempt;
 use super::error::{EtcdError, EtcdResult};
 use super::held::{Behind, Grant};
 use super::keys::{passed_along, prefix_end};
@@ -118,7 +118,7 @@ struct Watching {
 /// Waits in the queue until granted; `queue_key` is the attempt's queue
 /// key. Request futures and the enqueue are awaited boxed (`Box::pin`):
 /// this future lives as long as a lock waits.
-pub(crate) async fn acquire(attempt: &mut Attempt, queue_key: &[u8]) -> EtcdResult<Grant> {
+pub(crate) async fn acquire(attempt: &mut LockAttempt, queue_key: &[u8]) -> EtcdResult<Grant> {
     let (my_rev, lease, own, own_watch) = match Box::pin(enqueue(attempt, queue_key)).await? {
         Enqueued::Granted(grant) => return Ok(grant),
         Enqueued::Queued {
@@ -301,7 +301,7 @@ impl Watching {
 
 /// Tries to take the free lock key (fair: only if nobody is queued), or
 /// queues under `queue_key`, in one txn.
-async fn enqueue(attempt: &mut Attempt, queue_key: &[u8]) -> EtcdResult<Enqueued> {
+async fn enqueue(attempt: &mut LockAttempt, queue_key: &[u8]) -> EtcdResult<Enqueued> {
     let state = Arc::clone(&attempt.state);
     let (keys, value) = (attempt.keys.clone(), attempt.value.clone());
 
@@ -356,7 +356,7 @@ async fn enqueue(attempt: &mut Attempt, queue_key: &[u8]) -> EtcdResult<Enqueued
 }
 
 /// Subscribes anew to the locker's watch of its own queue keys.
-async fn listen_own(attempt: &Attempt) -> EtcdResult<Listener> {
+async fn listen_own(attempt: &LockAttempt) -> EtcdResult<Listener> {
     let own_prefix = attempt.keys.locker_queue(&attempt.state.id);
     let own_end = prefix_end(&own_prefix);
     attempt
@@ -374,7 +374,7 @@ async fn next_msg(sub: &mut Option<Subscription>) -> WatchMsg {
     }
 }
 
-fn session_lost(attempt: &Attempt) -> EtcdError {
+fn session_lost(attempt: &LockAttempt) -> EtcdError {
     EtcdError::Public(Error::SessionLost {
         key: attempt.key.to_string(),
         reason: "this waiter's queue entry vanished (its session lease expired or \

@@ -26,7 +26,7 @@ use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpR
 use tokio_util::sync::CancellationToken;
 
 use super::error::{EtcdError, EtcdResult};
-use super::held::{Held, Lookahead, lookup, successor_query, successors};
+use super::held::{HeldLock, Lookahead, lookup, successor_query, successors};
 use super::keys::{LockKeys, Successor, pass_along, waiter_mode};
 use super::request::{put_leased, range_at, retry_backoff, touch};
 use super::state::LockerState;
@@ -37,7 +37,7 @@ use crate::{Error, GuardRelease, Result, observe};
 const MAX_ROUNDS: usize = 16;
 
 #[async_trait]
-impl GuardRelease for Held {
+impl GuardRelease for HeldLock {
     async fn release(self: Box<Self>) -> Result<()> {
         self.stop_watching();
         Ok(release(*self).await?)
@@ -54,7 +54,7 @@ impl GuardRelease for Held {
 /// done, the lock turns out lost, or the session lease is lost (its keys then
 /// expire with it). A transient etcd error must not leave the key blocked
 /// for as long as the locker keeps its lease alive.
-pub(crate) async fn release(mut held: Held) -> EtcdResult<()> {
+pub(crate) async fn release(mut held: HeldLock) -> EtcdResult<()> {
     let after = held.queue.as_ref().map_or(0, |q| q.1);
     let mut next = match std::mem::replace(&mut held.lookahead, Lookahead::Unknown) {
         // Others were waiting when we got the lock. If none had queued yet
@@ -114,8 +114,12 @@ pub(crate) async fn release(mut held: Held) -> EtcdResult<()> {
 /// `skip`: the queue entries up to this create revision are ours or not
 /// waiters; it moves past entries a re-read finds that are not waiters, so
 /// that they cannot keep the "nobody waits" compare failing.
-async fn release_once(held: &Held, next: &mut Vec<Successor>, skip: &mut i64) -> EtcdResult<()> {
-    let Held {
+async fn release_once(
+    held: &HeldLock,
+    next: &mut Vec<Successor>,
+    skip: &mut i64,
+) -> EtcdResult<()> {
+    let HeldLock {
         state,
         key,
         keys,
