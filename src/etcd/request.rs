@@ -4,9 +4,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use etcd_client::{
-    Client, GetOptions, GetResponse, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
-};
+use etcd_client::{GetResponse, PutOptions, TxnOp, TxnOpResponse, TxnResponse};
 
 use super::error::{EtcdError, EtcdResult};
 
@@ -22,44 +20,6 @@ pub(crate) async fn request<T>(
         Ok(Ok(answer)) => Ok(answer),
         Ok(Err(source)) => Err(EtcdError::Request { op, source }),
         Err(_) => Err(EtcdError::NoAnswer { op, after: timeout }),
-    }
-}
-
-/// The key-value requests of one locker, each bounded by a timeout.
-pub(crate) struct Kv {
-    client: Client,
-    timeout: Duration,
-}
-
-impl Kv {
-    pub fn new(client: Client, timeout: Duration) -> Self {
-        Kv { client, timeout }
-    }
-
-    pub async fn txn(&self, op: &'static str, txn: Txn) -> EtcdResult<TxnResponse> {
-        self.txn_within(op, txn, self.timeout).await
-    }
-
-    /// A txn that gives up after `timeout` (for requests that are safe to
-    /// repeat and that others wait for, such as a release).
-    pub async fn txn_within(
-        &self,
-        op: &'static str,
-        txn: Txn,
-        timeout: Duration,
-    ) -> EtcdResult<TxnResponse> {
-        let mut kv = self.client.kv_client();
-        request(op, timeout, kv.txn(txn)).await
-    }
-
-    pub async fn get(
-        &self,
-        op: &'static str,
-        key: Vec<u8>,
-        opts: GetOptions,
-    ) -> EtcdResult<GetResponse> {
-        let mut kv = self.client.kv_client();
-        request(op, self.timeout, kv.get(key, Some(opts))).await
     }
 }
 

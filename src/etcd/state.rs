@@ -9,7 +9,7 @@ use etcd_client::{Client, GetOptions, GetResponse, Txn, TxnResponse};
 use super::config::EtcdConfig;
 use super::error::{EtcdError, EtcdResult};
 use super::keys::LockKeys;
-use super::request::Kv;
+use super::request::request;
 use super::session::{Lease, LeaseEnd, Session};
 use super::shared_watch::SharedWatches;
 use super::slots::Slots;
@@ -29,7 +29,6 @@ pub(crate) struct LockerState {
     pub slots: Arc<Slots>,
     pub hub: Arc<WatchHub>,
     pub watches: SharedWatches,
-    kv: Kv,
 }
 
 impl LockerState {
@@ -39,7 +38,6 @@ impl LockerState {
         LockerState {
             session: Session::new(client.clone(), config.ttl_secs(), timeout),
             watches: SharedWatches::new(Arc::clone(&hub), timeout),
-            kv: Kv::new(client.clone(), timeout),
             hub,
             slots: Arc::default(),
             id: uuid::Uuid::new_v4().simple().to_string(),
@@ -55,7 +53,8 @@ impl LockerState {
     }
 
     pub async fn txn(&self, op: &'static str, txn: Txn) -> EtcdResult<TxnResponse> {
-        self.kv.txn(op, txn).await
+        self.txn_within(op, txn, self.config.request_timeout())
+            .await
     }
 
     /// A txn that gives up after `timeout` (for requests that are safe to
@@ -66,7 +65,8 @@ impl LockerState {
         txn: Txn,
         timeout: Duration,
     ) -> EtcdResult<TxnResponse> {
-        self.kv.txn_within(op, txn, timeout).await
+        let mut kv = self.client.kv_client();
+        request(op, timeout, kv.txn(txn)).await
     }
 
     pub async fn get(
@@ -75,7 +75,8 @@ impl LockerState {
         key: Vec<u8>,
         opts: GetOptions,
     ) -> EtcdResult<GetResponse> {
-        self.kv.get(op, key, opts).await
+        let mut kv = self.client.kv_client();
+        request(op, self.config.request_timeout(), kv.get(key, Some(opts))).await
     }
 
     /// Maps "lease not found" to [`Error::SessionLost`] (and forgets the
