@@ -91,7 +91,7 @@ pub(crate) async fn connect(config: &EtcdConfig) -> Result<Client> {
     match tokio::time::timeout(timeout, attempt).await {
         Ok(Ok(client)) => Ok(client),
         Ok(Err(Failure::Etcd(e))) => Err(connect_error(config, e, timeout)),
-        Ok(Err(Failure::Refused)) => Err(unreachable(config, refused_limit, refused_text(config))),
+        Ok(Err(Failure::Refused)) => Err(unreachable(config, refused_limit, refused_text())),
         Err(_) => match last.into_inner().unwrap_or_else(|p| p.into_inner()) {
             Some(e) => Err(connect_error(config, e, timeout)),
             None => Err(unreachable(config, timeout, "no answer".into())),
@@ -115,7 +115,7 @@ fn connect_error(config: &EtcdConfig, err: etcd_client::Error, timeout: Duration
         Err(err) => err,
     };
     let cause = if is_connection_refused(&err) {
-        refused_text(config)
+        refused_text()
     } else {
         cause_text(&err)
     };
@@ -131,13 +131,12 @@ fn unreachable(config: &EtcdConfig, timeout: Duration, cause: String) -> Error {
     }
 }
 
-/// The cause and what to do when every endpoint refused connections.
-fn refused_text(config: &EtcdConfig) -> String {
-    format!(
-        "connection refused at {}: is etcd running there? start it, or fix --endpoints / \
-         FAIRLOCK_ENDPOINTS (to wait for a server that is starting, set a connect timeout)",
-        config.endpoints().join(",")
-    )
+/// The cause and what to do when every endpoint refused connections (the
+/// endpoints are named by [`Error::Connect`] itself).
+fn refused_text() -> String {
+    "connection refused: start etcd there, or fix --endpoints / FAIRLOCK_ENDPOINTS \
+     (EtcdConfig::with_connect_timeout waits for a server that is starting)"
+        .into()
 }
 
 /// One line for what went wrong: etcd's own message for an answer, or the
