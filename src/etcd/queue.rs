@@ -137,33 +137,30 @@ pub(crate) async fn acquire(attempt: &mut LockAttempt, queue_key: &[u8]) -> Etcd
     };
     let patience = tokio::time::sleep(margin(state.config.ttl()));
     tokio::pin!(patience);
+    let in_line = InLine {
+        queue_key,
+        my_rev,
+        lease,
+    };
     let mut step = match own_watch {
         OwnWatch::WasOpen => Step::Listen,
         OwnWatch::OpenedAfter => Step::Read(Read::Again),
     };
-    let (token, queue_rev, behind) = loop {
+    let grant = loop {
         step = match step {
             Step::Listen => {
-                let place = Place {
-                    attempt,
-                    lease: &lease,
-                    queue_key,
-                    my_rev,
-                };
+                let place = in_line.place(attempt);
                 match watching.signal(&place, patience.as_mut()).await? {
-                    Signal::Handed { token, behind } => break (token, Some(my_rev), behind),
+                    Signal::Handed { token, behind } => {
+                        break in_line.grant(token, Some(my_rev), behind);
+                    }
                     Signal::Woken => Step::Take,
                     Signal::Changed => Step::Read(Read::Again),
                     Signal::Patient => Step::Read(Read::Patient),
                 }
             }
             Step::Read(read) => {
-                let place = Place {
-                    attempt,
-                    lease: &lease,
-                    queue_key,
-                    my_rev,
-                };
+                let place = in_line.place(attempt);
                 let position = match read {
                     Read::Patient => {
                         let _permit = state.watches.rereads.acquire().await;
@@ -172,7 +169,9 @@ pub(crate) async fn acquire(attempt: &mut LockAttempt, queue_key: &[u8]) -> Etcd
                     Read::Again => Box::pin(place.check_until_answered()).await?,
                 };
                 match position {
-                    Position::Granted { token, behind } => break (token, Some(my_rev), behind),
+                    Position::Granted { token, behind } => {
+                        break in_line.grant(token, Some(my_rev), behind);
+                    }
                     Position::Gone => return Err(session_lost(attempt)),
                     Position::Wait { target, since } => {
                         watching.follow(target, since);
@@ -182,19 +181,13 @@ pub(crate) async fn acquire(attempt: &mut LockAttempt, queue_key: &[u8]) -> Etcd
                 }
             }
             Step::Take => {
-                let txn = Place {
-                    attempt,
-                    lease: &lease,
-                    queue_key,
-                    my_rev,
-                }
-                .take();
-                let resp = Box::pin(attempt.write("acquire", &lease, txn)).await?;
+                let txn = in_line.place(attempt).take();
+                let resp = Box::pin(attempt.write("acquire", &in_line.lease, txn)).await?;
                 if resp.succeeded() {
                     // Fair keeps its queue key until release (it heads the
                     // queue); unfair deleted it in the same txn.
                     let queue_rev = state.fairness.is_fair().then_some(my_rev);
-                    break (revision(&resp), queue_rev, Behind::LookUp);
+                    break in_line.grant(revision(&resp), queue_rev, Behind::LookUp);
                 }
                 // Someone barged in, or we are no longer queued: re-read.
                 Step::Read(Read::Again)
@@ -202,17 +195,40 @@ pub(crate) async fn acquire(attempt: &mut LockAttempt, queue_key: &[u8]) -> Etcd
         };
     };
     drop(watching);
-    if lease.lost.is_cancelled() || lease.expiry.has_passed() {
+    if grant.lease.lost.is_cancelled() || grant.lease.expiry.has_passed() {
         // Never report a lock held on a lease we know or presume gone (etcd
         // #11456): e.g. this process was paused past its TTL while queued.
         return Err(session_lost(attempt));
     }
-    Ok(Grant {
-        token,
-        queue_rev,
-        behind,
-        lease,
-    })
+    Ok(grant)
+}
+
+/// What stays fixed while a waiter is in line.
+struct InLine<'k> {
+    queue_key: &'k [u8],
+    /// The revision of the enqueue txn: our queue key's create revision.
+    my_rev: i64,
+    lease: Arc<Lease>,
+}
+
+impl InLine<'_> {
+    fn place<'a>(&'a self, attempt: &'a LockAttempt) -> Place<'a> {
+        Place {
+            attempt,
+            lease: &self.lease,
+            queue_key: self.queue_key,
+            my_rev: self.my_rev,
+        }
+    }
+
+    fn grant(&self, token: i64, queue_rev: Option<i64>, behind: Behind) -> Grant {
+        Grant {
+            token,
+            queue_rev,
+            behind,
+            lease: Arc::clone(&self.lease),
+        }
+    }
 }
 
 impl Watching {
