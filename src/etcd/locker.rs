@@ -74,7 +74,7 @@ impl EtcdLocker {
     /// Connects to etcd and makes a locker, fair (arrival order) or unfair.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] for a bad configuration; [`Error::Connect`]
+    /// [`crate::Error::InvalidConfig`] for a bad configuration; [`crate::Error::Connect`]
     /// naming the endpoints when etcd does not answer within the connect
     /// timeout, or within about a second when every endpoint refuses
     /// connections and no connect timeout was set (see
@@ -141,7 +141,7 @@ impl EtcdLocker {
 
     /// Revokes the session lease now: every lock this locker holds or waits
     /// for is freed at once. Guards still alive report
-    /// [`Error::LockLost`] on unlock.
+    /// [`crate::Error::LockLost`] on unlock.
     ///
     /// # Errors
     /// Backend errors from the revoke (the lease then expires after its TTL).

@@ -103,14 +103,16 @@ impl Slot {
     /// Returns the slot for reuse: its queue key is deleted, and no write
     /// that could create it again is in doubt.
     pub fn free(self) {
-        self.slots.give_back(&self.lock, self.number, Afterwards::Reuse);
+        self.slots
+            .give_back(&self.lock, self.number, Afterwards::Reuse);
         std::mem::forget(self);
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.slots.give_back(&self.lock, self.number, Afterwards::Retire);
+        self.slots
+            .give_back(&self.lock, self.number, Afterwards::Retire);
     }
 }
 
