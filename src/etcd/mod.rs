@@ -26,16 +26,16 @@
 //! retried for all of it.
 //!
 //! ## Layout
-//! From the bottom up; each file uses only files above it in this list
-//! (and `config.rs`, `secure.rs`):
+//! From the bottom up: each file uses only files listed before it.
+//! - `config.rs`: [`EtcdConfig`]; `secure.rs`: TLS options, and telling
+//!   refused credentials and denied permissions apart;
 //! - `error.rs`: the backend's private error type, told apart by gRPC code
 //!   and mapped into [`crate::Error`];
 //! - `request.rs`: one request with its timeout, txn part builders, the
 //!   retry backoff;
 //! - `keys.rs`: every etcd wire format: key layout, mode tags, owner
 //!   values, the passed-along successor list;
-//! - `config.rs`: [`EtcdConfig`]; `secure.rs`: TLS options and refusals;
-//!   `connect.rs`: connecting, and its errors;
+//! - `connect.rs`: connecting, and its errors;
 //! - `session.rs`: the locker's session lease, its keepalive task and the
 //!   local deadline behind `LockGuard::is_held`;
 //! - `watch.rs`: watches multiplexed on one stream; `shared_watch.rs`: the
