@@ -3,6 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use super::endpoint::with_default_port;
 use crate::{Error, Result, TlsConfig};
 
 /// The smallest TTL etcd honours (it raises smaller ones to about 2 s).
@@ -13,8 +14,6 @@ pub const MAX_TTL: Duration = Duration::from_secs(3600);
 pub const DEFAULT_ENDPOINT: &str = "127.0.0.1:2379";
 /// The key prefix used when none is configured.
 pub const DEFAULT_PREFIX: &str = "/fairlock/";
-/// The port of an endpoint given without one.
-pub const DEFAULT_PORT: u16 = 2379;
 
 /// Configuration of the etcd backend.
 ///
@@ -46,7 +45,7 @@ pub struct EtcdConfig {
 impl EtcdConfig {
     /// A configuration for the given endpoints (`"host:port"` or
     /// `"http://host:port"`; an endpoint without a port gets
-    /// [`DEFAULT_PORT`], 2379), with the defaults: prefix `/fairlock/`, TTL
+    /// [`super::DEFAULT_PORT`], 2379), with the defaults: prefix `/fairlock/`, TTL
     /// 10 s, connect timeout 5 s, request timeout 5 s.
     ///
     /// # Examples
@@ -299,35 +298,6 @@ impl EtcdConfig {
     }
 }
 
-/// `endpoint` with `:2379` appended if it names no port: `host`,
-/// `http://host`, `https://host/`, `[::1]`. Left as given when it has a
-/// port or is not understood (validation and connect report those).
-fn with_default_port(endpoint: String) -> String {
-    let rest = ["http://", "https://"]
-        .iter()
-        .find_map(|scheme| {
-            endpoint
-                .get(..scheme.len())
-                .filter(|s| s.eq_ignore_ascii_case(scheme))
-                .map(|s| &endpoint[s.len()..])
-        })
-        .unwrap_or(&endpoint);
-    let host = rest.trim_end_matches('/');
-    let has_port = match host.strip_prefix('[') {
-        Some(v6) => v6.contains("]:") || !v6.ends_with(']'),
-        None => host.contains(':'),
-    };
-    if host.is_empty()
-        || has_port
-        || host.contains(['/', '@'])
-        || host.contains(char::is_whitespace)
-    {
-        return endpoint;
-    }
-    let scheme = &endpoint[..endpoint.len() - rest.len()];
-    format!("{scheme}{host}:{DEFAULT_PORT}")
-}
-
 impl Default for EtcdConfig {
     fn default() -> Self {
         EtcdConfig::new([DEFAULT_ENDPOINT])
@@ -365,35 +335,6 @@ mod tests {
         assert!(
             dbg.contains("redacted PEM") && !dbg.contains("secret"),
             "{dbg}"
-        );
-    }
-
-    #[test]
-    fn endpoints_without_a_port_get_2379() {
-        let config = EtcdConfig::new([
-            "127.0.0.1",
-            "etcd-1",
-            "http://etcd-2",
-            "HTTPS://etcd-3/",
-            "[::1]",
-            "127.0.0.1:1",
-            "http://etcd-4:22379",
-            "[::1]:4001",
-            "",
-        ]);
-        assert_eq!(
-            config.endpoints(),
-            [
-                "127.0.0.1:2379",
-                "etcd-1:2379",
-                "http://etcd-2:2379",
-                "HTTPS://etcd-3:2379",
-                "[::1]:2379",
-                "127.0.0.1:1",
-                "http://etcd-4:22379",
-                "[::1]:4001",
-                "",
-            ]
         );
     }
 

@@ -27,6 +27,7 @@
 //!
 //! ## Layout
 //! From the bottom up: each file uses only files listed before it.
+//! - `endpoint.rs`: endpoints as people write them (default port);
 //! - `config.rs`: [`EtcdConfig`]; `secure.rs`: TLS options, and telling
 //!   refused credentials and denied permissions apart;
 //! - `error.rs`: the backend's private error type, told apart by gRPC code
@@ -56,6 +57,7 @@ mod attempt;
 mod cleanup;
 mod config;
 mod connect;
+mod endpoint;
 mod error;
 mod fence;
 mod held;
@@ -77,7 +79,8 @@ mod watch;
 use std::sync::Arc;
 
 pub use crate::{Owner, parse_duration};
-pub use config::{DEFAULT_ENDPOINT, DEFAULT_PORT, DEFAULT_PREFIX, EtcdConfig, MAX_TTL, MIN_TTL};
+pub use config::{DEFAULT_ENDPOINT, DEFAULT_PREFIX, EtcdConfig, MAX_TTL, MIN_TTL};
+pub use endpoint::DEFAULT_PORT;
 pub use fence::FencedTxn;
 pub use locker::EtcdLocker;
 pub use status::{Holder, LockStatus, Waiter};
