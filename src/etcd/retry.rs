@@ -32,12 +32,18 @@ pub(crate) struct Retry {
     failing_since: Option<Instant>,
     last_failure: Option<Instant>,
     backoff: Backoff,
-    /// The failure to report when giving up, and whether it was an answer
-    /// from a server: the last one, except that an answer from a server
-    /// (such as "no leader") is kept over a later connection refused by a
-    /// member that is down.
-    report: Option<(Error, bool)>,
+    /// The failure to report when giving up: the last one, except that an
+    /// answer from a server (such as "no leader") is kept over a later
+    /// connection refused by a member that is down.
+    report: Option<Report>,
     site: Site,
+}
+
+/// A failure kept for reporting.
+struct Report {
+    error: Error,
+    /// It was an answer from a server (see [`EtcdError::is_server_answer`]).
+    server_answer: bool,
 }
 
 impl Retry {
@@ -70,18 +76,21 @@ impl Retry {
         let keep = self
             .report
             .as_ref()
-            .is_none_or(|(_, old_was_answer)| server_answer || !old_was_answer);
+            .is_none_or(|old| server_answer || !old.server_answer);
         if keep {
-            self.report = Some((err.into(), server_answer));
+            self.report = Some(Report {
+                error: err.into(),
+                server_answer,
+            });
         }
         if since.elapsed() >= self.give_up
-            && let Some((report, _)) = self.report.take()
+            && let Some(report) = self.report.take()
         {
-            return Err(report);
+            return Err(report.error);
         }
         let pause = self.backoff.next_pause();
-        if let Some((report, _)) = &self.report {
-            observe::retrying(self.site, report, pause);
+        if let Some(report) = &self.report {
+            observe::retrying(self.site, &report.error, pause);
         }
         Ok(pause)
     }

@@ -63,13 +63,6 @@ impl Listener {
     }
 }
 
-fn watch_failed(why: impl Into<std::borrow::Cow<'static, str>>) -> EtcdError {
-    EtcdError::Failed {
-        op: "watch",
-        why: why.into(),
-    }
-}
-
 impl SharedWatches {
     pub fn new(hub: Arc<WatchHub>, timeout: Duration) -> Self {
         SharedWatches {
@@ -124,9 +117,17 @@ impl SharedWatches {
         let created = tokio::time::timeout(self.timeout, sub.recv()).await;
         match created.unwrap_or_else(|_| WatchMsg::Ended("no answer to the watch request".into())) {
             WatchMsg::Created => {}
-            WatchMsg::Ended(why) => return Err(watch_failed(why)),
+            WatchMsg::Ended(why) => {
+                return Err(EtcdError::Failed {
+                    op: "watch",
+                    why: why.into(),
+                });
+            }
             WatchMsg::Events { .. } => {
-                return Err(watch_failed("events arrived before the watch was created"));
+                return Err(EtcdError::Failed {
+                    op: "watch",
+                    why: "events arrived before the watch was created".into(),
+                });
             }
         }
         let (tx, rx) = broadcast::channel(CAPACITY);
