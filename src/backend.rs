@@ -374,6 +374,34 @@ impl BackendConfig {
     }
 }
 
+// Written here, in the file of `BackendConfig::from_env`, so that etcd/config.rs
+// does not import this file, which imports it.
+#[cfg(feature = "etcd")]
+impl crate::etcd::EtcdConfig {
+    /// Reads the environment: `FAIRLOCK_ENDPOINTS` (comma separated, default
+    /// `127.0.0.1:2379`), `FAIRLOCK_PREFIX`, `FAIRLOCK_TTL` (e.g. `10s`,
+    /// `1500ms`, `2m`, or plain seconds), `FAIRLOCK_CACERT`,
+    /// `FAIRLOCK_CERT`, `FAIRLOCK_KEY` (TLS) and `FAIRLOCK_USER`,
+    /// `FAIRLOCK_PASSWORD` (etcd auth), as [`crate::BackendConfig::from_env`]
+    /// does for every backend.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] when `FAIRLOCK_TTL` does not parse, or the
+    /// endpoints are not etcd endpoints (e.g. `redis://` URLs) or are
+    /// malformed.
+    pub fn from_env() -> Result<Self> {
+        match BackendConfig::from_env()? {
+            BackendConfig::Etcd(config) => Ok(config),
+            #[allow(unreachable_patterns)]
+            other => Err(Error::InvalidConfig(format!(
+                "FAIRLOCK_ENDPOINTS={:?} are not etcd endpoints; set e.g. \
+                 FAIRLOCK_ENDPOINTS=127.0.0.1:2379",
+                other.endpoints().join(",")
+            ))),
+        }
+    }
+}
+
 /// Registers the backend named by `FAIRLOCK_ENDPOINTS` (see
 /// [`BackendConfig::from_env`]) as the process-wide locker provider.
 ///

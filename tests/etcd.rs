@@ -382,6 +382,26 @@ async fn unlock_after_loss_reports_it_and_spares_the_new_holder() {
     b.wait_clean().await;
 }
 
+/// A session lease etcd no longer knows (revoked behind the locker's back)
+/// is replaced on the next write, transparently: etcd's "lease not found"
+/// is told by its gRPC code.
+#[tokio::test]
+async fn a_revoked_session_lease_is_replaced_on_the_next_lock() {
+    let b = etcd("regrant").await;
+    let locker = EtcdLocker::from_client(b.client.clone(), b.config.clone(), true);
+    let lease = locker.lease_id().await.expect("lease");
+    b.client.clone().lease_revoke(lease).await.expect("revoke");
+    let guard = locker
+        .try_lock(&Key::from("k"))
+        .await
+        .expect("a fresh lease is taken")
+        .expect("free");
+    assert_ne!(locker.lease_id().await.expect("lease"), lease);
+    guard.unlock().await.expect("unlock");
+    locker.close().await.expect("close");
+    b.wait_clean().await;
+}
+
 /// The registry: no provider is a clear error; `etcd::register` provides
 /// independent lockers that exclude each other.
 #[tokio::test]

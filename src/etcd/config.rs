@@ -3,6 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use super::endpoint::with_default_port;
 use crate::{Error, Result, TlsConfig};
 
 /// The smallest TTL etcd honours (it raises smaller ones to about 2 s).
@@ -33,6 +34,9 @@ pub struct EtcdConfig {
     prefix: String,
     ttl: Duration,
     connect_timeout: Duration,
+    /// Set by [`EtcdConfig::with_connect_timeout`]: then endpoints that
+    /// refuse connections are retried for the whole connect timeout.
+    connect_timeout_set: bool,
     request_timeout: Duration,
     user: Option<(String, String)>,
     tls: Option<TlsConfig>,
@@ -40,8 +44,15 @@ pub struct EtcdConfig {
 
 impl EtcdConfig {
     /// A configuration for the given endpoints (`"host:port"` or
-    /// `"http://host:port"`), with the defaults: prefix `/fairlock/`, TTL
+    /// `"http://host:port"`; an endpoint without a port gets
+    /// [`super::DEFAULT_PORT`], 2379), with the defaults: prefix `/fairlock/`, TTL
     /// 10 s, connect timeout 5 s, request timeout 5 s.
+    ///
+    /// # Examples
+    /// ```
+    /// let config = fairlock::etcd::EtcdConfig::new(["10.0.0.7", "http://etcd-2"]);
+    /// assert_eq!(config.endpoints(), ["10.0.0.7:2379", "http://etcd-2:2379"]);
+    /// ```
     #[must_use]
     pub fn new<I, S>(endpoints: I) -> Self
     where
@@ -49,36 +60,17 @@ impl EtcdConfig {
         S: Into<String>,
     {
         EtcdConfig {
-            endpoints: endpoints.into_iter().map(Into::into).collect(),
+            endpoints: endpoints
+                .into_iter()
+                .map(|e| with_default_port(e.into()))
+                .collect(),
             prefix: DEFAULT_PREFIX.to_string(),
             ttl: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(5),
+            connect_timeout_set: false,
             request_timeout: Duration::from_secs(5),
             user: None,
             tls: None,
-        }
-    }
-
-    /// Reads the environment: `FAIRLOCK_ENDPOINTS` (comma separated, default
-    /// `127.0.0.1:2379`), `FAIRLOCK_PREFIX`, `FAIRLOCK_TTL` (e.g. `10s`,
-    /// `1500ms`, `2m`, or plain seconds), `FAIRLOCK_CACERT`,
-    /// `FAIRLOCK_CERT`, `FAIRLOCK_KEY` (TLS) and `FAIRLOCK_USER`,
-    /// `FAIRLOCK_PASSWORD` (etcd auth), as [`crate::BackendConfig::from_env`]
-    /// does for every backend.
-    ///
-    /// # Errors
-    /// [`Error::InvalidConfig`] when `FAIRLOCK_TTL` does not parse, or the
-    /// endpoints are not etcd endpoints (e.g. `redis://` URLs) or are
-    /// malformed.
-    pub fn from_env() -> Result<Self> {
-        match crate::BackendConfig::from_env()? {
-            crate::BackendConfig::Etcd(config) => Ok(config),
-            #[allow(unreachable_patterns)]
-            other => Err(Error::InvalidConfig(format!(
-                "FAIRLOCK_ENDPOINTS={:?} are not etcd endpoints; set e.g. \
-                 FAIRLOCK_ENDPOINTS=127.0.0.1:2379",
-                other.endpoints().join(",")
-            ))),
         }
     }
 
@@ -103,9 +95,15 @@ impl EtcdConfig {
     }
 
     /// Sets how long connecting may take before [`Error::Connect`].
+    ///
+    /// Without it, connecting gives up after about a second when every
+    /// endpoint refuses connections (nothing listens there). With it, such
+    /// endpoints are retried for the whole timeout: set it to wait for a
+    /// server that is still starting.
     #[must_use]
     pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
+        self.connect_timeout_set = true;
         self
     }
 
@@ -190,6 +188,11 @@ impl EtcdConfig {
     #[must_use]
     pub fn request_timeout(&self) -> Duration {
         self.request_timeout
+    }
+
+    /// `true` once [`EtcdConfig::with_connect_timeout`] was called.
+    pub(crate) fn connect_timeout_is_set(&self) -> bool {
+        self.connect_timeout_set
     }
 
     pub(crate) fn user(&self) -> Option<&(String, String)> {

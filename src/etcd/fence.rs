@@ -5,7 +5,8 @@ use std::future::Future;
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse, TxnResponse};
 
-use super::release::Held;
+use super::error::EtcdError;
+use super::held::HeldLock;
 use crate::{Error, LockGuard, Result};
 
 /// etcd operations conditional on holding the lock; implemented for
@@ -61,10 +62,10 @@ mod sealed {
     impl Sealed for crate::LockGuard {}
 }
 
-fn held(guard: &LockGuard) -> Result<&Held> {
+fn held(guard: &LockGuard) -> Result<&HeldLock> {
     guard
         .backend()
-        .and_then(|b| b.downcast_ref::<Held>())
+        .and_then(|b| b.downcast_ref::<HeldLock>())
         .ok_or_else(|| {
             Error::Unsupported(
                 "fenced etcd txns need a guard from the etcd backend (fairlock::etcd::EtcdLocker)"
@@ -85,7 +86,7 @@ impl FencedTxn for LockGuard {
     fn fence(&self) -> Result<Compare> {
         let held = held(self)?;
         Ok(Compare::mod_revision(
-            held.layout.lock.clone(),
+            held.keys.lock.clone(),
             CompareOp::Equal,
             held.token,
         ))
@@ -100,7 +101,7 @@ impl FencedTxn for LockGuard {
             ));
         }
         let fenced = Txn::new().when([self.fence()?]).and_then([TxnOp::txn(txn)]);
-        let resp = held.inner.txn("fenced txn", fenced).await?;
+        let resp = held.state.txn("fenced txn", fenced).await?;
         if !resp.succeeded() {
             return Err(lost(
                 self,
@@ -109,11 +110,11 @@ impl FencedTxn for LockGuard {
         }
         match resp.op_responses().into_iter().next() {
             Some(TxnOpResponse::Txn(inner)) => Ok(inner),
-            _ => Err(Error::Backend {
-                backend: "etcd",
+            _ => Err(EtcdError::Failed {
                 op: "fenced txn",
-                source: "etcd answered the fenced txn in an unexpected shape".into(),
-            }),
+                why: "etcd answered the fenced txn in an unexpected shape".into(),
+            }
+            .into()),
         }
     }
 }

@@ -1,21 +1,5 @@
 //! The etcd backend.
 //!
-//! - `config.rs`: [`EtcdConfig`], endpoints and timeouts.
-//! - `locker.rs`: [`EtcdLocker`], connect, `try_lock`, `lock`.
-//! - `queue.rs`: waiting in the `_OWNERS_` queue (both modes).
-//! - `release.rs`: unlock, handing the lock key to the next waiter.
-//! - `session.rs`: the locker's session lease, its keepalive task and the
-//!   local deadline behind `LockGuard::is_held`.
-//! - `fence.rs`: [`FencedTxn`], etcd writes that apply only while the lock
-//!   is held.
-//! - `watch.rs`, `shared_watch.rs`: watches multiplexed on one stream, and
-//!   the long-lived ones reused across waits.
-//! - `status.rs`: [`EtcdLocker::status`], who holds and who waits.
-//! - `keys.rs`: the key layout; `slots.rs`: the queue entry names a
-//!   locker reuses, so waiting leaves no new key names behind.
-//! - `secure.rs`: TLS options, and telling TLS, authentication and
-//!   permission failures from the rest.
-//!
 //! # How a lock works here
 //! The lock key `<prefix><key>` is held by whoever wrote it: a txn creates it
 //! only if its create revision is 0, bound to the locker's session lease so a
@@ -31,30 +15,76 @@
 //! the TTL (then their predecessor, to notice a lock freed by a crash; see
 //! `queue.rs`). The fencing token is the revision at which the holder got
 //! the lock key.
+//!
+//! # Connecting
+//! [`EtcdLocker::connect`] and [`register`] wait until some member answers,
+//! within the connect timeout. An endpoint without a port means port 2379.
+//! When every endpoint refuses connections (nothing listens there), they
+//! give up after about a second with [`crate::Error::Connect`]; to wait for
+//! a server that is still starting, set the connect timeout
+//! ([`EtcdConfig::with_connect_timeout`]): refused connections are then
+//! retried for all of it.
+//!
+//! ## Layout
+//! From the bottom up: each file uses only files listed before it.
+//! - `endpoint.rs`: endpoints as people write them (default port);
+//! - `config.rs`: [`EtcdConfig`]; `secure.rs`: TLS options, and telling
+//!   refused credentials and denied permissions apart;
+//! - `error.rs`: the backend's private error type, told apart by gRPC code
+//!   and mapped into [`crate::Error`];
+//! - `request.rs`: one request with its timeout, txn part builders, the
+//!   retry backoff;
+//! - `keys.rs`: every etcd wire format: key layout, mode tags, owner
+//!   values, the passed-along successor list;
+//! - `connect.rs`: connecting, and its errors;
+//! - `session.rs`: the locker's session lease, its keepalive task and the
+//!   local deadline behind `LockGuard::is_held`;
+//! - `watch.rs`: watches multiplexed on one stream; `shared_watch.rs`: the
+//!   long-lived ones reused across waits; `slots.rs`: the queue entry
+//!   names a locker reuses;
+//! - `state.rs`: what one locker's operations share;
+//! - `held.rs`: a held lock, the waiters behind it, the loss watch;
+//! - `release.rs`: unlock, handing the lock key to the next waiter;
+//! - `cleanup.rs`: removing what an abandoned attempt wrote;
+//! - `attempt.rs`: one call to `lock` or `try_lock` and its writes;
+//! - `place.rs`: a waiter's re-read of the queue; `queue.rs`: the wait in
+//!   line, as a state machine;
+//! - `retry.rs`: when to try a failed attempt again;
+//! - `locker.rs`: [`EtcdLocker`]; `fence.rs`: [`FencedTxn`]; `status.rs`:
+//!   [`EtcdLocker::status`].
 
+mod attempt;
+mod cleanup;
 mod config;
+mod connect;
+mod endpoint;
+mod error;
 mod fence;
+mod held;
 mod keys;
 mod locker;
+mod place;
 mod queue;
 mod release;
+mod request;
+mod retry;
 mod secure;
 mod session;
 mod shared_watch;
 mod slots;
+mod state;
 mod status;
 mod watch;
 
 use std::sync::Arc;
-use std::time::Duration;
 
-/// Re-exported from the crate root, where it now lives.
 pub use crate::{Owner, parse_duration};
 pub use config::{DEFAULT_ENDPOINT, DEFAULT_PREFIX, EtcdConfig, MAX_TTL, MIN_TTL};
+pub use endpoint::DEFAULT_PORT;
 pub use fence::FencedTxn;
 pub use locker::EtcdLocker;
 
-use crate::{Error, Locker, Result};
+use crate::{Locker, Result};
 
 /// Connects to etcd and registers it as the process-wide locker provider:
 /// every [`crate::get_locker`] call then returns a new [`EtcdLocker`] (its
@@ -69,13 +99,14 @@ use crate::{Error, Locker, Result};
 /// ```
 ///
 /// # Errors
-/// [`Error::InvalidConfig`] for a bad configuration; [`Error::Connect`] when
-/// etcd cannot be reached within the connect timeout.
+/// [`crate::Error::InvalidConfig`] for a bad configuration;
+/// [`crate::Error::Connect`] when etcd cannot be reached within the connect
+/// timeout (see [`EtcdLocker::connect`]).
 ///
 /// # Cancel safety
 /// Cancel safe: nothing is registered until the connection is up.
 pub async fn register(config: EtcdConfig) -> Result<()> {
-    let client = locker::connect(&config).await?;
+    let client = connect::connect(&config).await?;
     crate::register_locker_provider(move |fair| {
         Arc::new(EtcdLocker::from_client(
             client.clone(),
@@ -84,83 +115,4 @@ pub async fn register(config: EtcdConfig) -> Result<()> {
         )) as Arc<dyn Locker>
     });
     Ok(())
-}
-
-/// Wraps an etcd-client error for `op`: refused credentials and denied
-/// permissions as [`Error::Auth`] and [`Error::PermissionDenied`], the rest
-/// as [`Error::Backend`].
-pub(crate) fn etcd_err(op: &'static str) -> impl Fn(etcd_client::Error) -> Error {
-    move |e| {
-        secure::refused(op, e).unwrap_or_else(|e| Error::Backend {
-            backend: "etcd",
-            op,
-            source: Box::new(e),
-        })
-    }
-}
-
-/// The error of a request that took longer than the request timeout.
-pub(crate) fn timeout_err(op: &'static str, after: Duration) -> Error {
-    Error::Backend {
-        backend: "etcd",
-        op,
-        source: Box::new(NoAnswer(after)),
-    }
-}
-
-/// A request got no answer within the request timeout.
-#[derive(Debug, thiserror::Error)]
-#[error("no answer within the request timeout of {0:?}")]
-struct NoAnswer(Duration);
-
-/// `true` if etcd answered that the lease does not exist (it expired or
-/// was revoked).
-pub(crate) fn is_lease_not_found(err: &Error) -> bool {
-    match err {
-        Error::Backend { source, .. } => source.to_string().contains("lease not found"),
-        _ => false,
-    }
-}
-
-/// `true` if `err` may pass when the request is sent again: no answer in
-/// time, a connection that failed, or a member that is down, has no leader
-/// or lost it (etcd's "unavailable"). Such a request may also have been
-/// applied anyway.
-pub(crate) fn is_transient(err: &Error) -> bool {
-    let Error::Backend { source, .. } = err else {
-        return false;
-    };
-    source.is::<NoAnswer>()
-        || source
-            .downcast_ref::<etcd_client::Error>()
-            .is_some_and(is_transient_etcd)
-}
-
-/// `true` if `err` is an answer from an etcd server (such as "no leader"),
-/// not a failure to reach one.
-pub(crate) fn is_server_answer(err: &Error) -> bool {
-    let Error::Backend { source, .. } = err else {
-        return false;
-    };
-    source
-        .downcast_ref::<etcd_client::Error>()
-        .is_some_and(is_server_answer_etcd)
-}
-
-/// [`is_server_answer`] for an etcd-client error.
-pub(crate) fn is_server_answer_etcd(err: &etcd_client::Error) -> bool {
-    matches!(err, etcd_client::Error::GRpcStatus(status)
-        if std::error::Error::source(status).is_none())
-}
-
-/// [`is_transient`] for an etcd-client error.
-pub(crate) fn is_transient_etcd(err: &etcd_client::Error) -> bool {
-    use etcd_client::Error as E;
-    match err {
-        E::TransportError(_) | E::IoError(_) => true,
-        // gRPC codes: 1 cancelled, 2 unknown, 4 deadline exceeded,
-        // 8 resource exhausted, 10 aborted, 14 unavailable.
-        E::GRpcStatus(status) => matches!(status.code() as i32, 1 | 2 | 4 | 8 | 10 | 14),
-        _ => false,
-    }
 }

@@ -132,32 +132,3 @@ pub(crate) fn tls_failure(config: &EtcdConfig, err: &etcd_client::Error) -> Opti
             .into()
     })
 }
-
-/// The error for a failed connect: a refusal or a TLS failure as such,
-/// anything else as [`Error::Connect`].
-pub(crate) fn connect_error(config: &EtcdConfig, err: crate::BoxError) -> Error {
-    let endpoints = config.endpoints().join(",");
-    let err = match err.downcast::<etcd_client::Error>() {
-        Ok(etcd) => {
-            if let Some(reason) = tls_failure(config, &etcd) {
-                return Error::Tls {
-                    backend: "etcd",
-                    endpoints,
-                    reason,
-                    source: etcd,
-                };
-            }
-            match refused("connect", *etcd) {
-                Ok(public) => return public,
-                Err(etcd) => Box::new(etcd) as crate::BoxError,
-            }
-        }
-        Err(other) => other,
-    };
-    Error::Connect {
-        backend: "etcd",
-        endpoints,
-        timeout: config.connect_timeout(),
-        source: err,
-    }
-}

@@ -9,8 +9,10 @@ use tokio::sync::Mutex;
 use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::etcd_err;
-use crate::{Expiry, Result, observe};
+use super::error::EtcdResult;
+use super::request::{request, retry_backoff};
+use crate::backoff::Backoff;
+use crate::{Expiry, observe};
 
 /// A granted lease and the task renewing it.
 pub(crate) struct Lease {
@@ -25,18 +27,24 @@ pub(crate) struct Lease {
     keepalive: AbortHandle,
 }
 
-/// How much earlier than etcd the local deadline ends: a tenth of the TTL,
-/// at most one second. Deadlines already count from when a renewal was
-/// sent, not when it was answered; the margin covers clock-rate drift and
-/// the time a holder needs to act on `is_held`.
+/// A tenth of the TTL, at most one second: how much earlier than etcd the
+/// local deadline ends, and how long a waiter waits before it also watches
+/// its predecessor (see `queue.rs`). Deadlines already count from when a
+/// renewal was sent, not when it was answered; the margin covers
+/// clock-rate drift and the time a holder needs to act on `is_held`.
 pub(crate) fn margin(ttl: Duration) -> Duration {
     (ttl / 10).min(Duration::from_secs(1))
 }
 
-/// The first pause before retrying a failed cleanup or release.
-pub(crate) const FIRST_BACKOFF: Duration = Duration::from_millis(50);
-/// The longest pause between such retries.
-pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// Why a lease is given up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LeaseEnd {
+    /// etcd said it does not exist (revoked or expired).
+    GoneInEtcd,
+    /// A write bound to it got no answer: it is no longer renewed, so
+    /// whatever that write may still create expires within the TTL.
+    Distrusted,
+}
 
 impl Lease {
     /// `true` once etcd said the lease does not exist.
@@ -44,14 +52,13 @@ impl Lease {
         self.gone.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    /// Pauses before retrying a failed request: `backoff`, which then
-    /// doubles up to [`MAX_BACKOFF`]; cut short when the lease is lost.
-    pub async fn pause(&self, backoff: &mut Duration) {
+    /// Pauses before retrying a failed request, as long as `backoff`
+    /// says; cut short when the lease is lost.
+    pub async fn pause(&self, backoff: &mut Backoff) {
         tokio::select! {
-            () = tokio::time::sleep(*backoff) => {}
+            () = backoff.sleep() => {}
             () = self.lost.cancelled() => {}
         }
-        *backoff = (*backoff * 2).min(MAX_BACKOFF);
     }
 }
 
@@ -80,20 +87,19 @@ impl Session {
     }
 
     /// The live lease, granted on first use.
-    pub async fn lease(&self) -> Result<Arc<Lease>> {
+    pub async fn lease(&self) -> EtcdResult<Arc<Lease>> {
         let mut current = self.current.lock().await;
         if let Some(lease) = current.as_ref().filter(|l| !l.lost.is_cancelled()) {
             return Ok(Arc::clone(lease));
         }
         let mut client = self.client.clone();
         let asked = std::time::Instant::now();
-        let granted = tokio::time::timeout(
+        let granted = request(
+            "lease grant",
             self.request_timeout,
-            Box::pin(client.lease_grant(self.ttl_secs, None)),
+            client.lease_grant(self.ttl_secs, None),
         )
-        .await
-        .map_err(|_| super::timeout_err("lease grant", self.request_timeout))?
-        .map_err(etcd_err("lease grant"))?;
+        .await?;
         let id = granted.id();
         let ttl = Duration::from_secs(granted.ttl().max(1).unsigned_abs());
         let lost = CancellationToken::new();
@@ -121,13 +127,11 @@ impl Session {
         self.current.lock().await.as_ref().map(|l| l.id)
     }
 
-    /// Marks `id` lost, so the next attempt grants a fresh one; `gone`:
-    /// because etcd said it does not exist ("lease not found"), rather
-    /// than because we stop trusting it.
-    pub async fn forget(&self, id: i64, gone: bool) {
+    /// Marks `id` lost, so the next attempt grants a fresh one.
+    pub async fn forget(&self, id: i64, why: LeaseEnd) {
         let current = self.current.lock().await;
         if let Some(lease) = current.as_ref().filter(|l| l.id == id) {
-            if gone {
+            if why == LeaseEnd::GoneInEtcd {
                 lease.gone.store(true, std::sync::atomic::Ordering::Release);
             }
             lease.lost.cancel();
@@ -139,7 +143,7 @@ impl Session {
     /// for up to two request timeouts; a lease that etcd no longer knows
     /// on a retry (or after it was lost) was revoked by the earlier try,
     /// or expired.
-    pub async fn revoke(&self) -> Result<()> {
+    pub async fn revoke(&self) -> EtcdResult<()> {
         let Some(lease) = self.current.lock().await.take() else {
             return Ok(());
         };
@@ -147,23 +151,21 @@ impl Session {
         let mut retried = lease.lost.is_cancelled();
         lease.lost.cancel();
         let give_up = std::time::Instant::now() + self.request_timeout * 2;
-        let mut backoff = FIRST_BACKOFF;
+        let mut backoff = retry_backoff();
         loop {
             let mut client = self.client.clone();
-            let result = tokio::time::timeout(
+            let result = request(
+                "lease revoke",
                 self.request_timeout,
-                Box::pin(client.lease_revoke(lease.id)),
+                client.lease_revoke(lease.id),
             )
-            .await
-            .map_err(|_| super::timeout_err("lease revoke", self.request_timeout))
-            .and_then(|r| r.map_err(etcd_err("lease revoke")));
+            .await;
             match result {
                 Ok(_) => return Ok(()),
-                Err(e) if retried && super::is_lease_not_found(&e) => return Ok(()),
-                Err(e) if super::is_transient(&e) && std::time::Instant::now() < give_up => {
+                Err(e) if retried && e.is_lease_not_found() => return Ok(()),
+                Err(e) if e.is_transient() && std::time::Instant::now() < give_up => {
                     retried = true;
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    backoff.sleep().await;
                 }
                 Err(e) => return Err(e),
             }
@@ -181,8 +183,7 @@ impl Drop for Session {
             let mut client = self.client.clone();
             let timeout = self.request_timeout;
             rt.spawn(async move {
-                let _ =
-                    tokio::time::timeout(timeout, Box::pin(client.lease_revoke(lease.id))).await;
+                let _ = request("lease revoke", timeout, client.lease_revoke(lease.id)).await;
             });
         }
     }

@@ -1,7 +1,7 @@
 //! Long-lived watches shared by the waiters of one locker.
 //!
 //! A watch opened "now" in etcd 3.4 is sometimes registered unsynced and
-//! delivers its first events ~100 ms late (DESIGN.md). Keeping one watch per
+//! delivers its first events ~100 ms late. Keeping one watch per
 //! locker and range open, and reusing it for every wait, keeps the grant
 //! path off that trap. Idle watches are closed after [`IDLE`].
 
@@ -13,15 +13,15 @@ use std::time::Duration;
 use tokio::sync::{Mutex, broadcast};
 use tokio::time::Instant;
 
+use super::error::{EtcdError, EtcdResult};
 use super::watch::{Subscription, Target, WatchHub, WatchMsg};
-use crate::{Error, Result};
 
 /// How long an unused shared watch stays open.
 const IDLE: Duration = Duration::from_secs(30);
 /// Messages buffered per subscriber before it must re-read state.
 const CAPACITY: usize = 1024;
 
-struct Shared {
+struct OpenWatch {
     tx: broadcast::Sender<WatchMsg>,
     dead: Arc<AtomicBool>,
     /// The watch itself; dropping it cancels the watch.
@@ -44,7 +44,7 @@ pub(crate) struct SharedWatches {
     hub: Arc<WatchHub>,
     /// Bounds the wait for a new watch to be created.
     timeout: Duration,
-    map: Mutex<HashMap<Range, Shared>>,
+    map: Mutex<HashMap<Range, OpenWatch>>,
 }
 
 /// A subscriber's view of a shared watch.
@@ -60,14 +60,6 @@ impl Listener {
             }
             Err(broadcast::error::RecvError::Closed) => WatchMsg::Ended("watch closed".into()),
         }
-    }
-}
-
-fn watch_failed(why: String) -> Error {
-    Error::Backend {
-        backend: "etcd",
-        op: "watch",
-        source: why.into(),
     }
 }
 
@@ -103,7 +95,7 @@ impl SharedWatches {
     /// Subscribes to the shared watch on `key` (or `[key, range_end)`),
     /// opening it if needed. Every change after this call returns is
     /// delivered, unless the listener later receives `Ended`.
-    pub async fn listen(&self, key: &[u8], range_end: Option<&[u8]>) -> Result<Listener> {
+    pub async fn listen(&self, key: &[u8], range_end: Option<&[u8]>) -> EtcdResult<Listener> {
         let id = (key.to_vec(), range_end.map(<[u8]>::to_vec));
         let mut map = self.map.lock().await;
         map.retain(|_, s| {
@@ -125,11 +117,17 @@ impl SharedWatches {
         let created = tokio::time::timeout(self.timeout, sub.recv()).await;
         match created.unwrap_or_else(|_| WatchMsg::Ended("no answer to the watch request".into())) {
             WatchMsg::Created => {}
-            WatchMsg::Ended(why) => return Err(watch_failed(why)),
+            WatchMsg::Ended(why) => {
+                return Err(EtcdError::Failed {
+                    op: "watch",
+                    why: why.into(),
+                });
+            }
             WatchMsg::Events { .. } => {
-                return Err(watch_failed(
-                    "events arrived before the watch was created".into(),
-                ));
+                return Err(EtcdError::Failed {
+                    op: "watch",
+                    why: "events arrived before the watch was created".into(),
+                });
             }
         }
         let (tx, rx) = broadcast::channel(CAPACITY);
@@ -137,7 +135,7 @@ impl SharedWatches {
         sub.broadcast_to(tx.clone(), Arc::clone(&dead));
         map.insert(
             id,
-            Shared {
+            OpenWatch {
                 tx,
                 dead,
                 _sub: sub,

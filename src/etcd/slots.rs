@@ -31,6 +31,15 @@ impl Used {
     }
 }
 
+/// What becomes of a slot given back.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Afterwards {
+    /// Its queue key is known deleted: the name may be used again.
+    Reuse,
+    /// A write to its queue key is in doubt: never use the name again.
+    Retire,
+}
+
 /// One attempt's slot: freed explicitly once its queue key is known
 /// deleted, retired when dropped otherwise.
 pub(crate) struct Slot {
@@ -70,11 +79,11 @@ impl Slots {
         })
     }
 
-    fn give_back(&self, lock: &[u8], number: u32, retire: bool) {
+    fn give_back(&self, lock: &[u8], number: u32, then: Afterwards) {
         self.with(|all| {
             if let Some(used) = all.get_mut(lock) {
                 used.busy.remove(&number);
-                if retire {
+                if then == Afterwards::Retire {
                     used.retired.insert(number);
                 }
                 if used.is_empty() {
@@ -94,14 +103,16 @@ impl Slot {
     /// Returns the slot for reuse: its queue key is deleted, and no write
     /// that could create it again is in doubt.
     pub fn free(self) {
-        self.slots.give_back(&self.lock, self.number, false);
+        self.slots
+            .give_back(&self.lock, self.number, Afterwards::Reuse);
         std::mem::forget(self);
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.slots.give_back(&self.lock, self.number, true);
+        self.slots
+            .give_back(&self.lock, self.number, Afterwards::Retire);
     }
 }
 

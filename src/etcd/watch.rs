@@ -13,8 +13,8 @@ use etcd_client::{Client, EventType, WatchOptions, WatchRequestSender, WatchResp
 use tokio::sync::{Notify, broadcast, mpsc};
 use tokio::task::AbortHandle;
 
-use super::{etcd_err, timeout_err};
-use crate::Result;
+use super::error::EtcdResult;
+use super::request::request;
 
 /// One change seen by a watch.
 #[derive(Clone, Debug)]
@@ -111,13 +111,13 @@ struct Routes {
     map: HashMap<i64, Route>,
 }
 
-struct Conn {
+struct Stream {
     cmd: mpsc::UnboundedSender<Cmd>,
     routes: Mutex<Routes>,
     tasks: Mutex<Vec<AbortHandle>>,
 }
 
-impl Drop for Conn {
+impl Drop for Stream {
     fn drop(&mut self) {
         for task in self
             .tasks
@@ -130,7 +130,7 @@ impl Drop for Conn {
     }
 }
 
-impl Conn {
+impl Stream {
     fn routes(&self) -> std::sync::MutexGuard<'_, Routes> {
         self.routes.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -158,7 +158,7 @@ impl Conn {
 /// after it breaks.
 pub(crate) struct WatchHub {
     client: Client,
-    conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
+    stream: tokio::sync::Mutex<Option<Arc<Stream>>>,
     next_id: AtomicI64,
     /// Bounds opening a stream.
     timeout: Duration,
@@ -168,7 +168,7 @@ pub(crate) struct WatchHub {
 pub(crate) struct Subscription {
     id: i64,
     rx: Arc<Inbox>,
-    conn: Arc<Conn>,
+    stream: Arc<Stream>,
 }
 
 impl Subscription {
@@ -183,7 +183,7 @@ impl Subscription {
     /// here) to `tx` in order, straight from the stream's reader, sparing
     /// the grant path a task hop. The watch lives as long as `self`.
     pub fn broadcast_to(&self, tx: broadcast::Sender<WatchMsg>, dead: Arc<AtomicBool>) {
-        let mut routes = self.conn.routes();
+        let mut routes = self.stream.routes();
         let route = Route::Broadcast(tx, dead);
         for msg in std::mem::take(&mut *self.rx.queue()) {
             route.send(msg);
@@ -196,8 +196,8 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        if self.conn.routes().map.remove(&self.id).is_some() {
-            let _ = self.conn.cmd.send(Cmd::Cancel(self.id));
+        if self.stream.routes().map.remove(&self.id).is_some() {
+            let _ = self.stream.cmd.send(Cmd::Cancel(self.id));
         }
     }
 }
@@ -215,7 +215,7 @@ impl WatchHub {
     pub fn new(client: Client, timeout: Duration) -> Self {
         WatchHub {
             client,
-            conn: tokio::sync::Mutex::new(None),
+            stream: tokio::sync::Mutex::new(None),
             next_id: AtomicI64::new(1),
             timeout,
         }
@@ -223,7 +223,7 @@ impl WatchHub {
 
     /// Registers a watcher and returns its subscription. The first message
     /// is `Created` (or `Ended`).
-    pub async fn subscribe(&self, target: Target) -> Result<Subscription> {
+    pub async fn subscribe(&self, target: Target) -> EtcdResult<Subscription> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut options = WatchOptions::new().with_watch_id(id);
         if let Some(end) = target.range_end {
@@ -232,32 +232,31 @@ impl WatchHub {
         if let Some(rev) = target.start_revision {
             options = options.with_start_revision(rev);
         }
-        let mut slot = self.conn.lock().await;
+        let mut slot = self.stream.lock().await;
         let rx = Arc::new(Inbox::default());
-        if let Some(conn) = slot.as_ref()
-            && conn.add_route(id, Arc::clone(&rx))
+        if let Some(stream) = slot.as_ref()
+            && stream.add_route(id, Arc::clone(&rx))
         {
             let create = Cmd::Create(target.key.clone(), options.clone());
-            if conn.cmd.send(create).is_ok() {
-                let conn = Arc::clone(conn);
-                return Ok(Subscription { id, rx, conn });
+            if stream.cmd.send(create).is_ok() {
+                let stream = Arc::clone(stream);
+                return Ok(Subscription { id, rx, stream });
             }
-            conn.fail_all("watch stream closed");
+            stream.fail_all("watch stream closed");
         }
         // A fresh stream, and a fresh inbox (a failed stream may have told
         // the old one `Ended`).
         let rx = Arc::new(Inbox::default());
         let mut client = self.client.watch_client();
-        let stream = tokio::time::timeout(
+        let opened = request(
+            "watch",
             self.timeout,
-            Box::pin(client.watch(target.key, Some(options))),
+            client.watch(target.key, Some(options)),
         )
-        .await
-        .map_err(|_| timeout_err("watch", self.timeout))?
-        .map_err(etcd_err("watch"))?;
-        let conn = open(stream.split(), id, Arc::clone(&rx));
-        *slot = Some(Arc::clone(&conn));
-        Ok(Subscription { id, rx, conn })
+        .await?;
+        let stream = open(opened.split(), id, Arc::clone(&rx));
+        *slot = Some(Arc::clone(&stream));
+        Ok(Subscription { id, rx, stream })
     }
 }
 
@@ -267,9 +266,9 @@ fn open(
     (mut sender, mut responses): (WatchRequestSender, WatchResponseStream),
     first_id: i64,
     first_tx: Arc<Inbox>,
-) -> Arc<Conn> {
+) -> Arc<Stream> {
     let (cmd_tx, mut cmd_rx) = mpsc::unbounded_channel::<Cmd>();
-    let conn = Arc::new(Conn {
+    let stream = Arc::new(Stream {
         cmd: cmd_tx,
         routes: Mutex::new(Routes {
             alive: true,
@@ -277,8 +276,8 @@ fn open(
         }),
         tasks: Mutex::new(Vec::new()),
     });
-    let weak: Weak<Conn> = Arc::downgrade(&conn);
-    let writer_conn = weak.clone();
+    let weak: Weak<Stream> = Arc::downgrade(&stream);
+    let writer_stream = weak.clone();
     let writer = tokio::spawn(async move {
         while let Some(cmd) = cmd_rx.recv().await {
             let sent = match cmd {
@@ -289,11 +288,11 @@ fn open(
                 break;
             }
         }
-        if let Some(conn) = writer_conn.upgrade() {
-            conn.fail_all("the watch stream stopped taking requests");
+        if let Some(stream) = writer_stream.upgrade() {
+            stream.fail_all("the watch stream stopped taking requests");
         }
     });
-    let reader_conn = weak.clone();
+    let reader_stream = weak.clone();
     let reader = tokio::spawn(async move {
         let why = loop {
             let resp = match responses.message().await {
@@ -301,11 +300,11 @@ fn open(
                 Ok(None) => break "etcd closed the watch stream".to_string(),
                 Err(e) => break format!("watch stream failed: {e}"),
             };
-            let Some(conn) = reader_conn.upgrade() else {
+            let Some(stream) = reader_stream.upgrade() else {
                 return;
             };
             let id = resp.watch_id();
-            let mut routes = conn.routes();
+            let mut routes = stream.routes();
             let Some(tx) = routes.map.get(&id) else {
                 continue;
             };
@@ -342,13 +341,14 @@ fn open(
                 routes.map.remove(&id);
             }
         };
-        if let Some(conn) = reader_conn.upgrade() {
-            conn.fail_all(&why);
+        if let Some(stream) = reader_stream.upgrade() {
+            stream.fail_all(&why);
         }
     });
-    conn.tasks
+    stream
+        .tasks
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .extend([writer.abort_handle(), reader.abort_handle()]);
-    conn
+    stream
 }

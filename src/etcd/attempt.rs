@@ -1,0 +1,195 @@
+//! One call to `lock` or `try_lock`: its owner value and queue key, the
+//! writes it sends, and the cleanup that giving up (error, cancel or drop)
+//! starts, so that an attempt leaves nothing behind.
+
+use std::sync::Arc;
+
+use etcd_client::{Txn, TxnResponse};
+use tokio::task::JoinHandle;
+
+use super::cleanup::{self, Written};
+use super::error::{EtcdError, EtcdResult};
+use super::held::{Grant, HeldLock};
+use super::keys::{LockKeys, owner_value};
+use super::session::Lease;
+use super::slots::Slot;
+use super::state::LockerState;
+use crate::{Key, LockGuard};
+
+/// One attempt to take a lock.
+pub(crate) struct LockAttempt {
+    pub state: Arc<LockerState>,
+    pub key: Key,
+    pub keys: LockKeys,
+    /// The owner value it writes to the lock key and its queue key.
+    pub value: Vec<u8>,
+    /// Its queue key (`lock` only).
+    queue_key: Option<Vec<u8>>,
+    /// The slot naming `queue_key`.
+    slot: Option<Slot>,
+    /// The lease its writes used; none means nothing was written.
+    lease: Option<Arc<Lease>>,
+    /// A write whose outcome is not known yet.
+    inflight: Option<JoinHandle<EtcdResult<TxnResponse>>>,
+    /// A write failed in a way that does not tell whether etcd applied it
+    /// (no answer, connection lost): it may still land later.
+    unanswered: bool,
+    armed: bool,
+}
+
+impl LockAttempt {
+    /// An attempt of `try_lock`: it never queues.
+    pub fn direct(state: &Arc<LockerState>, key: &Key) -> Self {
+        LockAttempt::new(state, key, None)
+    }
+
+    /// An attempt of `lock`, and the queue key it waits under (in a slot
+    /// of this locker's, see `slots.rs`).
+    pub fn queued(state: &Arc<LockerState>, key: &Key) -> (Self, Vec<u8>) {
+        let keys = state.keys(key);
+        let slot = state.slots.take(&keys.lock);
+        let queue_key = keys.waiter(&state.id, state.fairness, slot.number());
+        let attempt = LockAttempt::new(state, key, Some((queue_key.clone(), slot)));
+        (attempt, queue_key)
+    }
+
+    fn new(state: &Arc<LockerState>, key: &Key, queue: Option<(Vec<u8>, Slot)>) -> Self {
+        let (queue_key, slot) = queue.unzip();
+        LockAttempt {
+            queue_key,
+            slot,
+            value: owner_value(state.fairness),
+            state: Arc::clone(state),
+            key: key.clone(),
+            keys: state.keys(key),
+            lease: None,
+            inflight: None,
+            unanswered: false,
+            armed: true,
+        }
+    }
+
+    /// `true` if the lease its writes used is presumed lost here (not
+    /// renewed for a TTL), as opposed to gone in etcd (revoked, or expired
+    /// and reported).
+    pub fn lease_presumed_lost(&self) -> bool {
+        self.lease
+            .as_ref()
+            .is_some_and(|l| l.lost.is_cancelled() && !l.gone_in_etcd())
+    }
+
+    /// Sends a txn that may write this attempt's keys with `lease`. It runs
+    /// as its own task: if the attempt is abandoned meanwhile, the cleanup
+    /// first waits for it, so the write cannot land after the cleanup.
+    pub async fn write(
+        &mut self,
+        op: &'static str,
+        lease: &Arc<Lease>,
+        txn: Txn,
+    ) -> EtcdResult<TxnResponse> {
+        self.lease = Some(Arc::clone(lease));
+        let state = Arc::clone(&self.state);
+        let task = self
+            .inflight
+            .insert(tokio::spawn(async move { state.txn(op, txn).await }));
+        let result = task.await.unwrap_or_else(|e| {
+            Err(EtcdError::Failed {
+                op,
+                why: e.to_string().into(),
+            })
+        });
+        self.inflight = None;
+        match result {
+            Err(e) => {
+                self.unanswered |= e.is_transient();
+                Err(self.state.lease_error(&self.key, lease, e).await)
+            }
+            ok => ok,
+        }
+    }
+
+    /// Writes `build(lease id)` with the session lease. A lease etcd no
+    /// longer knows is replaced once, transparently.
+    pub async fn write_with_lease(
+        &mut self,
+        op: &'static str,
+        build: impl Fn(i64) -> Txn,
+    ) -> EtcdResult<(TxnResponse, Arc<Lease>)> {
+        let mut retried = false;
+        loop {
+            let lease = Box::pin(self.state.session.lease()).await?;
+            match Box::pin(self.write(op, &lease, build(lease.id))).await {
+                Err(e) if e.is_session_lost() && !retried => retried = true,
+                result => return Ok((result?, lease)),
+            }
+        }
+    }
+
+    /// The guard for `grant`; the attempt is done.
+    pub fn granted(mut self, grant: Grant) -> LockGuard {
+        self.armed = false;
+        let lost = grant.lease.lost.child_token();
+        let expiry = grant.lease.expiry.clone();
+        // A holder without a queue revision has no queue key: it never
+        // wrote one, or deleted it in the txn that took the lock.
+        let slot = match (self.slot.take(), grant.queue_rev) {
+            (Some(slot), None) if !self.unanswered => {
+                slot.free();
+                None
+            }
+            (slot, _) => slot,
+        };
+        let token = u64::try_from(grant.token).unwrap_or_default();
+        let key = self.key.clone();
+        let held = HeldLock::new(
+            Arc::clone(&self.state),
+            self.key.clone(),
+            self.keys.clone(),
+            self.queue_key.take(),
+            grant,
+            slot,
+        );
+        LockGuard::new(key, token, Box::new(held)).with_loss_signal(lost, Some(expiry))
+    }
+
+    /// Forgets the attempt without cleanup (it wrote nothing).
+    pub fn disarm(mut self) {
+        self.armed = false;
+    }
+
+    /// Removes what this attempt wrote, and waits for that. The cleanup
+    /// runs as its own task: dropping this future does not stop it.
+    pub async fn abandon(mut self) -> EtcdResult<()> {
+        match self.start_abandon() {
+            Some(task) => task.await.unwrap_or(Ok(())),
+            None => Ok(()),
+        }
+    }
+
+    fn start_abandon(&mut self) -> Option<JoinHandle<EtcdResult<()>>> {
+        if !std::mem::take(&mut self.armed) {
+            return None;
+        }
+        let rt = tokio::runtime::Handle::try_current().ok()?;
+        let written = Written {
+            key: self.key.clone(),
+            keys: self.keys.clone(),
+            value: std::mem::take(&mut self.value),
+            queue_key: self.queue_key.take(),
+            slot: self.slot.take(),
+            lease: self.lease.take(),
+        };
+        Some(rt.spawn(cleanup::abandon(
+            Arc::clone(&self.state),
+            written,
+            self.inflight.take(),
+            self.unanswered,
+        )))
+    }
+}
+
+impl Drop for LockAttempt {
+    fn drop(&mut self) {
+        self.start_abandon();
+    }
+}

@@ -1,0 +1,139 @@
+//! Removing what an abandoned attempt wrote: its queue key, or, if the
+//! lock was granted to it meanwhile, the lock itself (released properly,
+//! handed on to the next waiter).
+
+use std::sync::Arc;
+
+use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnResponse};
+use tokio::task::JoinHandle;
+
+use super::error::EtcdResult;
+use super::held::{Behind, Grant, HeldLock};
+use super::keys::LockKeys;
+use super::release;
+use super::request::{range_at, retry_backoff};
+use super::session::{Lease, LeaseEnd};
+use super::slots::Slot;
+use super::state::LockerState;
+use crate::Key;
+
+/// What an abandoned attempt may have written.
+pub(crate) struct Written {
+    pub key: Key,
+    pub keys: LockKeys,
+    pub value: Vec<u8>,
+    pub queue_key: Option<Vec<u8>>,
+    pub slot: Option<Slot>,
+    /// The lease its writes used; none means nothing was written.
+    pub lease: Option<Arc<Lease>>,
+}
+
+/// Deletes an abandoned attempt's queue key; if the lock key was granted to
+/// it meanwhile, releases it properly (handing it on). Retries with backoff
+/// until done or the lease is lost (its keys then expire with it).
+pub(crate) async fn abandon(
+    state: Arc<LockerState>,
+    mut written: Written,
+    inflight: Option<JoinHandle<EtcdResult<TxnResponse>>>,
+    unanswered: bool,
+) -> EtcdResult<()> {
+    // Wait for a write still in flight: its outcome is what we clean up.
+    let unanswered = unanswered
+        || match inflight {
+            Some(write) => !matches!(write.await, Ok(Ok(_))),
+            None => false,
+        };
+    let mut slot = written.slot.take();
+    let Some(lease) = written.lease.take() else {
+        if let Some(slot) = slot {
+            slot.free();
+        }
+        return Ok(()); // nothing was written
+    };
+    if unanswered {
+        // The write got no answer: etcd may still apply it after our
+        // cleanup (requests on one connection are not applied in send
+        // order). Stop renewing this lease so that whatever it may still
+        // create expires within the TTL; the locker takes a fresh lease.
+        state.session.forget(lease.id, LeaseEnd::Distrusted).await;
+    }
+    let mut backoff = retry_backoff();
+    // Set once a cleanup request failed: it may still be applied later, so
+    // the slot is retired rather than reused.
+    let mut uncertain = unanswered;
+    loop {
+        match abandon_once(&state, &written, &mut slot, &lease).await {
+            Ok(()) => {
+                if let Some(slot) = slot.filter(|_| !uncertain) {
+                    slot.free();
+                }
+                return Ok(());
+            }
+            Err(e) if lease.lost.is_cancelled() => return Err(e),
+            Err(_) => {
+                uncertain = true;
+                lease.pause(&mut backoff).await;
+            }
+        }
+    }
+}
+
+/// One cleanup txn: delete our queue key unless the lock key holds our
+/// value; if it does, release the lock.
+async fn abandon_once(
+    state: &Arc<LockerState>,
+    written: &Written,
+    slot: &mut Option<Slot>,
+    lease: &Arc<Lease>,
+) -> EtcdResult<()> {
+    let Written {
+        key,
+        keys,
+        value,
+        queue_key,
+        ..
+    } = written;
+    let mut then = vec![TxnOp::get(keys.lock.clone(), None)];
+    let mut otherwise = Vec::new();
+    if let Some(q) = queue_key {
+        then.push(TxnOp::get(q.clone(), None));
+        otherwise.push(TxnOp::delete(q.clone(), None));
+    }
+    let txn = Txn::new()
+        .when([Compare::value(
+            keys.lock.clone(),
+            CompareOp::Equal,
+            value.clone(),
+        )])
+        .and_then(then)
+        .or_else(otherwise);
+    let resp = state.txn("abandon", txn).await?;
+    if !resp.succeeded() {
+        if queue_key.is_some() {
+            release::serve_if_free(state, keys).await;
+        }
+        return Ok(());
+    }
+    let Some(lock_kv) = range_at(&resp, 0).and_then(|g| g.kvs().first().cloned()) else {
+        return Ok(());
+    };
+    let queue_rev = range_at(&resp, 1).and_then(|g| g.kvs().first().map(|kv| kv.create_revision()));
+    let grant = Grant {
+        token: lock_kv.mod_revision(),
+        queue_rev,
+        behind: Behind::LookUp,
+        lease: Arc::clone(lease),
+    };
+    let held = HeldLock::new(
+        Arc::clone(state),
+        key.clone(),
+        keys.clone(),
+        queue_key.clone(),
+        grant,
+        slot.take(),
+    );
+    match release::release(held).await {
+        Err(e) if !e.is_lock_lost() => Err(e),
+        _ => Ok(()),
+    }
+}

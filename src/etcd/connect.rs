@@ -1,0 +1,157 @@
+//! Connecting to etcd: the client options, waiting until some member
+//! answers, and an error a person can read when none does.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use etcd_client::{Client, ConnectOptions};
+
+use super::config::EtcdConfig;
+use super::error::{is_connection_refused, is_server_answer, is_transient};
+use super::request::retry_backoff;
+use super::secure::{refused, tls_failure, tls_options};
+use crate::{Error, Result};
+
+/// How long connections refused by every endpoint are retried when no
+/// connect timeout was set: nothing listens there, and waiting the whole
+/// default timeout would not change that.
+pub(crate) const REFUSED_GRACE: Duration = Duration::from_secs(1);
+
+/// Why connecting failed without an error from etcd.
+enum Failure {
+    Etcd(etcd_client::Error),
+    /// Every endpoint refused connections for [`REFUSED_GRACE`].
+    Refused,
+}
+
+/// Connects and checks that etcd answers, within the connect timeout (and
+/// within [`REFUSED_GRACE`] when every endpoint refuses connections, unless
+/// the connect timeout was set: then a starting server is waited for).
+pub(crate) async fn connect(config: &EtcdConfig) -> Result<Client> {
+    config.validate()?;
+    let timeout = config.connect_timeout();
+    let refused_limit = if config.connect_timeout_is_set() {
+        timeout
+    } else {
+        REFUSED_GRACE.min(timeout)
+    };
+    let mut options = ConnectOptions::new()
+        .with_connect_timeout(timeout)
+        .with_keep_alive(Duration::from_secs(2), config.request_timeout())
+        .with_keep_alive_while_idle(true)
+        // A member cut off from its cluster ends our watches (we re-read)
+        // instead of leaving them silent.
+        .with_require_leader(true);
+    if let Some((name, password)) = config.user() {
+        // etcd lets an unused token expire (`--auth-token-ttl`): requests
+        // refused for that re-authenticate once and are sent again.
+        options = options
+            .with_user(name.clone(), password.clone())
+            .with_auto_token_refresh(true);
+    }
+    if let Some(tls) = tls_options(config)? {
+        options = options.with_tls(tls);
+    }
+    // Some endpoints may be down: the client's balancer can route the
+    // first request to one of them, so retry until the connect timeout.
+    let last = Mutex::new(None);
+    let started = Instant::now();
+    let attempt = async {
+        let mut client = Client::connect(config.endpoints(), Some(options))
+            .await
+            .map_err(Failure::Etcd)?;
+        let mut backoff = retry_backoff();
+        let mut only_refused = true;
+        loop {
+            match client.status().await {
+                Ok(_) => return Ok(client),
+                // A failed handshake fails the same way on every retry.
+                Err(e) if is_transient(&e) && tls_failure(config, &e).is_none() => {
+                    only_refused &= is_connection_refused(&e);
+                    {
+                        let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
+                        // An answer from a server ("no leader") tells more
+                        // than a member that refuses connections.
+                        if last
+                            .as_ref()
+                            .is_none_or(|old| is_server_answer(&e) || !is_server_answer(old))
+                        {
+                            *last = Some(e);
+                        }
+                    }
+                    if only_refused && started.elapsed() >= refused_limit {
+                        return Err(Failure::Refused);
+                    }
+                    backoff.sleep().await;
+                }
+                Err(e) => return Err(Failure::Etcd(e)),
+            }
+        }
+    };
+    match tokio::time::timeout(timeout, attempt).await {
+        Ok(Ok(client)) => Ok(client),
+        Ok(Err(Failure::Etcd(e))) => Err(connect_error(config, e, timeout)),
+        Ok(Err(Failure::Refused)) => Err(unreachable(config, refused_limit, refused_text())),
+        Err(_) => match last.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            Some(e) => Err(connect_error(config, e, timeout)),
+            None => Err(unreachable(config, timeout, "no answer".into())),
+        },
+    }
+}
+
+/// The error for a failed connect: a refusal or a TLS failure as such,
+/// anything else as [`Error::Connect`] with a one-line cause.
+fn connect_error(config: &EtcdConfig, err: etcd_client::Error, timeout: Duration) -> Error {
+    if let Some(reason) = tls_failure(config, &err) {
+        return Error::Tls {
+            backend: "etcd",
+            endpoints: config.endpoints().join(","),
+            reason,
+            source: Box::new(err),
+        };
+    }
+    let err = match refused("connect", err) {
+        Ok(public) => return public,
+        Err(err) => err,
+    };
+    let cause = if is_connection_refused(&err) {
+        refused_text()
+    } else {
+        cause_text(&err)
+    };
+    unreachable(config, timeout, cause)
+}
+
+fn unreachable(config: &EtcdConfig, timeout: Duration, cause: String) -> Error {
+    Error::Connect {
+        backend: "etcd",
+        endpoints: config.endpoints().join(","),
+        timeout,
+        source: cause.into(),
+    }
+}
+
+/// The cause and what to do when every endpoint refused connections (the
+/// endpoints are named by [`Error::Connect`] itself).
+fn refused_text() -> String {
+    "connection refused: start etcd there, or fix --endpoints / FAIRLOCK_ENDPOINTS \
+     (EtcdConfig::with_connect_timeout waits for a server that is starting)"
+        .into()
+}
+
+/// One line for what went wrong: etcd's own message for an answer, or the
+/// innermost cause of a transport failure (not the client's debug dump).
+fn cause_text(err: &etcd_client::Error) -> String {
+    let mut cause: &(dyn std::error::Error + 'static) = match err {
+        etcd_client::Error::GRpcStatus(status) if is_server_answer(err) => {
+            return status.message().to_string();
+        }
+        etcd_client::Error::GRpcStatus(status) => status,
+        etcd_client::Error::TransportError(e) => e,
+        other => return other.to_string(),
+    };
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    cause.to_string()
+}

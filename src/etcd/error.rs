@@ -1,0 +1,165 @@
+//! The etcd backend's private error: what went wrong on the wire, told
+//! apart by type and gRPC status code, and mapped into the public
+//! [`crate::Error`] by `From` where it leaves the backend.
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+use super::secure;
+use crate::Error;
+
+/// The result of an etcd backend step.
+pub(crate) type EtcdResult<T> = std::result::Result<T, EtcdError>;
+
+/// gRPC status codes (their numbers are part of the gRPC protocol).
+mod code {
+    pub const CANCELLED: i32 = 1;
+    pub const UNKNOWN: i32 = 2;
+    pub const DEADLINE_EXCEEDED: i32 = 4;
+    /// etcd's "requested lease not found".
+    pub const NOT_FOUND: i32 = 5;
+    pub const RESOURCE_EXHAUSTED: i32 = 8;
+    pub const ABORTED: i32 = 10;
+    pub const UNAVAILABLE: i32 = 14;
+}
+
+/// What failed in the etcd backend.
+#[derive(Debug)]
+pub(crate) enum EtcdError {
+    /// etcd answered `op` with an error, or could not be reached for it.
+    Request {
+        op: &'static str,
+        source: etcd_client::Error,
+    },
+    /// `op` got no answer within `after`.
+    NoAnswer { op: &'static str, after: Duration },
+    /// `op` failed for a reason fairlock found itself (a watch that ended,
+    /// an answer in an unexpected shape, a queue that kept changing).
+    Failed {
+        op: &'static str,
+        why: Cow<'static, str>,
+    },
+    /// An outcome the caller sees as is (lock or session lost, timeout,
+    /// cancellation, bad key).
+    Public(Error),
+}
+
+impl EtcdError {
+    /// `true` if the request may pass when sent again: no answer in time,
+    /// a connection that failed, or a member that is down, has no leader
+    /// or lost it (etcd's "unavailable"). Such a request may also have
+    /// been applied anyway.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            EtcdError::NoAnswer { .. } => true,
+            EtcdError::Request { source, .. } => is_transient(source),
+            _ => false,
+        }
+    }
+
+    /// `true` for an answer from an etcd server (such as "no leader"), as
+    /// opposed to a failure to reach one.
+    pub fn is_server_answer(&self) -> bool {
+        matches!(self, EtcdError::Request { source, .. } if is_server_answer(source))
+    }
+
+    /// `true` if etcd answered that the lease does not exist (it expired
+    /// or was revoked): gRPC code "not found".
+    pub fn is_lease_not_found(&self) -> bool {
+        matches!(self, EtcdError::Request {
+            source: etcd_client::Error::GRpcStatus(status), ..
+        } if status.code() as i32 == code::NOT_FOUND)
+    }
+
+    /// `true` for [`Error::Timeout`] and [`Error::Cancelled`]: the caller
+    /// gave up.
+    pub fn is_gave_up(&self) -> bool {
+        matches!(self, EtcdError::Public(e) if e.is_gave_up())
+    }
+
+    /// `true` for [`Error::LockLost`].
+    pub fn is_lock_lost(&self) -> bool {
+        matches!(self, EtcdError::Public(Error::LockLost { .. }))
+    }
+
+    /// `true` for [`Error::SessionLost`].
+    pub fn is_session_lost(&self) -> bool {
+        matches!(self, EtcdError::Public(Error::SessionLost { .. }))
+    }
+}
+
+/// [`EtcdError::is_transient`] for an etcd-client error.
+pub(crate) fn is_transient(err: &etcd_client::Error) -> bool {
+    use etcd_client::Error as E;
+    match err {
+        E::TransportError(_) | E::IoError(_) => true,
+        E::GRpcStatus(status) => matches!(
+            status.code() as i32,
+            code::CANCELLED
+                | code::UNKNOWN
+                | code::DEADLINE_EXCEEDED
+                | code::RESOURCE_EXHAUSTED
+                | code::ABORTED
+                | code::UNAVAILABLE
+        ),
+        _ => false,
+    }
+}
+
+/// [`EtcdError::is_server_answer`] for an etcd-client error: a status
+/// that no transport failure caused.
+pub(crate) fn is_server_answer(err: &etcd_client::Error) -> bool {
+    matches!(err, etcd_client::Error::GRpcStatus(status)
+        if std::error::Error::source(status).is_none())
+}
+
+/// `true` if `err` failed because the endpoint refused the connection
+/// (nothing listens there): an I/O error of that kind in its causes.
+pub(crate) fn is_connection_refused(err: &etcd_client::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = match err {
+        etcd_client::Error::GRpcStatus(status) => Some(status),
+        etcd_client::Error::TransportError(e) => Some(e),
+        etcd_client::Error::IoError(e) => Some(e),
+        _ => None,
+    };
+    while let Some(e) = cause {
+        if e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+        {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
+}
+
+/// A request got no answer within the request timeout.
+#[derive(Debug, thiserror::Error)]
+#[error("no answer within the request timeout of {0:?}")]
+struct NoAnswer(Duration);
+
+impl From<Error> for EtcdError {
+    fn from(err: Error) -> Self {
+        EtcdError::Public(err)
+    }
+}
+
+impl From<EtcdError> for Error {
+    /// Refused credentials and denied permissions become [`Error::Auth`]
+    /// and [`Error::PermissionDenied`], other failures [`Error::Backend`].
+    fn from(err: EtcdError) -> Self {
+        let backend = |op, source| Error::Backend {
+            backend: "etcd",
+            op,
+            source,
+        };
+        match err {
+            EtcdError::Request { op, source } => {
+                secure::refused(op, source).unwrap_or_else(|e| backend(op, Box::new(e)))
+            }
+            EtcdError::NoAnswer { op, after } => backend(op, Box::new(NoAnswer(after))),
+            EtcdError::Failed { op, why } => backend(op, why.into_owned().into()),
+            EtcdError::Public(e) => e,
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! A held etcd lock: what its guard releases, what is known of the waiters
+//! behind it, and the watch that tells its holder the lock was lost.
+
+use std::sync::Arc;
+
+use etcd_client::{GetOptions, GetResponse, SortOrder, SortTarget};
+use tokio::task::{AbortHandle, JoinHandle};
+use tokio_util::sync::CancellationToken;
+
+use super::keys::{LockKeys, Successor, is_waiter};
+use super::request::retry_backoff;
+use super::session::Lease;
+use super::slots::Slot;
+use super::state::LockerState;
+use super::watch::{Target, WatchMsg};
+use crate::{Key, observe};
+
+/// How many waiters one lookup reads (the successor and the ones a grant
+/// passes along to it).
+pub(crate) const LOOKAHEAD: usize = 4;
+
+/// A lock just granted: the result of `lock` or `try_lock` in etcd.
+pub(crate) struct Grant {
+    /// The revision at which the lock key became ours: the fencing token.
+    pub token: i64,
+    /// Our queue key's create revision, if we still have a queue key (a
+    /// fair waiter keeps it until release).
+    pub queue_rev: Option<i64>,
+    /// What we know of the waiters behind us.
+    pub behind: Behind,
+    /// The session lease the lock key is bound to.
+    pub lease: Arc<Lease>,
+}
+
+/// What a new holder knows of the waiters behind it.
+pub(crate) enum Behind {
+    /// Nobody waited when it got the lock: look only at release.
+    Nobody,
+    /// Others waited: look them up now, while the holder works.
+    LookUp,
+    /// Its grant passed them along, first in line first.
+    Passed(Vec<Successor>),
+}
+
+/// The waiters behind a held lock, as far as a release will know them.
+pub(crate) enum Lookahead {
+    /// Not looked up (nobody waited at grant).
+    Unknown,
+    /// Being looked up.
+    Pending(JoinHandle<Vec<Successor>>),
+    /// Known, first in line first.
+    Known(Vec<Successor>),
+}
+
+/// A held etcd lock: what a guard releases.
+pub(crate) struct HeldLock {
+    pub state: Arc<LockerState>,
+    pub key: Key,
+    pub keys: LockKeys,
+    pub token: i64,
+    /// Our queue key and its create revision (fair `lock` only).
+    pub queue: Option<(Vec<u8>, i64)>,
+    /// Keeps the session alive as long as the guard; its loss ends retries.
+    pub lease: Arc<Lease>,
+    /// The waiters behind us: passed with the grant, or read at grant
+    /// when others were waiting.
+    pub lookahead: Lookahead,
+    /// The watch on the lock key, once the owner asked for loss signals.
+    watcher: std::sync::Mutex<Option<AbortHandle>>,
+    /// The slot naming our queue key, freed once the release deleted it.
+    pub slot: Option<Slot>,
+}
+
+impl HeldLock {
+    /// The lock `grant` gave: `key` with its etcd `keys`, and our queue key
+    /// if we wrote one. With [`Behind::LookUp`] the successors are looked
+    /// up now, while the caller works, so the release needs no read.
+    pub fn new(
+        state: Arc<LockerState>,
+        key: Key,
+        keys: LockKeys,
+        queue_key: Option<Vec<u8>>,
+        grant: Grant,
+        slot: Option<Slot>,
+    ) -> Self {
+        let queue = queue_key.zip(grant.queue_rev);
+        let after = queue.as_ref().map_or(0, |q| q.1);
+        let lookahead = match grant.behind {
+            Behind::Nobody => Lookahead::Unknown,
+            Behind::Passed(list) if !list.is_empty() => Lookahead::Known(list),
+            Behind::LookUp | Behind::Passed(_) => {
+                let (state, queue_prefix) = (Arc::clone(&state), keys.queue.clone());
+                Lookahead::Pending(tokio::spawn(async move {
+                    lookup(&state, &queue_prefix, after).await
+                }))
+            }
+        };
+        HeldLock {
+            state,
+            key,
+            keys,
+            token: grant.token,
+            queue,
+            lease: grant.lease,
+            lookahead,
+            watcher: std::sync::Mutex::new(None),
+            slot,
+        }
+    }
+
+    /// Cancels `lost` when the lock key changes (see [`watch_lock_key`]);
+    /// outside a runtime only the lease deadline and session signal loss.
+    pub fn watch_lock(&self, lost: CancellationToken) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let task = rt.spawn(watch_lock_key(
+            Arc::clone(&self.state),
+            self.keys.lock.clone(),
+            self.token,
+            lost,
+        ));
+        if let Ok(mut watcher) = self.watcher.lock() {
+            *watcher = Some(task.abort_handle());
+        }
+    }
+
+    /// Stops the lock-key watch: our own release changes that key.
+    pub fn stop_watching(&self) {
+        let watcher = self.watcher.lock().map(|mut w| w.take());
+        if let Ok(Some(watcher)) = watcher {
+            watcher.abort();
+        }
+    }
+}
+
+impl Drop for HeldLock {
+    fn drop(&mut self) {
+        if let Lookahead::Pending(lookup) = &self.lookahead {
+            lookup.abort();
+        }
+        self.stop_watching();
+    }
+}
+
+/// Cancels `lost` when the lock key changes after our grant at `token`:
+/// deleted (lease expired, someone deleted it) or overwritten. Only our own
+/// release may change it while we hold it, and that stops this watch first.
+async fn watch_lock_key(
+    state: Arc<LockerState>,
+    lock: Vec<u8>,
+    token: i64,
+    lost: CancellationToken,
+) {
+    let mut backoff = retry_backoff();
+    // Replays every change since the grant: none can slip by.
+    let mut from = token + 1;
+    while !lost.is_cancelled() {
+        let target = Target {
+            key: lock.clone(),
+            range_end: None,
+            start_revision: Some(from),
+        };
+        if let Ok(mut sub) = state.hub.subscribe(target).await {
+            loop {
+                match sub.recv().await {
+                    WatchMsg::Events { events } if events.iter().any(|e| e.key == lock) => {
+                        observe::loss_cause(
+                            "etcd",
+                            format_args!("token {token}"),
+                            "lock key changed",
+                        );
+                        lost.cancel();
+                        return;
+                    }
+                    WatchMsg::Ended(_) => break,
+                    _ => {}
+                }
+            }
+        }
+        // Compacted past our grant, or etcd unreachable (the lease deadline
+        // covers that): read the key itself before watching again.
+        if let Ok(resp) = state
+            .get("lock key check", lock.clone(), Default::default())
+            .await
+        {
+            if resp.kvs().first().map(|kv| kv.mod_revision()) != Some(token) {
+                observe::loss_cause("etcd", format_args!("token {token}"), "lock key changed");
+                lost.cancel();
+                return;
+            }
+            if let Some(header) = resp.header() {
+                from = header.revision() + 1;
+            }
+        }
+        backoff.sleep().await;
+    }
+}
+
+/// The waiters among the first [`LOOKAHEAD`] queue entries after revision
+/// `after` (serializable: a stale answer is caught by the release txn's
+/// compares).
+pub(crate) async fn lookup(state: &LockerState, queue_prefix: &[u8], after: i64) -> Vec<Successor> {
+    let opts = successor_query()
+        .with_min_create_revision(after + 1)
+        .with_serializable();
+    match state
+        .get("successor lookup", queue_prefix.to_vec(), opts)
+        .await
+    {
+        Ok(resp) => successors(queue_prefix, &resp).0,
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Reads the first [`LOOKAHEAD`] queue entries in line order.
+pub(crate) fn successor_query() -> GetOptions {
+    GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend)
+        .with_limit(LOOKAHEAD as i64)
+}
+
+/// The waiters in a queue read, in order, and the create revision of the
+/// last entry read, waiter or not (see `keys::is_waiter`: entries someone
+/// else wrote are skipped, never served).
+pub(crate) fn successors(queue_prefix: &[u8], resp: &GetResponse) -> (Vec<Successor>, Option<i64>) {
+    let waiters = resp
+        .kvs()
+        .iter()
+        .filter(|kv| is_waiter(queue_prefix, kv.key(), kv.lease()))
+        .map(|kv| Successor {
+            key: kv.key().to_vec(),
+            create_revision: kv.create_revision(),
+            lease: kv.lease(),
+            value: kv.value().to_vec(),
+        })
+        .collect();
+    let last = resp.kvs().last().map(|kv| kv.create_revision());
+    (waiters, last)
+}

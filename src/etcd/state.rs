@@ -1,0 +1,94 @@
+//! What every operation of one locker shares: its connection, settings,
+//! session lease, queue entry names and watches.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{Client, GetOptions, GetResponse, Txn, TxnResponse};
+
+use super::config::EtcdConfig;
+use super::error::{EtcdError, EtcdResult};
+use super::keys::LockKeys;
+use super::request::request;
+use super::session::{Lease, LeaseEnd, Session};
+use super::shared_watch::SharedWatches;
+use super::slots::Slots;
+use super::watch::WatchHub;
+use crate::fairness::Fairness;
+use crate::{Error, Key};
+
+/// The state one locker's operations share (its clones share it too).
+pub(crate) struct LockerState {
+    pub client: Client,
+    pub config: EtcdConfig,
+    pub fairness: Fairness,
+    /// Names this locker's level in the queue (`_OWNERS_/<id>/...`).
+    pub id: String,
+    pub session: Session,
+    /// The queue entry names in use (see `slots.rs`).
+    pub slots: Arc<Slots>,
+    pub hub: Arc<WatchHub>,
+    pub watches: SharedWatches,
+}
+
+impl LockerState {
+    pub fn new(client: Client, config: EtcdConfig, fairness: Fairness) -> Self {
+        let timeout = config.request_timeout();
+        let hub = Arc::new(WatchHub::new(client.clone(), timeout));
+        LockerState {
+            session: Session::new(client.clone(), config.ttl_secs(), timeout),
+            watches: SharedWatches::new(Arc::clone(&hub), timeout),
+            hub,
+            slots: Arc::default(),
+            id: uuid::Uuid::new_v4().simple().to_string(),
+            client,
+            config,
+            fairness,
+        }
+    }
+
+    /// The etcd keys of lock `key`.
+    pub fn keys(&self, key: &Key) -> LockKeys {
+        LockKeys::new(self.config.prefix(), key)
+    }
+
+    pub async fn txn(&self, op: &'static str, txn: Txn) -> EtcdResult<TxnResponse> {
+        self.txn_within(op, txn, self.config.request_timeout())
+            .await
+    }
+
+    /// A txn that gives up after `timeout` (for requests that are safe to
+    /// repeat and that others wait for, such as a release).
+    pub async fn txn_within(
+        &self,
+        op: &'static str,
+        txn: Txn,
+        timeout: Duration,
+    ) -> EtcdResult<TxnResponse> {
+        let mut kv = self.client.kv_client();
+        request(op, timeout, kv.txn(txn)).await
+    }
+
+    pub async fn get(
+        &self,
+        op: &'static str,
+        key: Vec<u8>,
+        opts: GetOptions,
+    ) -> EtcdResult<GetResponse> {
+        let mut kv = self.client.kv_client();
+        request(op, self.config.request_timeout(), kv.get(key, Some(opts))).await
+    }
+
+    /// Maps "lease not found" to [`Error::SessionLost`] (and forgets the
+    /// lease so the next attempt grants a new one).
+    pub async fn lease_error(&self, key: &Key, lease: &Lease, err: EtcdError) -> EtcdError {
+        if !err.is_lease_not_found() {
+            return err;
+        }
+        self.session.forget(lease.id, LeaseEnd::GoneInEtcd).await;
+        EtcdError::Public(Error::SessionLost {
+            key: key.to_string(),
+            reason: "the session lease expired before the request ran".into(),
+        })
+    }
+}
