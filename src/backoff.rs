@@ -1,6 +1,4 @@
 //! Pauses between retries of a failed request: the one backoff of the crate.
-// Until every backend has moved onto it (issue 12); remove then.
-#![allow(dead_code)]
 
 use std::time::Duration;
 

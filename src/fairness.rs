@@ -1,6 +1,4 @@
 //! Fair or unfair: the one mode switch of every backend, as a type.
-// Until every backend has moved onto it (issue 12); remove then.
-#![allow(dead_code)]
 
 /// Whether waiters are granted a lock in arrival order.
 ///

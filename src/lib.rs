@@ -98,6 +98,7 @@
 mod access;
 #[cfg(any(feature = "etcd", feature = "redis"))]
 mod backend;
+#[cfg(any(feature = "etcd", feature = "redis"))]
 mod backoff;
 mod context;
 mod duration;

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Level, Span, debug, warn};
 
+use crate::fairness::Fairness;
 use crate::{Error, Expiry, Key, Result};
 
 /// Which backend and mode an operation runs on: the labels of every metric
@@ -31,9 +32,11 @@ pub(crate) struct Site {
 }
 
 impl Site {
-    pub fn new(backend: &'static str, fair: bool) -> Self {
-        let mode = if fair { "fair" } else { "unfair" };
-        Site { backend, mode }
+    pub fn new(backend: &'static str, fairness: Fairness) -> Self {
+        Site {
+            backend,
+            mode: fairness.as_str(),
+        }
     }
 }
 
@@ -116,9 +119,12 @@ pub(crate) fn queued(position: Option<usize>) {
 /// A release handed the lock to the first waiter (`fair`: the lock key is
 /// its now) or woke it to try (unfair).
 #[cfg(feature = "etcd")]
-pub(crate) fn handed_off(fair: bool) {
+pub(crate) fn handed_off(to: Fairness) {
     debug!(
-        to = if fair { "fair waiter" } else { "unfair waiter" },
+        to = match to {
+            Fairness::Fair => "fair waiter",
+            Fairness::Unfair => "unfair waiter",
+        },
         "handed off"
     );
 }

@@ -122,12 +122,6 @@ fn report(files: &BTreeMap<String, String>) -> String {
 }
 
 #[test]
-#[ignore = "src/ has import cycles on this branch (other branches remove some; \
-            un-ignore once merged): etcd/locker.rs <-> mod.rs, queue.rs, release.rs; \
-            etcd/session.rs, watch.rs <-> etcd/mod.rs; redis/locker.rs <-> watchdog.rs; \
-            backend.rs <-> etcd/config.rs, redis/config.rs (from_env); locker.rs <-> \
-            observe.rs; the command's demo.rs <-> svg.rs, and args, demo, lock, status, \
-            watch <-> main.rs (exit, report)"]
 fn src_has_no_import_cycle() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = BTreeMap::new();

@@ -275,7 +275,7 @@ impl Locker for EtcdLocker {
 
 impl EtcdLocker {
     fn site(&self) -> Site {
-        Site::new("etcd", self.inner.fairness.is_fair())
+        Site::new("etcd", self.inner.fairness)
     }
 
     async fn try_lock_unobserved(&self, key: &Key) -> Result<Option<LockGuard>> {

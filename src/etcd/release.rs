@@ -198,7 +198,7 @@ async fn release_once(
         };
         if step.succeeded() {
             if let Some(mode) = handoff {
-                observe::handed_off(mode.is_fair());
+                observe::handed_off(mode);
             }
             return Ok(());
         }

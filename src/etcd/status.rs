@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use etcd_client::{GetOptions, SortOrder, SortTarget};
 
+use super::error::EtcdError;
 use super::keys::{entry_name, prefix_end};
 use super::locker::EtcdLocker;
-use super::{etcd_err, timeout_err};
+use super::request::request;
 use crate::{Key, LeaseId, LockHolder, LockStatus, LockWaiter, Owner, RESERVED_SEGMENT, Result};
 
 impl EtcdLocker {
@@ -80,16 +81,16 @@ impl EtcdLocker {
         const OP: &str = "status";
         let mut client = self.client().clone();
         let timeout = self.config().request_timeout();
-        let answer =
-            tokio::time::timeout(timeout, Box::pin(client.lease_time_to_live(lease.0, None)))
-                .await
-                .map_err(|_| timeout_err(OP, timeout))?;
+        let answer = request(OP, timeout, client.lease_time_to_live(lease.0, None)).await;
         match answer {
             // etcd answers -1 for a lease that expired or was revoked.
             Ok(resp) => Ok(u64::try_from(resp.ttl()).ok().map(Duration::from_secs)),
             // gRPC code 7: permission denied.
-            Err(etcd_client::Error::GRpcStatus(status)) if status.code() as i32 == 7 => Ok(None),
-            Err(e) => Err(etcd_err(OP)(e)),
+            Err(EtcdError::Request {
+                source: etcd_client::Error::GRpcStatus(status),
+                ..
+            }) if status.code() as i32 == 7 => Ok(None),
+            Err(e) => Err(e.into()),
         }
     }
 

@@ -196,7 +196,7 @@ impl Drop for WaitCleanup {
 
 impl MemoryLocker {
     fn site(&self) -> Site {
-        Site::new("memory", self.fairness.is_fair())
+        Site::new("memory", self.fairness)
     }
 
     fn guard(&self, key: &Key, id: u64, token: u64) -> LockGuard {

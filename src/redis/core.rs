@@ -31,7 +31,7 @@ impl Core {
     }
 
     pub fn site(&self) -> Site {
-        Site::new("redis", self.fairness.is_fair())
+        Site::new("redis", self.fairness)
     }
 
     /// The error for fair mode on Redlock, if this locker is one.
