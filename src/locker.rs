@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::loss::LossCell;
 use crate::observe::{self, Granted, Holding, Site};
 use crate::{Context, Expiry, Key, LossCause, Result};
 
@@ -150,6 +151,8 @@ pub struct LockGuard {
     expiry: Option<Expiry>,
     watch: Once,
     release: Option<Box<dyn GuardRelease>>,
+    /// The cause given by [`LockGuard::mark_lost`].
+    marked: LossCell,
     /// Metrics and events of a guard from this crate's backends.
     holding: Option<Holding>,
 }
@@ -167,6 +170,7 @@ impl LockGuard {
             expiry: None,
             watch: Once::new(),
             release: Some(release),
+            marked: LossCell::default(),
             holding: None,
         }
     }
@@ -264,6 +268,7 @@ impl LockGuard {
             self.release
                 .as_ref()
                 .and_then(|r| r.loss_cause())
+                .or_else(|| self.marked.get())
                 .unwrap_or(if expired {
                     LossCause::Expired
                 } else {
@@ -272,9 +277,11 @@ impl LockGuard {
         )
     }
 
-    /// Marks the lock lost (a backend saw a fenced write rejected).
+    /// Marks the lock lost (a backend saw a fenced write rejected because
+    /// the lock key changed), with `cause` unless the backend knows better.
     #[cfg(feature = "etcd")]
-    pub(crate) fn mark_lost(&self) {
+    pub(crate) fn mark_lost(&self, cause: LossCause) {
+        self.marked.record(cause);
         self.lost.cancel();
     }
 

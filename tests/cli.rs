@@ -270,7 +270,39 @@ async fn paused_holder_terminates_its_command() {
     assert_eq!(lines.next().expect("line").expect("read"), "TERMINATED");
     let out = holder.wait_with_output().expect("exit");
     assert_eq!(out.status.code(), Some(76), "{}", stderr(&out));
-    assert!(stderr(&out).contains("was lost"), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("was lost"), "{err}");
+    // Paused past its TTL: the cause is the lease, however it was learnt.
+    assert!(err.contains("lease"), "{err}");
+    wait_clean(&prefix).await;
+}
+
+/// A holder whose lock key someone else deletes is told so: its command
+/// gets SIGTERM, it exits 76, and the message names the cause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_lock_key_is_named_as_the_cause() {
+    let prefix = support::unique_prefix("cli-deleted");
+    let mut holder = fairlock(&prefix)
+        .args(["lock", "k", "--", "sh", "-c"])
+        .arg("trap 'exit 0' TERM; echo STARTED; while :; do sleep 0.05; done")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut lines = BufReader::new(holder.stdout.take().expect("stdout")).lines();
+    assert_eq!(lines.next().expect("line").expect("read"), "STARTED");
+    let mut client = support::shared().client().await;
+    client
+        .delete(format!("{prefix}k"), None)
+        .await
+        .expect("delete the lock key");
+    let out = holder.wait_with_output().expect("exit");
+    assert_eq!(out.status.code(), Some(76), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("deleted or taken over by someone else"),
+        "{err}"
+    );
     wait_clean(&prefix).await;
 }
 

@@ -363,9 +363,15 @@ async fn unlock_after_loss_reports_it_and_spares_the_new_holder() {
     let key = Key::from("k");
     let first = EtcdLocker::from_client(b.client.clone(), b.config.clone(), true);
     let guard = first.try_lock(&key).await.expect("try_lock").expect("free");
+    let lost = guard.lost_token();
     // Simulate lease expiry: revoke the first locker's lease behind its back.
     let lease = first.lease_id().await.expect("lease");
     b.client.clone().lease_revoke(lease).await.expect("revoke");
+    tokio::time::timeout(Duration::from_secs(120), lost.cancelled())
+        .await
+        .expect("the loss signal never fired");
+    // The key went with the lease: the cause is the lease, not a deletion.
+    assert_eq!(guard.loss_cause(), Some(fairlock::LossCause::LeaseEnded));
     let second = b.locker(false);
     let new_guard = second
         .try_lock(&key)
@@ -636,6 +642,7 @@ async fn fenced_txn_applies_only_while_held() {
         .await
         .expect("the loss signal never fired");
     assert!(!guard.is_held());
+    assert_eq!(guard.loss_cause(), Some(fairlock::LossCause::KeyChanged));
     guard.lost().await;
     let err = guard.fenced_txn(put("2")).await.expect_err("rejected");
     assert!(matches!(err, Error::LockLost { .. }), "{err}");
@@ -666,6 +673,7 @@ async fn holder_learns_of_loss_when_etcd_goes_away() {
         .await
         .expect("the loss signal never fired");
     assert!(!guard.is_held());
+    assert_eq!(guard.loss_cause(), Some(fairlock::LossCause::Expired));
     let err = tokio::time::timeout(Duration::from_secs(120), guard.unlock())
         .await
         .expect("unlock hung")

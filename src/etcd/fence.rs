@@ -75,7 +75,7 @@ fn held(guard: &LockGuard) -> Result<&HeldLock> {
 }
 
 fn lost(guard: &LockGuard, reason: &str) -> Error {
-    guard.mark_lost();
+    guard.mark_lost(crate::LossCause::KeyChanged);
     Error::LockLost {
         key: guard.key().to_string(),
         reason: reason.into(),

@@ -8,12 +8,13 @@ use tokio::task::{AbortHandle, JoinHandle};
 use tokio_util::sync::CancellationToken;
 
 use super::keys::{LockKeys, Successor, is_waiter};
-use super::request::retry_backoff;
+use super::request::{request, retry_backoff};
 use super::session::Lease;
 use super::slots::Slot;
 use super::state::LockerState;
 use super::watch::{Target, WatchMsg};
-use crate::{Key, observe};
+use crate::loss::LossCell;
+use crate::{Key, LossCause, observe};
 
 /// How many waiters one lookup reads (the successor and the ones a grant
 /// passes along to it).
@@ -69,6 +70,8 @@ pub(crate) struct HeldLock {
     watcher: std::sync::Mutex<Option<AbortHandle>>,
     /// The slot naming our queue key, freed once the release deleted it.
     pub slot: Option<Slot>,
+    /// Why the lock-key watch saw the lock lost.
+    pub loss: LossCell,
 }
 
 impl HeldLock {
@@ -105,6 +108,7 @@ impl HeldLock {
             lookahead,
             watcher: std::sync::Mutex::new(None),
             slot,
+            loss: LossCell::default(),
         }
     }
 
@@ -117,8 +121,8 @@ impl HeldLock {
         let task = rt.spawn(watch_lock_key(
             Arc::clone(&self.state),
             self.keys.lock.clone(),
-            self.token,
-            lost,
+            (self.token, Arc::clone(&self.lease)),
+            (lost, self.loss.clone()),
         ));
         if let Ok(mut watcher) = self.watcher.lock() {
             *watcher = Some(task.abort_handle());
@@ -149,8 +153,8 @@ impl Drop for HeldLock {
 async fn watch_lock_key(
     state: Arc<LockerState>,
     lock: Vec<u8>,
-    token: i64,
-    lost: CancellationToken,
+    (token, lease): (i64, Arc<Lease>),
+    (lost, loss): (CancellationToken, LossCell),
 ) {
     let mut backoff = retry_backoff();
     // Replays every change since the grant: none can slip by.
@@ -165,6 +169,7 @@ async fn watch_lock_key(
             loop {
                 match sub.recv().await {
                     WatchMsg::Events { events } if events.iter().any(|e| e.key == lock) => {
+                        loss.record(key_change_cause(&state, &lease).await);
                         observe::loss_cause(
                             "etcd",
                             format_args!("token {token}"),
@@ -185,6 +190,7 @@ async fn watch_lock_key(
             .await
         {
             if resp.kvs().first().map(|kv| kv.mod_revision()) != Some(token) {
+                loss.record(key_change_cause(&state, &lease).await);
                 observe::loss_cause("etcd", format_args!("token {token}"), "lock key changed");
                 lost.cancel();
                 return;
@@ -194,6 +200,29 @@ async fn watch_lock_key(
             }
         }
         backoff.sleep().await;
+    }
+}
+
+/// Why the lock key changed under us: the lease ended (etcd deleted the
+/// key with it) or someone else deleted or rewrote the key. A deletion by
+/// lease expiry looks like any other in the watch, so the lease is asked.
+async fn key_change_cause(state: &LockerState, lease: &Lease) -> LossCause {
+    if let Some(cause) = lease.loss.get() {
+        return cause;
+    }
+    let mut client = state.client.clone();
+    let asked = request(
+        "lease check",
+        state.config.request_timeout(),
+        client.lease_time_to_live(lease.id, None),
+    )
+    .await;
+    match asked {
+        Ok(answer) if answer.ttl() > 0 => LossCause::KeyChanged,
+        Ok(_) => LossCause::LeaseEnded,
+        Err(e) if e.is_lease_not_found() => LossCause::LeaseEnded,
+        // etcd did not answer: the key changed; the lease may follow.
+        Err(_) => LossCause::KeyChanged,
     }
 }
 

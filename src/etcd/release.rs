@@ -31,7 +31,7 @@ use super::keys::{LockKeys, Successor, pass_along, waiter_mode};
 use super::request::{put_leased, range_at, retry_backoff, touch};
 use super::state::LockerState;
 use crate::fairness::Fairness;
-use crate::{Error, GuardRelease, Result, observe};
+use crate::{Error, GuardRelease, LossCause, Result, observe};
 
 /// How often one release attempt re-reads when the queue changes under it.
 const MAX_ROUNDS: usize = 16;
@@ -45,6 +45,12 @@ impl GuardRelease for HeldLock {
 
     fn watch_for_loss(&self, lost: CancellationToken) {
         self.watch_lock(lost);
+    }
+
+    /// The session lease's cause first (a lease that ended takes the
+    /// lock key with it), else what the lock-key watch saw.
+    fn loss_cause(&self) -> Option<LossCause> {
+        self.lease.loss.get().or_else(|| self.loss.get())
     }
 }
 

@@ -12,7 +12,8 @@ use tokio_util::sync::CancellationToken;
 use super::error::EtcdResult;
 use super::request::{request, retry_backoff};
 use crate::backoff::Backoff;
-use crate::{Expiry, observe};
+use crate::loss::LossCell;
+use crate::{Expiry, LossCause, observe};
 
 /// A granted lease and the task renewing it.
 pub(crate) struct Lease {
@@ -21,9 +22,10 @@ pub(crate) struct Lease {
     pub lost: CancellationToken,
     /// The last instant the lease is known alive (see [`margin`]).
     pub expiry: Expiry,
-    /// Set when etcd said the lease does not exist (revoked or expired), as
-    /// opposed to a local deadline passing without a renewal.
-    gone: Arc<std::sync::atomic::AtomicBool>,
+    /// Why the lease was lost: [`LossCause::LeaseEnded`] when etcd said it
+    /// does not exist (revoked or expired), [`LossCause::Expired`] when the
+    /// local deadline passed without an acknowledged renewal.
+    pub loss: LossCell,
     keepalive: AbortHandle,
 }
 
@@ -49,7 +51,7 @@ pub(crate) enum LeaseEnd {
 impl Lease {
     /// `true` once etcd said the lease does not exist.
     pub fn gone_in_etcd(&self) -> bool {
-        self.gone.load(std::sync::atomic::Ordering::Acquire)
+        self.loss.get() == Some(LossCause::LeaseEnded)
     }
 
     /// Pauses before retrying a failed request, as long as `backoff`
@@ -104,18 +106,18 @@ impl Session {
         let ttl = Duration::from_secs(granted.ttl().max(1).unsigned_abs());
         let lost = CancellationToken::new();
         let expiry = Expiry::new(asked + ttl - margin(ttl));
-        let gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let loss = LossCell::default();
         let task = tokio::spawn(keep_alive(
             self.client.clone(),
             id,
             ttl,
-            (lost.clone(), expiry.clone(), Arc::clone(&gone)),
+            (lost.clone(), expiry.clone(), loss.clone()),
         ));
         let lease = Arc::new(Lease {
             id,
             lost,
             expiry,
-            gone,
+            loss,
             keepalive: task.abort_handle(),
         });
         *current = Some(Arc::clone(&lease));
@@ -132,7 +134,7 @@ impl Session {
         let current = self.current.lock().await;
         if let Some(lease) = current.as_ref().filter(|l| l.id == id) {
             if why == LeaseEnd::GoneInEtcd {
-                lease.gone.store(true, std::sync::atomic::Ordering::Release);
+                lease.loss.record(LossCause::LeaseEnded);
             }
             lease.lost.cancel();
         }
@@ -197,18 +199,15 @@ async fn keep_alive(
     client: Client,
     id: i64,
     ttl: Duration,
-    (lost, expiry, gone): (
-        CancellationToken,
-        Expiry,
-        Arc<std::sync::atomic::AtomicBool>,
-    ),
+    (lost, expiry, loss): (CancellationToken, Expiry, LossCell),
 ) {
     tokio::select! {
         () = renew(client, id, ttl, &expiry) => {
-            gone.store(true, std::sync::atomic::Ordering::Release);
+            loss.record(LossCause::LeaseEnded);
             observe::loss_cause("etcd", format_args!("lease {id:x}"), "etcd says the lease is gone");
         }
         () = expiry.passed() => {
+            loss.record(LossCause::Expired);
             observe::loss_cause("etcd", format_args!("lease {id:x}"), "no renewal acknowledged in time");
         }
         () = lost.cancelled() => {}
