@@ -681,6 +681,31 @@ async fn holder_learns_of_loss_when_etcd_goes_away() {
     assert!(matches!(err, Error::LockLost { .. }), "{err}");
 }
 
+/// A healthy holder keeps its lock across several TTLs: each renewal
+/// counts (its raft term is confirmed by a later read; see session.rs).
+#[tokio::test]
+async fn a_held_lock_outlives_its_ttl_while_renewed() {
+    let b = etcd("renewed").await;
+    let ttl = Duration::from_secs(2);
+    let config = b.config.clone().with_ttl(ttl);
+    let locker = EtcdLocker::from_client(b.client.clone(), config, true);
+    let guard = locker
+        .lock(&patient(), &Key::from("k"))
+        .await
+        .expect("lock");
+    let lost = guard.lost_token();
+    let held_on = tokio::time::timeout(ttl * 3, lost.cancelled()).await;
+    assert!(
+        held_on.is_err(),
+        "lost while renewed: {:?}",
+        guard.loss_cause()
+    );
+    assert!(guard.is_held());
+    guard.unlock().await.expect("unlock");
+    locker.close().await.expect("close");
+    b.wait_clean().await;
+}
+
 /// Fenced etcd txns refuse guards from other backends with a clear error.
 #[tokio::test]
 async fn fenced_txn_needs_an_etcd_guard() {

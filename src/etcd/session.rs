@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::Client;
+use etcd_client::{Client, GetOptions};
 use tokio::sync::Mutex;
 use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
@@ -75,15 +75,24 @@ pub(crate) struct Session {
     client: Client,
     ttl_secs: i64,
     request_timeout: Duration,
+    /// A key the locker may read (its prefix): the read that confirms a
+    /// renewal (see [`renew`]).
+    check_key: Vec<u8>,
     current: Mutex<Option<Arc<Lease>>>,
 }
 
 impl Session {
-    pub fn new(client: Client, ttl_secs: i64, request_timeout: Duration) -> Self {
+    pub fn new(
+        client: Client,
+        ttl_secs: i64,
+        request_timeout: Duration,
+        check_key: Vec<u8>,
+    ) -> Self {
         Session {
             client,
             ttl_secs,
             request_timeout,
+            check_key,
             current: Mutex::new(None),
         }
     }
@@ -107,10 +116,15 @@ impl Session {
         let lost = CancellationToken::new();
         let expiry = Expiry::new(asked + ttl - margin(ttl));
         let loss = LossCell::default();
-        let task = tokio::spawn(keep_alive(
-            self.client.clone(),
+        let renewal = Renewal {
+            client: self.client.clone(),
             id,
             ttl,
+            check_key: self.check_key.clone(),
+            timeout: self.request_timeout,
+        };
+        let task = tokio::spawn(keep_alive(
+            renewal,
             (lost.clone(), expiry.clone(), loss.clone()),
         ));
         let lease = Arc::new(Lease {
@@ -191,18 +205,23 @@ impl Drop for Session {
     }
 }
 
+/// What the keepalive task needs to renew one lease.
+struct Renewal {
+    client: Client,
+    id: i64,
+    ttl: Duration,
+    check_key: Vec<u8>,
+    timeout: Duration,
+}
+
 /// Keeps the lease alive until it is lost: etcd says it expired, or the
 /// local deadline passes without an acknowledged renewal (etcd unreachable,
 /// or this process paused). Either way `lost` is cancelled and the deadline
 /// ends, so no guard reports the lock held any longer.
-async fn keep_alive(
-    client: Client,
-    id: i64,
-    ttl: Duration,
-    (lost, expiry, loss): (CancellationToken, Expiry, LossCell),
-) {
+async fn keep_alive(renewal: Renewal, (lost, expiry, loss): (CancellationToken, Expiry, LossCell)) {
+    let id = renewal.id;
     tokio::select! {
-        () = renew(client, id, ttl, &expiry) => {
+        () = renew(&renewal, &expiry) => {
             loss.record(LossCause::LeaseEnded);
             observe::loss_cause("etcd", format_args!("lease {id:x}"), "etcd says the lease is gone");
         }
@@ -216,9 +235,22 @@ async fn keep_alive(
     expiry.expire();
 }
 
-/// Renews the lease every TTL/3, moving `expiry` on each acknowledgement;
-/// returns when etcd says the lease is gone.
-async fn renew(client: Client, id: i64, ttl: Duration, expiry: &Expiry) {
+/// Renews the lease every TTL/3, moving `expiry` on each renewal that
+/// counts (see [`counts`]); returns when etcd says the lease is gone.
+///
+/// etcd 3.4 before 3.4.25 and 3.5 before 3.5.8 let a leader that was
+/// stalled (paused, or stuck on a slow disk) answer renewals after the
+/// rest of the cluster elected a new one: the new leader never saw them,
+/// so the lease expires there while this client believes it renewed.
+/// A renewal therefore counts only when a linearizable read sent after its
+/// answer is answered in the same raft term: a read confirms that the
+/// term's leader still had a quorum, and a new leader extends every lease
+/// by the TTL when it takes over.
+async fn renew(renewal: &Renewal, expiry: &Expiry) {
+    let Renewal {
+        client, id, ttl, ..
+    } = renewal;
+    let (id, ttl) = (*id, *ttl);
     let period = ttl / 3;
     let margin = margin(ttl);
     // Pause before reconnecting after a failure, so a dead endpoint is not
@@ -226,8 +258,9 @@ async fn renew(client: Client, id: i64, ttl: Duration, expiry: &Expiry) {
     let retry = Duration::from_millis(200);
     'reconnect: loop {
         let mut lease_client = client.lease_client();
-        let sent = std::time::Instant::now();
-        // Opening the stream sends one renewal and awaits its answer.
+        // Opening the stream sends one renewal and awaits its answer, but
+        // hides that answer's raft term: renew again at once, and count
+        // that one.
         let (mut keeper, mut stream) =
             match tokio::time::timeout(period, lease_client.keep_alive(id)).await {
                 Ok(Ok(opened)) => opened,
@@ -238,17 +271,23 @@ async fn renew(client: Client, id: i64, ttl: Duration, expiry: &Expiry) {
                     continue;
                 }
             };
-        expiry.extend_to(sent + ttl - margin);
+        let mut pause = Duration::ZERO;
         loop {
-            tokio::time::sleep(period).await;
+            tokio::time::sleep(pause).await;
+            pause = period;
             let sent = std::time::Instant::now();
             if keeper.keep_alive().await.is_err() {
                 continue 'reconnect;
             }
             match tokio::time::timeout(period, stream.message()).await {
                 Ok(Ok(Some(resp))) if resp.ttl() > 0 => {
-                    let granted = Duration::from_secs(resp.ttl().unsigned_abs());
-                    expiry.extend_to(sent + granted - margin);
+                    let term = resp.header().map(|h| h.raft_term());
+                    if counts(renewal, term).await {
+                        let granted = Duration::from_secs(resp.ttl().unsigned_abs());
+                        expiry.extend_to(sent + granted - margin);
+                    } else {
+                        observe::renewal_failed("etcd", format_args!("lease {id:x}"));
+                    }
                 }
                 Ok(Ok(Some(_))) => return, // etcd: the lease has expired
                 _ => {
@@ -258,5 +297,46 @@ async fn renew(client: Client, id: i64, ttl: Duration, expiry: &Expiry) {
                 }
             }
         }
+    }
+}
+
+/// Whether a renewal answered in raft term `term` counts: a linearizable
+/// read sent now is answered in that same term (see [`renew`]).
+async fn counts(renewal: &Renewal, term: Option<u64>) -> bool {
+    let Some(term) = term else {
+        return false;
+    };
+    let mut kv = renewal.client.kv_client();
+    let read = request(
+        "renewal check",
+        renewal.timeout,
+        kv.get(
+            renewal.check_key.clone(),
+            Some(GetOptions::new().with_count_only()),
+        ),
+    )
+    .await;
+    same_term(
+        term,
+        read.ok().and_then(|r| r.header().map(|h| h.raft_term())),
+    )
+}
+
+/// A renewal's term against the term of the read that followed it.
+fn same_term(renewal: u64, read: Option<u64>) -> bool {
+    read == Some(renewal)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_term;
+
+    #[test]
+    fn a_renewal_counts_only_when_a_later_read_shares_its_term() {
+        assert!(same_term(7, Some(7)));
+        // A stalled old leader answered the renewal; the read met the new one.
+        assert!(!same_term(7, Some(8)));
+        // The read failed: nothing confirms the renewal.
+        assert!(!same_term(7, None));
     }
 }

@@ -36,7 +36,12 @@ impl LockerState {
         let timeout = config.request_timeout();
         let hub = Arc::new(WatchHub::new(client.clone(), timeout));
         LockerState {
-            session: Session::new(client.clone(), config.ttl_secs(), timeout),
+            session: Session::new(
+                client.clone(),
+                config.ttl_secs(),
+                timeout,
+                config.prefix().as_bytes().to_vec(),
+            ),
             watches: SharedWatches::new(Arc::clone(&hub), timeout),
             hub,
             slots: Arc::default(),
