@@ -111,6 +111,8 @@ mod loss;
 mod observe;
 mod owner;
 mod registry;
+#[cfg(any(feature = "etcd", feature = "redis"))]
+mod scheme;
 #[cfg(feature = "serde")]
 mod serialize;
 mod status;
