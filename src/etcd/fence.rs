@@ -7,7 +7,7 @@ use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse, TxnResponse};
 
 use super::error::EtcdError;
 use super::held::HeldLock;
-use crate::{Error, LockGuard, Result};
+use crate::{Error, LockGuard, LossCause, Result};
 
 /// etcd operations conditional on holding the lock; implemented for
 /// [`LockGuard`]s handed out by [`super::EtcdLocker`].
@@ -74,8 +74,8 @@ fn held(guard: &LockGuard) -> Result<&HeldLock> {
         })
 }
 
-fn lost(guard: &LockGuard, reason: &str) -> Error {
-    guard.mark_lost(crate::LossCause::KeyChanged);
+fn lost(guard: &LockGuard, cause: LossCause, reason: &str) -> Error {
+    guard.mark_lost(cause);
     Error::LockLost {
         key: guard.key().to_string(),
         reason: reason.into(),
@@ -97,6 +97,7 @@ impl FencedTxn for LockGuard {
         if !self.is_held() {
             return Err(lost(
                 self,
+                LossCause::Expired,
                 "the session lease's local deadline passed; the txn was not sent",
             ));
         }
@@ -105,6 +106,7 @@ impl FencedTxn for LockGuard {
         if !resp.succeeded() {
             return Err(lost(
                 self,
+                LossCause::KeyChanged,
                 "the lock key changed since this guard's grant; the txn was not applied",
             ));
         }

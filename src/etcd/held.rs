@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::keys::{LockKeys, Successor, is_waiter};
 use super::request::{request, retry_backoff};
-use super::session::Lease;
+use super::session::{Lease, margin};
 use super::slots::Slot;
 use super::state::LockerState;
 use super::watch::{Target, WatchMsg};
@@ -169,7 +169,8 @@ async fn watch_lock_key(
             loop {
                 match sub.recv().await {
                     WatchMsg::Events { events } if events.iter().any(|e| e.key == lock) => {
-                        loss.record(key_change_cause(&state, &lease).await);
+                        let rewritten = events.iter().any(|e| e.key == lock && e.put);
+                        loss.record(key_change_cause(&state, &lease, rewritten).await);
                         observe::loss_cause(
                             "etcd",
                             format_args!("token {token}"),
@@ -190,7 +191,8 @@ async fn watch_lock_key(
             .await
         {
             if resp.kvs().first().map(|kv| kv.mod_revision()) != Some(token) {
-                loss.record(key_change_cause(&state, &lease).await);
+                let rewritten = !resp.kvs().is_empty();
+                loss.record(key_change_cause(&state, &lease, rewritten).await);
                 observe::loss_cause("etcd", format_args!("token {token}"), "lock key changed");
                 lost.cancel();
                 return;
@@ -205,20 +207,28 @@ async fn watch_lock_key(
 
 /// Why the lock key changed under us: the lease ended (etcd deleted the
 /// key with it) or someone else deleted or rewrote the key. A deletion by
-/// lease expiry looks like any other in the watch, so the lease is asked.
-async fn key_change_cause(state: &LockerState, lease: &Lease) -> LossCause {
+/// lease expiry looks like any other in the watch, so for a deletion the
+/// lease is asked, for at most a tenth of the TTL (the holder is told of
+/// the loss only then; a rewrite is told at once).
+async fn key_change_cause(state: &LockerState, lease: &Lease, rewritten: bool) -> LossCause {
     if let Some(cause) = lease.loss.get() {
         return cause;
     }
+    if rewritten {
+        return LossCause::KeyChanged;
+    }
     let mut client = state.client.clone();
+    let limit = margin(state.config.ttl()).min(state.config.request_timeout());
     let asked = request(
         "lease check",
-        state.config.request_timeout(),
+        limit,
         client.lease_time_to_live(lease.id, None),
     )
     .await;
     match asked {
-        Ok(answer) if answer.ttl() > 0 => LossCause::KeyChanged,
+        // etcd rounds the time left down to whole seconds: 0 is alive;
+        // an expired or revoked lease answers -1.
+        Ok(answer) if answer.ttl() >= 0 => LossCause::KeyChanged,
         Ok(_) => LossCause::LeaseEnded,
         Err(e) if e.is_lease_not_found() => LossCause::LeaseEnded,
         // etcd did not answer: the key changed; the lease may follow.

@@ -47,10 +47,10 @@ impl GuardRelease for HeldLock {
         self.watch_lock(lost);
     }
 
-    /// The session lease's cause first (a lease that ended takes the
-    /// lock key with it), else what the lock-key watch saw.
+    /// What the lock-key watch saw (it asks the lease when the key is
+    /// deleted), else why the session lease was lost.
     fn loss_cause(&self) -> Option<LossCause> {
-        self.lease.loss.get().or_else(|| self.loss.get())
+        self.loss.get().or_else(|| self.lease.loss.get())
     }
 }
 

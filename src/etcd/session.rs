@@ -2,6 +2,7 @@
 //! shared by every key the locker holds or waits for.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use etcd_client::{Client, GetOptions};
@@ -26,6 +27,9 @@ pub(crate) struct Lease {
     /// does not exist (revoked or expired), [`LossCause::Expired`] when the
     /// local deadline passed without an acknowledged renewal.
     pub loss: LossCell,
+    /// Set when etcd said the lease does not exist, whatever was recorded
+    /// as the loss cause before (the local deadline may have passed first).
+    gone: Arc<AtomicBool>,
     keepalive: AbortHandle,
 }
 
@@ -51,7 +55,7 @@ pub(crate) enum LeaseEnd {
 impl Lease {
     /// `true` once etcd said the lease does not exist.
     pub fn gone_in_etcd(&self) -> bool {
-        self.loss.get() == Some(LossCause::LeaseEnded)
+        self.gone.load(Ordering::Acquire)
     }
 
     /// Pauses before retrying a failed request, as long as `backoff`
@@ -116,6 +120,7 @@ impl Session {
         let lost = CancellationToken::new();
         let expiry = Expiry::new(asked + ttl - margin(ttl));
         let loss = LossCell::default();
+        let gone = Arc::new(AtomicBool::new(false));
         let renewal = Renewal {
             client: self.client.clone(),
             id,
@@ -125,13 +130,19 @@ impl Session {
         };
         let task = tokio::spawn(keep_alive(
             renewal,
-            (lost.clone(), expiry.clone(), loss.clone()),
+            (
+                lost.clone(),
+                expiry.clone(),
+                loss.clone(),
+                Arc::clone(&gone),
+            ),
         ));
         let lease = Arc::new(Lease {
             id,
             lost,
             expiry,
             loss,
+            gone,
             keepalive: task.abort_handle(),
         });
         *current = Some(Arc::clone(&lease));
@@ -148,6 +159,7 @@ impl Session {
         let current = self.current.lock().await;
         if let Some(lease) = current.as_ref().filter(|l| l.id == id) {
             if why == LeaseEnd::GoneInEtcd {
+                lease.gone.store(true, Ordering::Release);
                 lease.loss.record(LossCause::LeaseEnded);
             }
             lease.lost.cancel();
@@ -218,10 +230,14 @@ struct Renewal {
 /// local deadline passes without an acknowledged renewal (etcd unreachable,
 /// or this process paused). Either way `lost` is cancelled and the deadline
 /// ends, so no guard reports the lock held any longer.
-async fn keep_alive(renewal: Renewal, (lost, expiry, loss): (CancellationToken, Expiry, LossCell)) {
+async fn keep_alive(
+    renewal: Renewal,
+    (lost, expiry, loss, gone): (CancellationToken, Expiry, LossCell, Arc<AtomicBool>),
+) {
     let id = renewal.id;
     tokio::select! {
         () = renew(&renewal, &expiry) => {
+            gone.store(true, Ordering::Release);
             loss.record(LossCause::LeaseEnded);
             observe::loss_cause("etcd", format_args!("lease {id:x}"), "etcd says the lease is gone");
         }
@@ -307,9 +323,11 @@ async fn counts(renewal: &Renewal, term: Option<u64>) -> bool {
         return false;
     };
     let mut kv = renewal.client.kv_client();
+    // As long as a renewal's own answer may take, at most.
+    let limit = renewal.timeout.min(renewal.ttl / 3);
     let read = request(
         "renewal check",
-        renewal.timeout,
+        limit,
         kv.get(
             renewal.check_key.clone(),
             Some(GetOptions::new().with_count_only()),
