@@ -101,11 +101,11 @@ fn edit_distance(a: &str, b: &str) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use crate::BackendConfig;
+    use super::{Kind, kind};
 
     #[test]
     fn mistyped_schemes_name_the_likely_intent() {
-        let err = |e: &str| BackendConfig::from_endpoints([e]).unwrap_err().to_string();
+        let err = |e: &str| kind(e).unwrap_err().to_string();
         for (typo, meant) in [
             ("redis:/host:6379", "did you mean redis://host:6379?"),
             ("rediss:host", "did you mean rediss://host?"),
@@ -124,11 +124,8 @@ mod tests {
         let far = err("postgres://a");
         assert!(!far.contains("did you mean"), "{far}");
         // A host named like a scheme, with a port, is still a host.
-        let host = BackendConfig::from_endpoints(["redis:2379"]).unwrap();
-        assert_eq!(host.backend(), "etcd");
-        assert_eq!(
-            BackendConfig::from_endpoints(["etcd-1"]).unwrap().backend(),
-            "etcd"
-        );
+        assert_eq!(kind("redis:2379").unwrap(), Kind::Etcd);
+        assert_eq!(kind("etcd-1").unwrap(), Kind::Etcd);
+        assert_eq!(kind("rediss://h").unwrap(), Kind::Redis);
     }
 }
