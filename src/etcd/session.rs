@@ -302,7 +302,10 @@ async fn renew(renewal: &Renewal, expiry: &Expiry) {
                         let granted = Duration::from_secs(resp.ttl().unsigned_abs());
                         expiry.extend_to(sent + granted - margin);
                     } else {
+                        // Not confirmed (a new leader, or no answer to the
+                        // read): try again soon rather than a period later.
                         observe::renewal_failed("etcd", format_args!("lease {id:x}"));
+                        pause = retry;
                     }
                 }
                 Ok(Ok(Some(_))) => return, // etcd: the lease has expired

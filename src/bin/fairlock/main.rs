@@ -1,8 +1,8 @@
 //! The `fairlock` command: run a command under a distributed lock, see who
 //! holds what, watch the ordering demo.
 //!
-//! - `args.rs`: the command line (clap) and the help text (which documents
-//!   exit codes).
+//! - `args.rs`: the command line (clap); `help.rs`: the long help texts
+//!   (which document the exit codes).
 //! - `logging.rs`: `-v`/`RUST_LOG` tracing output on stderr.
 //! - `backend.rs`: etcd or Redis, by the endpoints' scheme, behind one face.
 //! - `lock.rs`: `fairlock lock`, the command runner.
@@ -15,6 +15,7 @@ mod args;
 mod backend;
 mod demo;
 mod exit;
+mod help;
 mod lock;
 mod logging;
 mod status;
