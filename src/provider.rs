@@ -29,6 +29,9 @@
 //!    overwritten by someone else) is for
 //!    [`GuardRelease::watch_for_loss`], started the first time the guard's
 //!    owner asks for the loss signal.
+//! 5. [`GuardRelease::loss_cause`] tells why, once the backend knows
+//!    (a [`crate::LossCause`]); without it [`LockGuard::loss_cause`] says
+//!    `Expired` when the deadline passed and `Unspecified` otherwise.
 //!
 //! ```
 //! use std::time::{Duration, Instant};
