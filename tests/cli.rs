@@ -8,17 +8,8 @@ use std::io::{BufRead, BufReader, Write};
 
 use std::process::{Child, Command, Output, Stdio};
 
-use support::cli::{BIN, assert_no_overlap, run, spawn_holder, text};
+use support::cli::{BIN, assert_no_overlap, fairlock, run, spawn_holder, text};
 use support::signal;
-
-/// A `fairlock` command on the shared test etcd, under its own prefix.
-fn fairlock(prefix: &str) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.env("FAIRLOCK_ENDPOINTS", &support::shared().endpoint)
-        .env("FAIRLOCK_PREFIX", prefix)
-        .env_remove("FAIRLOCK_TTL");
-    cmd
-}
 
 fn stderr(out: &Output) -> String {
     text(&out.stderr)
@@ -248,13 +239,17 @@ async fn wait_queued_at_most_zero(prefix: &str) {
     support::wait_for_count(&mut client, &queue, 0, true).await;
 }
 
-/// A SIGSTOPped `fairlock` whose lease expires finds on SIGCONT that its
-/// lock was lost: its command gets SIGTERM and it exits with code 76.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn paused_holder_terminates_its_command() {
-    let prefix = support::unique_prefix("cli-pause");
-    let mut holder = fairlock(&prefix)
-        .args(["lock", "--ttl", "2s", "k", "--", "sh", "-c"])
+/// `fairlock lock <extra> k` running a command that loops until SIGTERM
+/// (then prints TERMINATED); returns once the command has started, with
+/// the rest of its output.
+fn run_until_terminated(
+    prefix: &str,
+    extra: &[&str],
+) -> (Child, std::io::Lines<BufReader<std::process::ChildStdout>>) {
+    let mut holder = fairlock(prefix)
+        .arg("lock")
+        .args(extra)
+        .args(["k", "--", "sh", "-c"])
         .arg("trap 'echo TERMINATED; exit 0' TERM; echo STARTED; while :; do sleep 0.05; done")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -262,6 +257,15 @@ async fn paused_holder_terminates_its_command() {
         .expect("spawn");
     let mut lines = BufReader::new(holder.stdout.take().expect("stdout")).lines();
     assert_eq!(lines.next().expect("line").expect("read"), "STARTED");
+    (holder, lines)
+}
+
+/// A SIGSTOPped `fairlock` whose lease expires finds on SIGCONT that its
+/// lock was lost: its command gets SIGTERM and it exits with code 76.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_holder_terminates_its_command() {
+    let prefix = support::unique_prefix("cli-pause");
+    let (holder, mut lines) = run_until_terminated(&prefix, &["--ttl", "2s"]);
     signal(holder.id(), "-STOP");
     // Another process gets the lock: the paused holder's lease expired.
     let out = run(fairlock(&prefix).args(["lock", "k", "--", "true"]));
@@ -282,15 +286,7 @@ async fn paused_holder_terminates_its_command() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleted_lock_key_is_named_as_the_cause() {
     let prefix = support::unique_prefix("cli-deleted");
-    let mut holder = fairlock(&prefix)
-        .args(["lock", "k", "--", "sh", "-c"])
-        .arg("trap 'exit 0' TERM; echo STARTED; while :; do sleep 0.05; done")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let mut lines = BufReader::new(holder.stdout.take().expect("stdout")).lines();
-    assert_eq!(lines.next().expect("line").expect("read"), "STARTED");
+    let (holder, _lines) = run_until_terminated(&prefix, &[]);
     let mut client = support::shared().client().await;
     client
         .delete(format!("{prefix}k"), None)

@@ -6,16 +6,7 @@ mod support;
 
 use std::process::{Command, Output};
 
-use support::cli::{BIN, run, text};
-
-/// A `fairlock` command on the shared test etcd, under its own prefix.
-fn fairlock(prefix: &str) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.env("FAIRLOCK_ENDPOINTS", &support::shared().endpoint)
-        .env("FAIRLOCK_PREFIX", prefix)
-        .env_remove("FAIRLOCK_TTL");
-    cmd
-}
+use support::cli::{BIN, fairlock, run, text};
 
 /// Runs the demo with `args` under a fresh prefix; asserts that it
 /// succeeded and left no key behind; returns its output.

@@ -7,6 +7,15 @@ use std::process::{Child, ChildStdout, Command, Output, Stdio};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_fairlock");
 
+/// A `fairlock` command on the shared test etcd, under its own prefix.
+pub fn fairlock(prefix: &str) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.env("FAIRLOCK_ENDPOINTS", &super::shared().endpoint)
+        .env("FAIRLOCK_PREFIX", prefix)
+        .env_remove("FAIRLOCK_TTL");
+    cmd
+}
+
 /// Runs `cmd` with no stdin and collects its output.
 pub fn run(cmd: &mut Command) -> Output {
     cmd.stdin(Stdio::null()).output().expect("run fairlock")
