@@ -116,6 +116,63 @@ pub async fn many_keys(ep: &str, fair: bool, tasks: usize, dur: Duration) -> Res
     run
 }
 
+/// How a raw-etcd floor cycle frees its key.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    /// A plain delete, as etcd's Go recipe frees its own per-holder key.
+    Delete,
+    /// A txn guarded by the key's revision, as fairlock must free the
+    /// shared lock key (a plain delete could remove the next holder's).
+    GuardedTxn,
+}
+
+/// The floor of the many-keys cycle on raw etcd: `tasks` tasks over one
+/// connection, each with a lease, create their own key in a txn (compare
+/// free, put with the lease) and free it with `release`. The two rows side
+/// by side price the release txn in etcd CPU.
+pub async fn raw_cycles(ep: &str, release: Release, tasks: usize, dur: Duration) -> Res<Run> {
+    use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+    let prefix = format!("/bench/raw-{}/", uuid::Uuid::new_v4().simple());
+    let client = workloads::connect(ep).await?;
+    let mut workers = Vec::new();
+    let mut leases = Vec::new();
+    for i in 0..tasks {
+        let lease = client.clone().lease_grant(60, None).await?.id();
+        leases.push(lease);
+        let (client, key) = (client.clone(), format!("{prefix}k{i}"));
+        workers.push(move || {
+            let (mut c, key) = (client.clone(), key.clone());
+            Box::pin(async move {
+                let take = Txn::new()
+                    .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+                    .and_then([TxnOp::put(
+                        key.clone(),
+                        "raw floor",
+                        Some(PutOptions::new().with_lease(lease)),
+                    )]);
+                let token = c.txn(take).await?.header().map_or(0, |h| h.revision());
+                match release {
+                    Release::Delete => {
+                        c.delete(key, None).await?;
+                    }
+                    Release::GuardedTxn => {
+                        let free = Txn::new()
+                            .when([Compare::mod_revision(key.clone(), CompareOp::Equal, token)])
+                            .and_then([TxnOp::delete(key, None)]);
+                        c.txn(free).await?;
+                    }
+                }
+                Ok(())
+            }) as Fut2<()>
+        });
+    }
+    let run = spread(dur, workers).await;
+    for lease in leases {
+        client.clone().lease_revoke(lease).await?;
+    }
+    run
+}
+
 /// The fair handoff floor on raw etcd: `clients` connections pass a token
 /// round a ring. Each waits for an event on its own key on a long-lived
 /// watch, then puts the next client's key: one write and one event per
