@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::scheme::{Kind, kind};
-use crate::{Error, Locker, Result, parse_duration};
+use crate::{Error, Locker, Result};
 
 /// A backend and its configuration, chosen by the endpoints' scheme.
 ///
@@ -32,7 +32,7 @@ pub enum BackendConfig {
 }
 
 /// The endpoint used when none is configured.
-const DEFAULT_ENDPOINT: &str = "127.0.0.1:2379";
+pub(crate) const DEFAULT_ENDPOINT: &str = "127.0.0.1:2379";
 
 impl BackendConfig {
     /// The backend the endpoints name, with its default configuration: all
@@ -91,30 +91,6 @@ impl BackendConfig {
                 format!("{other:?}").to_lowercase()
             ))),
         }
-    }
-
-    /// Reads the environment: `FAIRLOCK_ENDPOINTS` (comma separated;
-    /// default `127.0.0.1:2379`, etcd), `FAIRLOCK_PREFIX`, `FAIRLOCK_TTL`
-    /// (e.g. `10s`, `1500ms`, `2m`, or plain seconds).
-    ///
-    /// # Errors
-    /// [`Error::InvalidConfig`] as for [`BackendConfig::from_endpoints`],
-    /// or when `FAIRLOCK_TTL` does not parse.
-    pub fn from_env() -> Result<Self> {
-        let endpoints = std::env::var("FAIRLOCK_ENDPOINTS")
-            .ok()
-            .filter(|s| !s.trim().is_empty())
-            .unwrap_or_else(|| DEFAULT_ENDPOINT.to_string());
-        let mut config = Self::from_endpoints(endpoints.split(','))?;
-        if let Ok(prefix) = std::env::var("FAIRLOCK_PREFIX") {
-            config = config.with_prefix(prefix);
-        }
-        if let Ok(ttl) = std::env::var("FAIRLOCK_TTL") {
-            let ttl = parse_duration(&ttl)
-                .map_err(|e| Error::InvalidConfig(format!("FAIRLOCK_TTL={ttl:?}: {e}")))?;
-            config = config.with_ttl(ttl);
-        }
-        config.with_access(crate::Access::from_env())
     }
 
     /// Applies TLS files and credentials: on etcd a user needs a password;
@@ -180,6 +156,20 @@ impl BackendConfig {
             BackendConfig::Etcd(c) => BackendConfig::Etcd(c.with_ttl(ttl)),
             #[cfg(feature = "redis")]
             BackendConfig::Redis(c) => BackendConfig::Redis(c.with_ttl(ttl)),
+        }
+    }
+
+    /// Sets how long connecting may take before
+    /// [`Error::Connect`](crate::Error::Connect); on etcd, endpoints that
+    /// refuse connections are then retried for that long (to wait for a
+    /// server that is starting).
+    #[must_use]
+    pub fn with_connect_timeout(self, timeout: Duration) -> Self {
+        match self {
+            #[cfg(feature = "etcd")]
+            BackendConfig::Etcd(c) => BackendConfig::Etcd(c.with_connect_timeout(timeout)),
+            #[cfg(feature = "redis")]
+            BackendConfig::Redis(c) => BackendConfig::Redis(c.with_connect_timeout(timeout)),
         }
     }
 
@@ -280,79 +270,10 @@ impl BackendConfig {
     }
 }
 
-// Written here, in the file of `BackendConfig::from_env`, so that etcd/config.rs
-// does not import this file, which imports it.
-#[cfg(feature = "etcd")]
-impl crate::etcd::EtcdConfig {
-    /// Reads the environment: `FAIRLOCK_ENDPOINTS` (comma separated, default
-    /// `127.0.0.1:2379`), `FAIRLOCK_PREFIX`, `FAIRLOCK_TTL` (e.g. `10s`,
-    /// `1500ms`, `2m`, or plain seconds), `FAIRLOCK_CACERT`,
-    /// `FAIRLOCK_CERT`, `FAIRLOCK_KEY` (TLS) and `FAIRLOCK_USER`,
-    /// `FAIRLOCK_PASSWORD` (etcd auth), as [`crate::BackendConfig::from_env`]
-    /// does for every backend.
-    ///
-    /// # Errors
-    /// [`Error::InvalidConfig`] when `FAIRLOCK_TTL` does not parse, or the
-    /// endpoints are not etcd endpoints (e.g. `redis://` URLs) or are
-    /// malformed.
-    pub fn from_env() -> Result<Self> {
-        match BackendConfig::from_env()? {
-            BackendConfig::Etcd(config) => Ok(config),
-            #[allow(unreachable_patterns)]
-            other => Err(Error::InvalidConfig(format!(
-                "FAIRLOCK_ENDPOINTS={:?} are not etcd endpoints; set e.g. \
-                 FAIRLOCK_ENDPOINTS=127.0.0.1:2379",
-                other.endpoints().join(",")
-            ))),
-        }
-    }
-}
-
-/// Registers the backend named by `FAIRLOCK_ENDPOINTS` (see
-/// [`BackendConfig::from_env`]) as the process-wide locker provider.
-///
-/// # Examples
-/// ```no_run
-/// # async fn demo() -> fairlock::Result<()> {
-/// // FAIRLOCK_ENDPOINTS=redis://127.0.0.1:6379 picks Redis,
-/// // FAIRLOCK_ENDPOINTS=127.0.0.1:2379 (or nothing) picks etcd.
-/// fairlock::register_from_env().await?;
-/// let locker = fairlock::get_locker(true)?;
-/// # Ok(()) }
-/// ```
-///
-/// # Errors
-/// [`Error::InvalidConfig`] for a bad environment; [`Error::Connect`] when
-/// the servers do not answer.
-///
-/// # Cancel safety
-/// Cancel safe: nothing is registered until the connection is up.
-pub async fn register_from_env() -> Result<()> {
-    BackendConfig::from_env()?.register().await
-}
-
-/// One locker on the backend named by `FAIRLOCK_ENDPOINTS`.
-///
-/// # Examples
-/// ```no_run
-/// # async fn demo() -> fairlock::Result<()> {
-/// let locker = fairlock::connect_from_env(false).await?;
-/// # Ok(()) }
-/// ```
-///
-/// # Errors
-/// As for [`register_from_env`]; [`Error::Unsupported`] for fair mode on
-/// Redlock.
-///
-/// # Cancel safety
-/// Cancel safe: nothing is written until the first lock.
-pub async fn connect_from_env(fair: bool) -> Result<Arc<dyn Locker>> {
-    BackendConfig::from_env()?.connect(fair).await
-}
-
 #[cfg(all(test, feature = "etcd", feature = "redis"))]
 mod tests {
     use super::*;
+    use crate::parse_duration;
 
     #[test]
     fn scheme_picks_the_backend() {

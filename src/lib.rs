@@ -102,6 +102,8 @@ mod backend;
 mod backoff;
 mod context;
 mod duration;
+#[cfg(any(feature = "etcd", feature = "redis"))]
+mod env;
 mod error;
 mod expiry;
 mod fairness;
@@ -131,7 +133,9 @@ pub mod redis;
 #[cfg(any(feature = "etcd", feature = "redis"))]
 pub use access::Access;
 #[cfg(any(feature = "etcd", feature = "redis"))]
-pub use backend::{BackendConfig, connect_from_env, register_from_env};
+pub use backend::BackendConfig;
+#[cfg(any(feature = "etcd", feature = "redis"))]
+pub use env::{connect_from_env, register_from_env};
 
 pub use context::Context;
 pub use duration::parse_duration;

@@ -273,8 +273,34 @@ fn bad_input_is_a_clear_error() {
     for dump in ["tonic", "grpc", "Os {"] {
         assert!(!err.contains(dump), "{dump:?} in {err}");
     }
+    // What to do names the command's own options, not the library's API
+    // alone.
+    assert!(err.contains("--connect-timeout"), "{err}");
     let out = run(Command::new(BIN).arg("--help"));
     assert!(String::from_utf8_lossy(&out.stdout).contains("EXAMPLES"));
+}
+
+/// `--connect-timeout` and FAIRLOCK_CONNECT_TIMEOUT set how long refused
+/// connections are retried, as the error's "within" reports; a value that
+/// is not a duration is a usage error naming the option.
+#[test]
+fn connect_timeout_is_an_option_and_a_variable() {
+    let prefix = format!("/test-cli-connect-{}/", std::process::id());
+    let endpoint = format!("127.0.0.1:{}", support::free_port());
+    let status = |cmd: &mut Command| run(cmd.args(["--endpoints", &endpoint, "status", "k"]));
+    let out = status(fairlock(&prefix).args(["--connect-timeout", "1500ms"]));
+    assert_eq!(out.status.code(), Some(69), "{}", stderr(&out));
+    assert!(stderr(&out).contains("within 1.5s"), "{}", stderr(&out));
+    let out = status(fairlock(&prefix).env("FAIRLOCK_CONNECT_TIMEOUT", "1500ms"));
+    assert_eq!(out.status.code(), Some(69), "{}", stderr(&out));
+    assert!(stderr(&out).contains("within 1.5s"), "{}", stderr(&out));
+    let out = status(fairlock(&prefix).args(["--connect-timeout", "soon"]));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--connect-timeout"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 /// Each subcommand has its own help: `lock --help` lists lock's options and

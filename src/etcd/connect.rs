@@ -134,8 +134,9 @@ fn unreachable(config: &EtcdConfig, timeout: Duration, cause: String) -> Error {
 /// The cause and what to do when every endpoint refused connections (the
 /// endpoints are named by [`Error::Connect`] itself).
 fn refused_text() -> String {
-    "connection refused: start etcd there, or fix --endpoints / FAIRLOCK_ENDPOINTS \
-     (EtcdConfig::with_connect_timeout waits for a server that is starting)"
+    "connection refused: start etcd there, or fix --endpoints / FAIRLOCK_ENDPOINTS; \
+     to wait for an etcd that is starting, set --connect-timeout / \
+     FAIRLOCK_CONNECT_TIMEOUT (EtcdConfig::with_connect_timeout in code)"
         .into()
 }
 

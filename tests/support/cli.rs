@@ -12,7 +12,8 @@ pub fn fairlock(prefix: &str) -> Command {
     let mut cmd = Command::new(BIN);
     cmd.env("FAIRLOCK_ENDPOINTS", &super::shared().endpoint)
         .env("FAIRLOCK_PREFIX", prefix)
-        .env_remove("FAIRLOCK_TTL");
+        .env_remove("FAIRLOCK_TTL")
+        .env_remove("FAIRLOCK_CONNECT_TIMEOUT");
     cmd
 }
 

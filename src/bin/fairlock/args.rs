@@ -43,6 +43,19 @@ pub struct Global {
     /// FAIRLOCK_TTL, default 10s, at least 2s on etcd, 1s on Redis]
     #[arg(long, global = true, value_name = "DUR", value_parser = duration)]
     pub ttl: Option<Duration>,
+    /// How long connecting may take; on etcd, endpoints that refuse
+    /// connections are retried that long, to wait for a server that is
+    /// starting [env FAIRLOCK_CONNECT_TIMEOUT, default 5s, etcd gives up
+    /// after about 1s when every endpoint refuses]
+    #[arg(
+        long,
+        global = true,
+        value_name = "DUR",
+        value_parser = duration,
+        env = "FAIRLOCK_CONNECT_TIMEOUT",
+        hide_env = true
+    )]
+    pub connect_timeout: Option<Duration>,
     /// Trust the CA certificates in FILE (PEM) for https:// and rediss://
     /// endpoints, instead of the system's roots [env FAIRLOCK_CACERT]
     #[arg(long, global = true, value_name = "FILE")]

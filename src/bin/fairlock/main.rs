@@ -114,6 +114,9 @@ fn config(global: &Global) -> fairlock::Result<BackendConfig> {
     if let Some(ttl) = global.ttl {
         config = config.with_ttl(ttl);
     }
+    if let Some(timeout) = global.connect_timeout {
+        config = config.with_connect_timeout(timeout);
+    }
     config.validate()?;
     Ok(config)
 }
