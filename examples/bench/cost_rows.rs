@@ -51,7 +51,9 @@ pub async fn cost_rows(
             rows.push(meter.finish(row, run.ops())?);
         }
         let Some(bin) = go else { continue };
-        let n = tasks * if quick { 40 } else { 150 };
+        // About as long as fairlock's run: a short Go run weighs its
+        // session setup and warm-up too heavily.
+        let n = (tasks * 150).max(if quick { 4000 } else { 12000 });
         let meter = cost::Meter::start(&cpu, ep)?;
         let go_run = go_run(bin, ep, "keys", tasks, n)?;
         let row = go_run.named("cost: Go concurrency.Mutex, own key per task", tasks);
