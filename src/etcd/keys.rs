@@ -84,8 +84,8 @@ pub(crate) fn waiter_mode(queue_key: &[u8]) -> Fairness {
 pub(crate) struct EntryName<'a> {
     /// The waiting locker's id.
     pub locker: &'a str,
-    /// `f` (fair) or `u` (unfair).
-    pub fair: bool,
+    /// The mode its tag names: `f` fair, `u` unfair.
+    pub mode: Fairness,
 }
 
 /// Parses the name of queue key `key` under `queue` (the queue prefix);
@@ -94,9 +94,9 @@ pub(crate) fn entry_name<'a>(queue: &[u8], key: &'a [u8]) -> Option<EntryName<'a
     let rest = std::str::from_utf8(key.strip_prefix(queue)?).ok()?;
     let (locker, slot) = rest.split_once('/')?;
     let (mode, number) = slot.split_at_checked(1)?;
-    let fair = match mode {
-        "f" => true,
-        "u" => false,
+    let mode = match mode {
+        "f" => Fairness::Fair,
+        "u" => Fairness::Unfair,
         _ => return None,
     };
     // A locker id is a simple UUID: 32 lowercase hex digits.
@@ -105,7 +105,7 @@ pub(crate) fn entry_name<'a>(queue: &[u8], key: &'a [u8]) -> Option<EntryName<'a
             .bytes()
             .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
     let slot = (1..=10).contains(&number.len()) && number.bytes().all(|b| b.is_ascii_digit());
-    (id && slot).then_some(EntryName { locker, fair })
+    (id && slot).then_some(EntryName { locker, mode })
 }
 
 /// `true` if queue key `key` (bound to `lease`) is a fairlock waiter: named
@@ -231,8 +231,11 @@ mod tests {
         ] {
             let key = a.waiter(id, fairness, slot);
             let name = entry_name(&a.queue, &key).expect("parses");
-            let fair = fairness.is_fair();
-            assert_eq!(name, EntryName { locker: id, fair });
+            let expected = EntryName {
+                locker: id,
+                mode: fairness,
+            };
+            assert_eq!(name, expected);
             assert_eq!(waiter_mode(&key), fairness, "the tag reads back");
             assert!(is_waiter(&a.queue, &key, 7));
             assert!(!is_waiter(&a.queue, &key, 0), "no lease: not a waiter");

@@ -145,7 +145,7 @@ fn group(prefix: &str, kvs: Vec<(Vec<u8>, Vec<u8>, i64, i64)>) -> Vec<LockStatus
             Some(Some(name)) => {
                 entry
                     .waiters
-                    .push(LockWaiter::new(owner, name.locker, name.fair));
+                    .push(LockWaiter::new(owner, name.locker, name.mode.is_fair()));
             }
             Some(None) => entry.foreign.push(key.clone().into_owned()),
             None => {
