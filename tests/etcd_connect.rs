@@ -1,8 +1,11 @@
-//! Connecting to etcd: endpoints without a port, and endpoints where
-//! nothing listens. No etcd server is started.
+//! Connecting to etcd: endpoints without a port, endpoints where nothing
+//! listens or that are not etcd, and configuration refused before any
+//! connection. Only the shared test etcd is started, for the configuration
+//! checks.
 
 mod support;
 
+use std::io::Write;
 use std::time::Duration;
 
 use fairlock::Error;
@@ -83,4 +86,77 @@ async fn a_set_connect_timeout_waits_out_refusals() {
     assert!(text.contains("connection refused"), "{text}");
     assert!(text.contains(&endpoint), "{text}");
     assert!(!text.contains("tonic"), "{text}");
+}
+
+/// Unreachable endpoints fail within the connect timeout, naming them.
+#[tokio::test]
+async fn unreachable_endpoints_are_named_in_the_error() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port(); // the listener is dropped: nothing listens there
+    let endpoint = format!("127.0.0.1:{port}");
+    let config =
+        EtcdConfig::new([endpoint.clone()]).with_connect_timeout(Duration::from_millis(500));
+    let err = EtcdLocker::connect(config.clone(), true)
+        .await
+        .err()
+        .expect("must fail");
+    assert!(matches!(err, Error::Connect { .. }), "{err}");
+    assert!(err.to_string().contains(&endpoint), "{err}");
+    let err = fairlock::etcd::register(config)
+        .await
+        .expect_err("must fail");
+    assert!(err.to_string().contains(&endpoint), "{err}");
+}
+
+/// Configuration mistakes are refused before any connection is made.
+#[tokio::test]
+async fn bad_configuration_is_refused() {
+    let endpoint = support::shared().endpoint.clone();
+    for (config, says) in [
+        (
+            EtcdConfig::new([endpoint.clone()]).with_ttl(Duration::from_secs(1)),
+            "minimum",
+        ),
+        (EtcdConfig::new(Vec::<String>::new()), "no etcd endpoints"),
+        (EtcdConfig::new([""]), "empty"),
+        (
+            EtcdConfig::new([endpoint.clone()]).with_prefix(""),
+            "prefix",
+        ),
+    ] {
+        let err = EtcdLocker::connect(config, true)
+            .await
+            .err()
+            .expect("must fail");
+        assert!(
+            matches!(err, Error::InvalidConfig(_)) && err.to_string().contains(says),
+            "{err}"
+        );
+    }
+}
+
+/// An endpoint that answers, but is not etcd, fails within the connect
+/// timeout, naming it.
+#[tokio::test]
+async fn endpoints_that_are_not_etcd_are_refused() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let endpoint = listener.local_addr().expect("addr").to_string();
+    // A plain HTTP/1 server: answers every connection with a web page.
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { break };
+            let _ = conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nhi");
+        }
+    });
+    let config =
+        EtcdConfig::new([endpoint.clone()]).with_connect_timeout(Duration::from_millis(800));
+    let err = tokio::time::timeout(Duration::from_secs(120), EtcdLocker::connect(config, true))
+        .await
+        .expect("connect hung")
+        .err()
+        .expect("must fail");
+    assert!(matches!(err, Error::Connect { .. }), "{err}");
+    assert!(err.to_string().contains(&endpoint), "{err}");
 }

@@ -1,5 +1,5 @@
 //! Test support: the conformance suite's [`Backend`] on etcd, shared by
-//! tests/etcd.rs (a plain etcd) and tests/tls_etcd.rs (mutual TLS, as a
+//! tests/etcd.rs and etcd_loss.rs (a plain etcd) and tests/tls_etcd.rs (mutual TLS, as a
 //! user whose role covers only the test prefix).
 
 use std::sync::{Arc, Mutex};
@@ -33,6 +33,16 @@ impl EtcdBackend {
             config,
             lockers: Mutex::new(Vec::new()),
         }
+    }
+
+    /// On the shared test etcd, under a prefix of its own for `test`.
+    #[allow(dead_code)] // not every test file that includes support uses it
+    pub async fn on_shared(test: &str) -> Self {
+        let server = super::shared();
+        let client = server.client().await;
+        let config =
+            EtcdConfig::new([server.endpoint.clone()]).with_prefix(super::unique_prefix(test));
+        EtcdBackend::new(client.clone(), client, config)
     }
 }
 
