@@ -327,3 +327,61 @@ async fn random_foreign_data_under_the_prefix_never_panics_or_hangs() {
         0
     );
 }
+
+/// etcd's count of watch events it sent, from its `/metrics`.
+fn events_sent(endpoint: &str) -> u64 {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(endpoint).expect("connect to etcd");
+    conn.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
+        .expect("ask for metrics");
+    let mut page = String::new();
+    conn.read_to_string(&mut page).expect("read metrics");
+    page.lines()
+        .find_map(|l| l.strip_prefix("etcd_debugging_mvcc_events_total "))
+        .and_then(|n| n.trim().parse::<f64>().ok())
+        .expect("etcd_debugging_mvcc_events_total in /metrics") as u64
+}
+
+/// A fair handoff costs etcd about two watch events on the waiter's own
+/// watch, its enqueue and the touch that grants it the lock: the releasing
+/// locker's watch does not get its own queue key's deletion back (that
+/// made it three and a half here). Counted on an etcd of its own, over
+/// handoffs between two lockers that each wait until the other has queued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_handoff_sends_one_watch_event() {
+    let server = support::Etcd::start();
+    let config = EtcdConfig::new([server.endpoint.clone()]).with_prefix("/handoff-events/");
+    let client = server.client().await;
+    let lockers = [
+        EtcdLocker::from_client(client.clone(), config.clone(), true),
+        EtcdLocker::from_client(client.clone(), config.clone(), true),
+    ];
+    let key = Key::from("k");
+    let queue = "/handoff-events/k/_OWNERS_/";
+    let mut held = lockers[0].lock(&patient(), &key).await.expect("first lock");
+    let handoffs = 20;
+    let before = events_sent(&server.endpoint);
+    for round in 0..handoffs {
+        let next = lockers[(round + 1) % 2].clone();
+        let (key2, ctx) = (key.clone(), patient());
+        let waiter = tokio::spawn(async move { next.lock(&ctx, &key2).await });
+        // The waiter's entry, after the holder's own: a holder that was
+        // handed the lock keeps its entry until it releases (the first
+        // took a free lock and has none).
+        let entries = if round == 0 { 1 } else { 2 };
+        support::wait_for_count(&mut client.clone(), queue, entries, false).await;
+        held.unlock().await.expect("unlock");
+        held = waiter.await.expect("task").expect("handed the lock");
+    }
+    let events = events_sent(&server.endpoint) - before;
+    held.unlock().await.expect("unlock");
+    for l in lockers {
+        l.close().await.expect("close");
+    }
+    // Waits are short, so no waiter opens its patient watch (which would
+    // add an event or two now and then).
+    assert!(
+        events < handoffs as u64 * 3,
+        "{events} watch events for {handoffs} handoffs"
+    );
+}

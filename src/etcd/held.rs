@@ -12,7 +12,7 @@ use super::request::{request, retry_backoff};
 use super::session::{Lease, margin};
 use super::slots::Slot;
 use super::state::LockerState;
-use super::watch::{Target, WatchMsg};
+use super::watch::{Events, Target, WatchMsg};
 use crate::loss::LossCell;
 use crate::{Key, LossCause, observe};
 
@@ -164,6 +164,7 @@ async fn watch_lock_key(
             key: lock.clone(),
             range_end: None,
             start_revision: Some(from),
+            events: Events::All,
         };
         if let Ok(mut sub) = state.hub.subscribe(target).await {
             loop {

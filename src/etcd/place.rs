@@ -11,7 +11,7 @@ use super::keys::{is_waiter, passed_along};
 use super::request::{put_leased, range_at, retry_backoff, revision};
 use super::session::Lease;
 use super::state::LockerState;
-use super::watch::{Subscription, Target};
+use super::watch::{Events, Subscription, Target};
 use crate::fairness::Fairness;
 
 /// How many queue entries ahead one read looks at for the nearest waiter.
@@ -56,6 +56,7 @@ impl Place<'_> {
                 key,
                 range_end: None,
                 start_revision: Some(since + 1),
+                events: Events::All,
             })
             .await
     }

@@ -254,10 +254,10 @@ impl Watching {
                         // Our queue key's name may have been used before
                         // (see `slots.rs`): only changes after our enqueue
                         // are ours.
+                        // The watch sends puts only (see `shared_watch.rs`): a
+                        // queue key that vanishes is found by the lease's loss
+                        // or the patient re-read.
                         for ev in events.iter().filter(|e| e.key == place.queue_key && e.mod_revision > my_rev) {
-                            if !ev.put {
-                                return Err(session_lost(attempt));
-                            }
                             if ev.create_revision == my_rev {
                                 match attempt.state.fairness {
                                     Fairness::Fair => {

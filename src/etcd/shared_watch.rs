@@ -4,6 +4,11 @@
 //! delivers its first events ~100 ms late. Keeping one watch per
 //! locker and range open, and reusing it for every wait, keeps the grant
 //! path off that trap. Idle watches are closed after [`IDLE`].
+//!
+//! These watches carry the touches of a locker's own queue keys (grants
+//! and wake-ups), so etcd sends them puts only: the locker deletes its own
+//! queue keys itself, on every release, and delivering each deletion back
+//! to it would cost etcd an event per handoff for nothing.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,7 +19,7 @@ use tokio::sync::{Mutex, broadcast};
 use tokio::time::Instant;
 
 use super::error::{EtcdError, EtcdResult};
-use super::watch::{Subscription, Target, WatchHub, WatchMsg};
+use super::watch::{Events, Subscription, Target, WatchHub, WatchMsg};
 
 /// How long an unused shared watch stays open.
 const IDLE: Duration = Duration::from_secs(30);
@@ -112,6 +117,7 @@ impl SharedWatches {
                 key: id.0.clone(),
                 range_end: id.1.clone(),
                 start_revision: None,
+                events: Events::PutsOnly,
             })
             .await?;
         let created = tokio::time::timeout(self.timeout, sub.recv()).await;

@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use etcd_client::{Client, EventType, WatchOptions, WatchRequestSender, WatchResponseStream};
+use etcd_client::{
+    Client, EventType, WatchFilterType, WatchOptions, WatchRequestSender, WatchResponseStream,
+};
 use tokio::sync::{Notify, broadcast, mpsc};
 use tokio::task::AbortHandle;
 
@@ -209,6 +211,20 @@ pub(crate) struct Target {
     pub range_end: Option<Vec<u8>>,
     /// `None` watches from "now"; `Some(r)` replays from revision `r`.
     pub start_revision: Option<i64>,
+    /// What etcd sends.
+    pub events: Events,
+}
+
+/// Which changes a watch delivers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Events {
+    /// Puts and deletes.
+    All,
+    /// Puts only: etcd filters the deletes out before sending (a watch on
+    /// keys whose deletions its subscribers do not act on, such as a
+    /// locker's own queue keys, which the locker itself deletes on every
+    /// release).
+    PutsOnly,
 }
 
 impl WatchHub {
@@ -231,6 +247,9 @@ impl WatchHub {
         }
         if let Some(rev) = target.start_revision {
             options = options.with_start_revision(rev);
+        }
+        if target.events == Events::PutsOnly {
+            options = options.with_filters([WatchFilterType::NoDelete]);
         }
         let mut slot = self.stream.lock().await;
         let rx = Arc::new(Inbox::default());
