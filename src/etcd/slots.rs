@@ -46,6 +46,8 @@ pub(crate) struct Slot {
     slots: Arc<Slots>,
     lock: Vec<u8>,
     number: u32,
+    /// What becomes of it when dropped.
+    afterwards: Afterwards,
 }
 
 impl Slots {
@@ -67,6 +69,7 @@ impl Slots {
             slots: Arc::clone(self),
             lock: lock.to_vec(),
             number,
+            afterwards: Afterwards::Retire,
         }
     }
 
@@ -102,17 +105,17 @@ impl Slot {
 
     /// Returns the slot for reuse: its queue key is deleted, and no write
     /// that could create it again is in doubt.
-    pub fn free(self) {
-        self.slots
-            .give_back(&self.lock, self.number, Afterwards::Reuse);
-        std::mem::forget(self);
+    pub fn free(mut self) {
+        self.afterwards = Afterwards::Reuse;
     }
 }
 
 impl Drop for Slot {
+    /// Gives the slot back: for reuse once [`Slot::free`] said so, retired
+    /// otherwise.
     fn drop(&mut self) {
         self.slots
-            .give_back(&self.lock, self.number, Afterwards::Retire);
+            .give_back(&self.lock, self.number, self.afterwards);
     }
 }
 
@@ -139,5 +142,10 @@ mod tests {
         d.free();
         assert_eq!(slots.count(b"k"), (0, 1), "the retired slot is remembered");
         assert_eq!(slots.count(b"other"), (0, 0), "idle keys cost nothing");
+        assert_eq!(
+            Arc::strong_count(&slots),
+            1,
+            "a slot given back, freed or retired, holds nothing of the pool"
+        );
     }
 }
