@@ -134,6 +134,9 @@ pub(crate) struct Session {
     /// renewal (see [`renew`]).
     check_key: Vec<u8>,
     current: Mutex<Option<Arc<Lease>>>,
+    /// Held by the one [`Session::lease`] call that waits for a lease to
+    /// be ready; `current` is held only to read or replace it.
+    handing_out: Mutex<()>,
 }
 
 impl Session {
@@ -149,6 +152,7 @@ impl Session {
             request_timeout,
             check_key,
             current: Mutex::new(None),
+            handing_out: Mutex::new(()),
         }
     }
 
@@ -160,7 +164,8 @@ impl Session {
     /// after that renewal was sent. Waits for that renewal, for a renewal
     /// of a lease near its deadline, or for a fresh lease when the current
     /// one is lost meanwhile. One caller waits at a time; the others wait
-    /// for it, then take the same lease.
+    /// for it, then take the same lease. [`Session::forget`],
+    /// [`Session::revoke`] and [`Session::current_id`] do not wait for it.
     ///
     /// Errors: the grant's; the refusal of the read that confirms the
     /// first renewal (no read permission on the prefix, refused
@@ -168,17 +173,23 @@ impl Session {
     /// lease counted before its local deadline (it is not used, and
     /// expires in etcd).
     pub async fn lease(&self) -> EtcdResult<Arc<Lease>> {
-        let mut current = self.current.lock().await;
+        let _one = self.handing_out.lock().await;
         loop {
-            let lease = match current.as_ref().filter(|l| !l.lost.is_cancelled()) {
-                Some(lease) => Arc::clone(lease),
-                None => current.insert(Arc::new(self.grant().await?)).clone(),
+            let lease = {
+                let mut current = self.current.lock().await;
+                match current.as_ref().filter(|l| !l.lost.is_cancelled()) {
+                    Some(lease) => Arc::clone(lease),
+                    None => current.insert(Arc::new(self.grant().await?)).clone(),
+                }
             };
             if lease.ready(margin(lease.ttl)).await {
                 return Ok(lease);
             }
             if !lease.confirmed() {
-                current.take();
+                let mut current = self.current.lock().await;
+                if current.as_ref().is_some_and(|l| l.id == lease.id) {
+                    current.take();
+                }
                 self.revoke_later(lease.id);
                 return Err(lease.unconfirmed());
             }
