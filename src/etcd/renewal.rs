@@ -6,11 +6,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use etcd_client::{Client, GetOptions};
+use etcd_client::{Client, GetOptions, GetResponse};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::error::EtcdError;
+use super::error::{EtcdError, EtcdResult};
 use super::request::request;
 use crate::loss::LossCell;
 use crate::{Expiry, LossCause, observe};
@@ -172,24 +172,52 @@ async fn counts(renewal: &Renewal, term: Option<u64>) -> Result<bool, EtcdError>
     let Some(term) = term else {
         return Ok(false);
     };
-    let mut kv = renewal.client.kv_client();
-    // As long as a renewal's own answer may take, at most.
-    let limit = renewal.timeout.min(renewal.ttl / 3);
-    let read = request(
-        "renewal check",
-        limit,
-        kv.get(
-            renewal.check_key.clone(),
-            Some(GetOptions::new().with_count_only()),
-        ),
-    )
-    .await;
-    match read {
+    match confirming_read(renewal).await {
         Err(e) if e.is_refusal() => Err(e),
         read => Ok(same_term(
             term,
             read.ok().and_then(|r| r.header().map(|h| h.raft_term())),
         )),
+    }
+}
+
+/// The read that confirms a renewal, hedged: the client sends each request
+/// to a member picked at random, and one that went to a member cut off from
+/// the others (a connection that looks alive) waits out its whole limit,
+/// often longer than the lease has left. A second read is sent when the
+/// first has not answered within a third of the limit; the first answer
+/// counts, and a refusal ends it at once.
+async fn confirming_read(renewal: &Renewal) -> EtcdResult<GetResponse> {
+    // As long as a renewal's own answer may take, at most.
+    let limit = renewal.timeout.min(renewal.ttl / 3);
+    let read = || {
+        let mut kv = renewal.client.kv_client();
+        let key = renewal.check_key.clone();
+        async move {
+            request(
+                "renewal check",
+                limit,
+                kv.get(key, Some(GetOptions::new().with_count_only())),
+            )
+            .await
+        }
+    };
+    let first = read();
+    tokio::pin!(first);
+    if let Ok(answered) = tokio::time::timeout(limit / 3, &mut first).await {
+        return answered;
+    }
+    let second = read();
+    tokio::pin!(second);
+    tokio::select! {
+        r = &mut first => match r {
+            Err(e) if !e.is_refusal() => second.await,
+            r => r,
+        },
+        r = &mut second => match r {
+            Err(e) if !e.is_refusal() => first.await,
+            r => r,
+        },
     }
 }
 

@@ -22,7 +22,8 @@ pub(crate) struct Lease {
     pub id: i64,
     /// The TTL etcd granted.
     ttl: Duration,
-    /// Cancelled once the lease is known or presumed expired.
+    /// Cancelled once the lease is known or presumed expired, or the read
+    /// confirming its first renewal was refused.
     pub lost: CancellationToken,
     /// The last instant the lease is known alive (see [`margin`]).
     pub expiry: Expiry,
@@ -131,7 +132,7 @@ pub(crate) struct Session {
     ttl_secs: i64,
     request_timeout: Duration,
     /// A key the locker may read (its prefix): the read that confirms a
-    /// renewal (see [`renew`]).
+    /// renewal (see `renewal.rs`).
     check_key: Vec<u8>,
     current: Mutex<Option<Arc<Lease>>>,
     /// Held by the one [`Session::lease`] call that waits for a lease to
