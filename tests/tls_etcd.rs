@@ -8,7 +8,9 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
+use etcd_client::{
+    Certificate, Client, ConnectOptions, GetOptions, Identity, Permission, TlsOptions,
+};
 use fairlock::conformance::{Backend, patient};
 use fairlock::etcd::{EtcdConfig, EtcdLocker};
 use fairlock::{Error, Key, Locker, TlsConfig};
@@ -208,6 +210,47 @@ async fn key_outside_the_role_is_permission_denied() {
     eprintln!("{err}\n  chain: {}", support::chain(&err));
     assert!(matches!(err, Error::PermissionDenied { .. }), "{err:?}");
     assert!(err.to_string().contains("grant-permission"), "{err}");
+}
+
+/// A role that may write a lock's keys but not read the locker's prefix
+/// key, whose read confirms each lease renewal: no renewal can count, so
+/// the session lease is never handed out and nothing is written, however
+/// long one waits (the refusal ends the wait).
+#[tokio::test]
+async fn lease_whose_renewals_cannot_be_confirmed_is_not_used() {
+    // Outside the role's own prefix.
+    let prefix = format!("/unconfirmed-{}/", uuid::Uuid::new_v4().simple());
+    let mut root = root_client().await;
+    root.role_grant_permission(
+        "locks",
+        Permission::read_write(format!("{prefix}k")).with_prefix(),
+    )
+    .await
+    .expect("grant the lock's keys only");
+    let locker = EtcdLocker::connect(app_config(&prefix), true)
+        .await
+        .expect("connect");
+    let err = locker
+        .try_lock(&Key::from("k"))
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    eprintln!("{err}\n  chain: {}", support::chain(&err));
+    assert!(
+        matches!(
+            err,
+            Error::PermissionDenied {
+                op: "renewal check",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let written = root
+        .get(prefix.as_str(), Some(GetOptions::new().with_prefix()))
+        .await
+        .expect("read the prefix as root");
+    assert_eq!(written.kvs().len(), 0, "{:?}", written.kvs());
 }
 
 #[tokio::test]

@@ -19,6 +19,9 @@
 //! `--net` runs the network suite instead (`net_phases.rs`, as root): the
 //! members and workers in network namespaces, faults that cut links,
 //! partition the cluster, drop packets and delay them.
+//! `FAULTS_TRACE=fairlock=debug` (any tracing env filter) makes every
+//! worker print the library's tracing to stderr, each line stamped with the
+//! worker's number and CLOCK_MONOTONIC in ms, the clock of `--dump`'s events.
 //! `--unfenced` makes the workers write the counter with a plain put: the
 //! run must then fail (checkers 1 and 2), which shows they can.
 //! The workers' request timeout defaults to the TTL, not to the library's

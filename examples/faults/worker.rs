@@ -95,7 +95,33 @@ impl Args {
     }
 }
 
+/// With `FAULTS_TRACE` set (an env filter such as `fairlock=debug`), the
+/// library's tracing goes to stderr, each line stamped with this worker's
+/// number and CLOCK_MONOTONIC in ms (the clock of the events and the
+/// injections), so a dump can be read against it.
+fn trace(id: u64) {
+    struct Stamp(u64);
+    impl tracing_subscriber::fmt::time::FormatTime for Stamp {
+        fn format_time(
+            &self,
+            w: &mut tracing_subscriber::fmt::format::Writer<'_>,
+        ) -> std::fmt::Result {
+            write!(w, "p{} {:.1}", self.0, crate::mono_ns() as f64 / 1e6)
+        }
+    }
+    let Ok(filter) = std::env::var("FAULTS_TRACE") else {
+        return;
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_timer(Stamp(id))
+        .with_ansi(false)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
 pub async fn run(a: Args) -> Result<(), BoxError> {
+    trace(a.id);
     let mut proxies = Vec::new();
     let mut endpoints = a.endpoints.clone();
     if a.proxied {

@@ -39,6 +39,10 @@ pub(crate) enum EtcdError {
         op: &'static str,
         why: Cow<'static, str>,
     },
+    /// A fresh lease none of whose renewals counted (see `renewal.rs`)
+    /// before its local deadline, `within` after it was asked for: it was
+    /// not used, and expires in etcd.
+    Unconfirmed { id: i64, within: Duration },
     /// An outcome the caller sees as is (lock or session lost, timeout,
     /// cancellation, bad key).
     Public(Error),
@@ -51,7 +55,7 @@ impl EtcdError {
     /// been applied anyway.
     pub fn is_transient(&self) -> bool {
         match self {
-            EtcdError::NoAnswer { .. } => true,
+            EtcdError::NoAnswer { .. } | EtcdError::Unconfirmed { .. } => true,
             EtcdError::Request { source, .. } => is_transient(source),
             _ => false,
         }
@@ -69,6 +73,12 @@ impl EtcdError {
         matches!(self, EtcdError::Request {
             source: etcd_client::Error::GRpcStatus(status), ..
         } if status.code() as i32 == code::NOT_FOUND)
+    }
+
+    /// `true` if etcd refused the request: credentials not accepted, or a
+    /// permission the user's role lacks (see [`secure::refusal`]).
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, EtcdError::Request { source, .. } if secure::refusal(source).is_some())
     }
 
     /// `true` for [`Error::Timeout`] and [`Error::Cancelled`]: the caller
@@ -158,6 +168,15 @@ impl From<EtcdError> for Error {
                 secure::refused(op, source).unwrap_or_else(|e| backend(op, Box::new(e)))
             }
             EtcdError::NoAnswer { op, after } => backend(op, Box::new(NoAnswer(after))),
+            EtcdError::Unconfirmed { id, within } => backend(
+                "lease renewal",
+                format!(
+                    "no renewal of the new lease {id:x} was confirmed (answered, then a read \
+                     answered in the same raft term) within {within:?} of asking for it; \
+                     the lease was not used"
+                )
+                .into(),
+            ),
             EtcdError::Failed { op, why } => backend(op, why.into_owned().into()),
             EtcdError::Public(e) => e,
         }

@@ -120,10 +120,15 @@ impl EtcdLocker {
         &self.inner.client
     }
 
-    /// The id of the current session lease, granting it if needed.
+    /// The id of the current session lease, granting it if needed. A new
+    /// lease is handed out once a renewal of it was confirmed (a read of
+    /// the prefix key answered in the same raft term).
     ///
     /// # Errors
-    /// Backend errors from the lease grant.
+    /// Backend errors from the lease grant; [`crate::Error::PermissionDenied`]
+    /// or [`crate::Error::Auth`] when etcd refuses the confirming read;
+    /// [`crate::Error::Backend`] (op "lease renewal") when no renewal of the
+    /// new lease was confirmed before its local deadline.
     ///
     /// # Cancel safety
     /// Cancel safe.

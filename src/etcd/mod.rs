@@ -37,8 +37,10 @@
 //! - `keys.rs`: every etcd wire format: key layout, mode tags, owner
 //!   values, the passed-along successor list;
 //! - `connect.rs`: connecting, and its errors;
-//! - `session.rs`: the locker's session lease, its keepalive task and the
-//!   local deadline behind `LockGuard::is_held`;
+//! - `renewal.rs`: a lease's keepalive task, which counts a renewal only
+//!   when a read confirms it; `session.rs`: the locker's session lease,
+//!   handed out once a renewal counted, and the local deadline behind
+//!   `LockGuard::is_held`;
 //! - `watch.rs`: watches multiplexed on one stream; `shared_watch.rs`: the
 //!   long-lived ones reused across waits; `slots.rs`: the queue entry
 //!   names a locker reuses;
@@ -66,6 +68,7 @@ mod locker;
 mod place;
 mod queue;
 mod release;
+mod renewal;
 mod request;
 mod retry;
 mod secure;

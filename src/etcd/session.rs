@@ -3,23 +3,27 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use etcd_client::{Client, GetOptions};
-use tokio::sync::Mutex;
+use etcd_client::Client;
+use tokio::sync::{Mutex, watch};
 use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::error::EtcdResult;
+use super::error::{EtcdError, EtcdResult};
+use super::renewal::{Renewal, Signals, keep_alive};
 use super::request::{request, retry_backoff};
 use crate::backoff::Backoff;
 use crate::loss::LossCell;
-use crate::{Expiry, LossCause, observe};
+use crate::{Expiry, LossCause};
 
 /// A granted lease and the task renewing it.
 pub(crate) struct Lease {
     pub id: i64,
-    /// Cancelled once the lease is known or presumed expired.
+    /// The TTL etcd granted.
+    ttl: Duration,
+    /// Cancelled once the lease is known or presumed expired, or the read
+    /// confirming its first renewal was refused.
     pub lost: CancellationToken,
     /// The last instant the lease is known alive (see [`margin`]).
     pub expiry: Expiry,
@@ -30,6 +34,13 @@ pub(crate) struct Lease {
     /// Set when etcd said the lease does not exist, whatever was recorded
     /// as the loss cause before (the local deadline may have passed first).
     gone: Arc<AtomicBool>,
+    /// The number of renewals that counted (see `renewal.rs`).
+    renewed: watch::Receiver<u64>,
+    /// Why the renewals ended before one counted: the confirming read was
+    /// refused.
+    refused: Arc<std::sync::Mutex<Option<EtcdError>>>,
+    /// When the grant was asked for.
+    asked: Instant,
     keepalive: AbortHandle,
 }
 
@@ -53,6 +64,47 @@ pub(crate) enum LeaseEnd {
 }
 
 impl Lease {
+    /// `true` once a renewal of it counted.
+    fn confirmed(&self) -> bool {
+        *self.renewed.borrow() > 0
+    }
+
+    /// Waits until a renewal of it counted and its deadline is at least
+    /// `margin` away (`true`), or until it is lost (`false`). Not longer
+    /// than its deadline: the keepalive task ends the lease when that
+    /// passes.
+    async fn ready(&self, margin: Duration) -> bool {
+        let mut renewed = self.renewed.clone();
+        loop {
+            let confirmed = *renewed.borrow_and_update() > 0;
+            if self.lost.is_cancelled() {
+                return false;
+            }
+            if confirmed && self.expiry.deadline() >= Instant::now() + margin {
+                return true;
+            }
+            tokio::select! {
+                changed = renewed.changed() => {
+                    if changed.is_err() {
+                        // The keepalive task ended; it cancels `lost` last.
+                        self.lost.cancelled().await;
+                    }
+                }
+                () = self.lost.cancelled() => {}
+            }
+        }
+    }
+
+    /// The error for a lease none of whose renewals counted before it was
+    /// lost: the refusal of the confirming read if that ended it.
+    fn unconfirmed(&self) -> EtcdError {
+        let refused = self.refused.lock().ok().and_then(|mut r| r.take());
+        refused.unwrap_or(EtcdError::Unconfirmed {
+            id: self.id,
+            within: self.asked.elapsed(),
+        })
+    }
+
     /// `true` once etcd said the lease does not exist.
     pub fn gone_in_etcd(&self) -> bool {
         self.gone.load(Ordering::Acquire)
@@ -80,9 +132,12 @@ pub(crate) struct Session {
     ttl_secs: i64,
     request_timeout: Duration,
     /// A key the locker may read (its prefix): the read that confirms a
-    /// renewal (see [`renew`]).
+    /// renewal (see `renewal.rs`).
     check_key: Vec<u8>,
     current: Mutex<Option<Arc<Lease>>>,
+    /// Held by the one [`Session::lease`] call that waits for a lease to
+    /// be ready; `current` is held only to read or replace it.
+    handing_out: Mutex<()>,
 }
 
 impl Session {
@@ -98,17 +153,55 @@ impl Session {
             request_timeout,
             check_key,
             current: Mutex::new(None),
+            handing_out: Mutex::new(()),
         }
     }
 
-    /// The live lease, granted on first use.
+    /// The live lease, granted on first use: handed out only once a
+    /// renewal of it counted (see `renewal.rs`) and while its local
+    /// deadline is at least [`margin`] away. A lease asked for while etcd
+    /// was unreachable and granted late has little of its TTL left when it
+    /// arrives; the first renewal that counts moves its deadline to a TTL
+    /// after that renewal was sent. Waits for that renewal, for a renewal
+    /// of a lease near its deadline, or for a fresh lease when the current
+    /// one is lost meanwhile. One caller waits at a time; the others wait
+    /// for it, then take the same lease. [`Session::forget`],
+    /// [`Session::revoke`] and [`Session::current_id`] do not wait for it.
+    ///
+    /// Errors: the grant's; the refusal of the read that confirms the
+    /// first renewal (no read permission on the prefix, refused
+    /// credentials); [`EtcdError::Unconfirmed`] when no renewal of a fresh
+    /// lease counted before its local deadline (it is not used, and
+    /// expires in etcd).
     pub async fn lease(&self) -> EtcdResult<Arc<Lease>> {
-        let mut current = self.current.lock().await;
-        if let Some(lease) = current.as_ref().filter(|l| !l.lost.is_cancelled()) {
-            return Ok(Arc::clone(lease));
+        let _one = self.handing_out.lock().await;
+        loop {
+            let lease = {
+                let mut current = self.current.lock().await;
+                match current.as_ref().filter(|l| !l.lost.is_cancelled()) {
+                    Some(lease) => Arc::clone(lease),
+                    None => current.insert(Arc::new(self.grant().await?)).clone(),
+                }
+            };
+            if lease.ready(margin(lease.ttl)).await {
+                return Ok(lease);
+            }
+            if !lease.confirmed() {
+                let mut current = self.current.lock().await;
+                if current.as_ref().is_some_and(|l| l.id == lease.id) {
+                    current.take();
+                }
+                self.revoke_later(lease.id);
+                return Err(lease.unconfirmed());
+            }
+            // Lost after it served: a fresh one.
         }
+    }
+
+    /// Grants a lease and starts renewing it.
+    async fn grant(&self) -> EtcdResult<Lease> {
         let mut client = self.client.clone();
-        let asked = std::time::Instant::now();
+        let asked = Instant::now();
         let granted = request(
             "lease grant",
             self.request_timeout,
@@ -117,35 +210,35 @@ impl Session {
         .await?;
         let id = granted.id();
         let ttl = Duration::from_secs(granted.ttl().max(1).unsigned_abs());
-        let lost = CancellationToken::new();
-        let expiry = Expiry::new(asked + ttl - margin(ttl));
-        let loss = LossCell::default();
-        let gone = Arc::new(AtomicBool::new(false));
+        let (renewed, renewals) = watch::channel(0);
+        let signals = Signals {
+            lost: CancellationToken::new(),
+            expiry: Expiry::new(asked + ttl - margin(ttl)),
+            loss: LossCell::default(),
+            gone: Arc::new(AtomicBool::new(false)),
+            renewed,
+            refused: Arc::default(),
+        };
         let renewal = Renewal {
             client: self.client.clone(),
             id,
             ttl,
+            margin: margin(ttl),
             check_key: self.check_key.clone(),
             timeout: self.request_timeout,
         };
-        let task = tokio::spawn(keep_alive(
-            renewal,
-            (
-                lost.clone(),
-                expiry.clone(),
-                loss.clone(),
-                Arc::clone(&gone),
-            ),
-        ));
-        let lease = Arc::new(Lease {
+        let lease = Lease {
             id,
-            lost,
-            expiry,
-            loss,
-            gone,
-            keepalive: task.abort_handle(),
-        });
-        *current = Some(Arc::clone(&lease));
+            ttl,
+            asked,
+            lost: signals.lost.clone(),
+            expiry: signals.expiry.clone(),
+            loss: signals.loss.clone(),
+            gone: Arc::clone(&signals.gone),
+            renewed: renewals,
+            refused: Arc::clone(&signals.refused),
+            keepalive: tokio::spawn(keep_alive(renewal, signals)).abort_handle(),
+        };
         Ok(lease)
     }
 
@@ -199,6 +292,18 @@ impl Session {
             }
         }
     }
+
+    /// Revokes lease `id` in the background, once; a failure is left to
+    /// the lease's expiry in etcd.
+    fn revoke_later(&self, id: i64) {
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let mut client = self.client.clone();
+            let timeout = self.request_timeout;
+            rt.spawn(async move {
+                let _ = request("lease revoke", timeout, client.lease_revoke(id)).await;
+            });
+        }
+    }
 }
 
 impl Drop for Session {
@@ -207,157 +312,6 @@ impl Drop for Session {
             return;
         };
         lease.lost.cancel();
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let mut client = self.client.clone();
-            let timeout = self.request_timeout;
-            rt.spawn(async move {
-                let _ = request("lease revoke", timeout, client.lease_revoke(lease.id)).await;
-            });
-        }
-    }
-}
-
-/// What the keepalive task needs to renew one lease.
-struct Renewal {
-    client: Client,
-    id: i64,
-    ttl: Duration,
-    check_key: Vec<u8>,
-    timeout: Duration,
-}
-
-/// Keeps the lease alive until it is lost: etcd says it expired, or the
-/// local deadline passes without an acknowledged renewal (etcd unreachable,
-/// or this process paused). Either way `lost` is cancelled and the deadline
-/// ends, so no guard reports the lock held any longer.
-async fn keep_alive(
-    renewal: Renewal,
-    (lost, expiry, loss, gone): (CancellationToken, Expiry, LossCell, Arc<AtomicBool>),
-) {
-    let id = renewal.id;
-    tokio::select! {
-        () = renew(&renewal, &expiry) => {
-            gone.store(true, Ordering::Release);
-            loss.record(LossCause::LeaseEnded);
-            observe::loss_cause("etcd", format_args!("lease {id:x}"), "etcd says the lease is gone");
-        }
-        () = expiry.passed() => {
-            loss.record(LossCause::Expired);
-            observe::loss_cause("etcd", format_args!("lease {id:x}"), "no renewal acknowledged in time");
-        }
-        () = lost.cancelled() => {}
-    }
-    lost.cancel();
-    expiry.expire();
-}
-
-/// Renews the lease every TTL/3, moving `expiry` on each renewal that
-/// counts (see [`counts`]); returns when etcd says the lease is gone.
-///
-/// etcd 3.4 before 3.4.25 and 3.5 before 3.5.8 let a leader that was
-/// stalled (paused, or stuck on a slow disk) answer renewals after the
-/// rest of the cluster elected a new one: the new leader never saw them,
-/// so the lease expires there while this client believes it renewed.
-/// A renewal therefore counts only when a linearizable read sent after its
-/// answer is answered in the same raft term: a read confirms that the
-/// term's leader still had a quorum, and a new leader extends every lease
-/// by the TTL when it takes over.
-async fn renew(renewal: &Renewal, expiry: &Expiry) {
-    let Renewal {
-        client, id, ttl, ..
-    } = renewal;
-    let (id, ttl) = (*id, *ttl);
-    let period = ttl / 3;
-    let margin = margin(ttl);
-    // Pause before reconnecting after a failure, so a dead endpoint is not
-    // hammered; the deadline, not this loop, decides when to give up.
-    let retry = Duration::from_millis(200);
-    'reconnect: loop {
-        let mut lease_client = client.lease_client();
-        // Opening the stream sends one renewal and awaits its answer, but
-        // hides that answer's raft term: renew again at once, and count
-        // that one.
-        let (mut keeper, mut stream) =
-            match tokio::time::timeout(period, lease_client.keep_alive(id)).await {
-                Ok(Ok(opened)) => opened,
-                Ok(Err(etcd_client::Error::LeaseKeepAliveError(_))) => return, // not found
-                _ => {
-                    observe::renewal_failed("etcd", format_args!("lease {id:x}"));
-                    tokio::time::sleep(retry).await;
-                    continue;
-                }
-            };
-        let mut pause = Duration::ZERO;
-        loop {
-            tokio::time::sleep(pause).await;
-            pause = period;
-            let sent = std::time::Instant::now();
-            if keeper.keep_alive().await.is_err() {
-                continue 'reconnect;
-            }
-            match tokio::time::timeout(period, stream.message()).await {
-                Ok(Ok(Some(resp))) if resp.ttl() > 0 => {
-                    let term = resp.header().map(|h| h.raft_term());
-                    if counts(renewal, term).await {
-                        let granted = Duration::from_secs(resp.ttl().unsigned_abs());
-                        expiry.extend_to(sent + granted - margin);
-                    } else {
-                        // Not confirmed (a new leader, or no answer to the
-                        // read): try again soon rather than a period later.
-                        observe::renewal_failed("etcd", format_args!("lease {id:x}"));
-                        pause = retry;
-                    }
-                }
-                Ok(Ok(Some(_))) => return, // etcd: the lease has expired
-                _ => {
-                    observe::renewal_failed("etcd", format_args!("lease {id:x}"));
-                    tokio::time::sleep(retry).await;
-                    continue 'reconnect;
-                }
-            }
-        }
-    }
-}
-
-/// Whether a renewal answered in raft term `term` counts: a linearizable
-/// read sent now is answered in that same term (see [`renew`]).
-async fn counts(renewal: &Renewal, term: Option<u64>) -> bool {
-    let Some(term) = term else {
-        return false;
-    };
-    let mut kv = renewal.client.kv_client();
-    // As long as a renewal's own answer may take, at most.
-    let limit = renewal.timeout.min(renewal.ttl / 3);
-    let read = request(
-        "renewal check",
-        limit,
-        kv.get(
-            renewal.check_key.clone(),
-            Some(GetOptions::new().with_count_only()),
-        ),
-    )
-    .await;
-    same_term(
-        term,
-        read.ok().and_then(|r| r.header().map(|h| h.raft_term())),
-    )
-}
-
-/// A renewal's term against the term of the read that followed it.
-fn same_term(renewal: u64, read: Option<u64>) -> bool {
-    read == Some(renewal)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::same_term;
-
-    #[test]
-    fn a_renewal_counts_only_when_a_later_read_shares_its_term() {
-        assert!(same_term(7, Some(7)));
-        // A stalled old leader answered the renewal; the read met the new one.
-        assert!(!same_term(7, Some(8)));
-        // The read failed: nothing confirms the renewal.
-        assert!(!same_term(7, None));
+        self.revoke_later(lease.id);
     }
 }
