@@ -82,7 +82,8 @@ struct Hostile {
     keys: Vec<String>,
     /// The lock key holds a string: someone else's lock.
     holder: bool,
-    /// The queue holds a record that looks like a live fairlock waiter.
+    /// The queue holds a record that looks like a live fairlock waiter,
+    /// with a score a newcomer queues behind.
     waiter: bool,
 }
 
@@ -100,7 +101,12 @@ impl Hostile {
         let waiters = format!("{lock}/_OWNERS_/w/");
         let fence = format!("{prefix}_OWNERS_/fence");
         let mut h = Hostile::default();
-        let kinds = 1 + rng.below(7);
+        // Each kind half the time (the fence, shared by the prefix's locks,
+        // a quarter), and at least one.
+        let mut kinds = rng.below(8) & (if rng.below(2) == 0 { 7 } else { 3 });
+        if kinds == 0 {
+            kinds = 1 << rng.below(3);
+        }
         if kinds & 1 != 0 {
             match rng.below(3) {
                 0 => {
@@ -111,7 +117,12 @@ impl Hostile {
                 1 => {
                     let mut value = format!("{} ", rng.next()).into_bytes();
                     value.extend(rng.bytes(20));
-                    let cmd = redis::cmd("SET").arg(lock).arg(value).arg("PX").arg(60_000).to_owned();
+                    let cmd = redis::cmd("SET")
+                        .arg(lock)
+                        .arg(value)
+                        .arg("PX")
+                        .arg(60_000)
+                        .to_owned();
                     h.add(lock, cmd);
                     h.holder = true;
                 }
@@ -162,7 +173,17 @@ impl Hostile {
             3 => "-0.5".to_owned(),
             _ => (rng.next() as i64).to_string(),
         };
-        let cmd = redis::cmd("ZADD").arg(queue).arg(score).arg(&member).to_owned();
+        // Arrivals count from 1: a newcomer drops members scored above 2^52
+        // (it could not be ordered after them), so only members below can
+        // stay ahead of it.
+        let ahead = score
+            .parse::<f64>()
+            .is_ok_and(|s| s <= 4_503_599_627_370_496.0);
+        let cmd = redis::cmd("ZADD")
+            .arg(queue)
+            .arg(score)
+            .arg(&member)
+            .to_owned();
         self.add(queue, cmd);
         let mut record = waiters.as_bytes().to_vec();
         record.extend(&member);
@@ -175,10 +196,13 @@ impl Hostile {
         let cmd = match rng.below(5) {
             0 => return,
             1 => redis::cmd("SET").arg(&record).arg(rng.bytes(30)).to_owned(),
-            2 => redis::cmd("SET").arg(&record).arg("hub f 2000 x").to_owned(),
+            2 => redis::cmd("SET")
+                .arg(&record)
+                .arg("hub f 2000 x")
+                .to_owned(),
             3 => write_as(rng.pick(&["hash", "list"]), &record, rng),
             _ => {
-                self.waiter = true;
+                self.waiter |= ahead;
                 let mode = rng.pick(&["f", "u"]);
                 let value = format!("hub {mode} 2000 foreign pid=1 host=elsewhere");
                 redis::cmd("SET")
@@ -197,7 +221,11 @@ impl Hostile {
         let text = format!("{} / {e:?}", chain(e));
         let named = self.keys.iter().any(|k| text.contains(k.as_str()))
             || matches!(e, Error::LockLost { key, .. } if key == name);
-        assert!(named, "{ctx}: the error names no key of {:?}: {text}", self.keys);
+        assert!(
+            named,
+            "{ctx}: the error names no key of {:?}: {text}",
+            self.keys
+        );
     }
 }
 
@@ -272,7 +300,9 @@ async fn case(rng: &mut Rng, urls: &[String], ctx: &str) {
     // its release hands the lock to it if it says "fair", for the two
     // seconds its record asks for).
     let blocked = (h.holder && nodes.len() >= quorum) || (fair && h.waiter);
-    match guarded(ctx, locker.try_lock(&key)).await {
+    let tried = guarded(ctx, locker.try_lock(&key)).await;
+    println!("{ctx}: try_lock {:?}", tried.as_ref().map(Option::is_some));
+    match tried {
         Ok(Some(guard)) => {
             assert!(!blocked, "{ctx}: try_lock granted over a foreign holder");
             assert!(guard.fencing_token() > 0, "{ctx}: token 0");
@@ -283,7 +313,12 @@ async fn case(rng: &mut Rng, urls: &[String], ctx: &str) {
     }
     let wait = if blocked { 300 } else { 30_000 };
     let deadline = Context::background().with_timeout(Duration::from_millis(wait));
-    match guarded(ctx, locker.lock(&deadline, &key)).await {
+    let locked = guarded(ctx, locker.lock(&deadline, &key)).await;
+    println!(
+        "{ctx}: lock {:?}",
+        locked.as_ref().map(LockGuard::fencing_token)
+    );
+    match locked {
         Ok(guard) => {
             assert!(!blocked, "{ctx}: lock granted over a foreign holder");
             assert!(guard.fencing_token() > 0, "{ctx}: token 0");
@@ -293,8 +328,9 @@ async fn case(rng: &mut Rng, urls: &[String], ctx: &str) {
         Err(e) => h.check_named(&e, &name, ctx),
     }
     for k in [Some(&key), None] {
-        if let Err(e) = guarded(ctx, locker.status(k)).await {
-            h.check_named(&e, &name, ctx);
+        match guarded(ctx, locker.status(k)).await {
+            Ok(locks) => println!("{ctx}: status {locks:?}"),
+            Err(e) => h.check_named(&e, &name, ctx),
         }
     }
     delete(urls, &h.keys).await;
@@ -355,7 +391,7 @@ async fn foreign_data_on_one_instance_is_someone_elses_or_a_named_error() {
     let seed = seed();
     let mut rng = Rng(seed);
     let urls = vec![rs::shared().url.clone()];
-    for n in 0..16 {
+    for n in 0..24 {
         case(&mut rng, &urls, &format!("FAIRLOCK_SEED={seed} case {n}")).await;
     }
 }
@@ -365,7 +401,76 @@ async fn foreign_data_on_redlock_is_someone_elses_or_a_named_error() {
     let seed = seed();
     let mut rng = Rng(seed ^ 0x0ed1_0c4);
     let urls: Vec<String> = rs::shared_five().iter().map(|s| s.url.clone()).collect();
-    for n in 0..8 {
+    for n in 0..12 {
         case(&mut rng, &urls, &format!("FAIRLOCK_SEED={seed} case {n}")).await;
     }
+}
+
+/// A waiter whose queue someone overwrites with a string: its next round
+/// fails at once with an error naming the queue key and the command that
+/// removes it (not a wait until its deadline); the holder still unlocks,
+/// and once the string is gone the waiter's key works again.
+async fn queue_overwritten_under_a_waiter(urls: Vec<String>) {
+    let prefix = rs::unique_prefix("overwritten");
+    let config = RedisConfig::new(urls.clone())
+        .with_prefix(prefix.clone())
+        .with_ttl(Duration::from_secs(60));
+    let holder = RedisLocker::connect(config.clone(), false)
+        .await
+        .expect("connect");
+    let waiter = holder.locker(false);
+    let key = Key::from("q");
+    let queue = rs::queue_key(&prefix, &key);
+    let guard = holder
+        .try_lock(&key)
+        .await
+        .expect("try_lock")
+        .expect("free");
+    let k = key.clone();
+    // Far longer than the waiter's polls (a second), far shorter than the
+    // TTL for which failed rounds used to be retried.
+    let deadline = Context::background().with_timeout(Duration::from_secs(20));
+    let waiting = tokio::spawn(async move { waiter.lock(&deadline, &k).await.map(drop) });
+    for url in &urls {
+        guarded("queued", rs::wait_queued(url, &prefix, &key, 1)).await;
+    }
+    let all: Vec<usize> = (0..urls.len()).collect();
+    let overwrite = [
+        redis::cmd("DEL").arg(&queue).to_owned(),
+        redis::cmd("SET")
+            .arg(&queue)
+            .arg("someone else's")
+            .to_owned(),
+    ];
+    run_on(&urls, &all, &overwrite).await;
+    let err = guarded("waiter", waiting)
+        .await
+        .expect("join")
+        .expect_err("the queue is a string");
+    let text = format!("{err:?}");
+    assert!(
+        text.contains(&format!("redis-cli DEL '{queue}'")) && text.contains("a sorted set"),
+        "{text}"
+    );
+    guarded("unlock", guard.unlock()).await.expect("unlock");
+    delete(&urls, &[queue]).await;
+    works_again(
+        &holder,
+        &urls,
+        &prefix,
+        &key,
+        "after the queue was overwritten",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_fails_at_once_naming_a_queue_overwritten_on_one_instance() {
+    queue_overwritten_under_a_waiter(vec![rs::shared().url.clone()]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_fails_at_once_naming_a_queue_overwritten_on_redlock() {
+    let urls = rs::shared_five().iter().map(|s| s.url.clone()).collect();
+    queue_overwritten_under_a_waiter(urls).await;
 }
