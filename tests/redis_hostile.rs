@@ -85,6 +85,8 @@ struct Hostile {
     /// The queue holds a record that looks like a live fairlock waiter,
     /// with a score a newcomer queues behind.
     waiter: bool,
+    /// Keys `status` must list as foreign.
+    flagged: Vec<String>,
 }
 
 impl Hostile {
@@ -111,6 +113,14 @@ impl Hostile {
             match rng.below(3) {
                 0 => {
                     let value = rng.bytes(40);
+                    // "<token> <owner>" is a holder; anything else is flagged.
+                    let text = String::from_utf8_lossy(&value);
+                    let parses = text
+                        .split_once(' ')
+                        .is_some_and(|(token, _)| token.parse::<u64>().is_ok());
+                    if !parses {
+                        h.flagged.push(lock.to_owned());
+                    }
                     h.add(lock, redis::cmd("SET").arg(lock).arg(value).to_owned());
                     h.holder = true;
                 }
@@ -129,6 +139,7 @@ impl Hostile {
                 _ => {
                     let kind = rng.pick(&["hash", "list", "set", "zset"]);
                     h.add(lock, write_as(kind, lock, rng));
+                    h.flagged.push(lock.to_owned());
                 }
             }
         }
@@ -136,6 +147,7 @@ impl Hostile {
             if rng.below(3) == 0 {
                 let kind = rng.pick(&["string", "hash", "list", "set"]);
                 h.add(&queue, write_as(kind, &queue, rng));
+                h.flagged.push(queue.clone());
             } else {
                 for _ in 0..=rng.below(4) {
                     h.member(rng, &queue, &waiters);
@@ -154,6 +166,7 @@ impl Hostile {
                 _ => redis::cmd("SET").arg(&fence).arg(-7).to_owned(),
             };
             h.add(&fence, cmd);
+            h.flagged.push(fence);
         }
         h
     }
@@ -193,6 +206,8 @@ impl Hostile {
         if record.as_bytes()[waiters.len()..] != member[..] {
             return;
         }
+        // Every record but a live-looking one ahead of newcomers is flagged.
+        let mut flagged = true;
         let cmd = match rng.below(5) {
             0 => return,
             1 => redis::cmd("SET").arg(&record).arg(rng.bytes(30)).to_owned(),
@@ -203,6 +218,7 @@ impl Hostile {
             3 => write_as(rng.pick(&["hash", "list"]), &record, rng),
             _ => {
                 self.waiter |= ahead;
+                flagged = !ahead;
                 let mode = rng.pick(&["f", "u"]);
                 let value = format!("hub {mode} 2000 foreign pid=1 host=elsewhere");
                 redis::cmd("SET")
@@ -213,6 +229,9 @@ impl Hostile {
                     .to_owned()
             }
         };
+        if flagged {
+            self.flagged.push(record.clone());
+        }
         self.add(&record, cmd);
     }
 
@@ -300,6 +319,20 @@ async fn case(rng: &mut Rng, urls: &[String], ctx: &str) {
     // its release hands the lock to it if it says "fair", for the two
     // seconds its record asks for).
     let blocked = (h.holder && nodes.len() >= quorum) || (fair && h.waiter);
+    // Before any acquire drops foreign members from the queue.
+    let status = guarded(ctx, locker.status(Some(&key)))
+        .await
+        .unwrap_or_else(|e| panic!("{ctx}: status: {e:?}"));
+    let listed = status
+        .first()
+        .map(|s| s.foreign.clone())
+        .unwrap_or_default();
+    for k in &h.flagged {
+        assert!(
+            listed.contains(k),
+            "{ctx}: status does not flag {k}: {status:?}"
+        );
+    }
     let tried = guarded(ctx, locker.try_lock(&key)).await;
     println!("{ctx}: try_lock {:?}", tried.as_ref().map(Option::is_some));
     match tried {

@@ -267,9 +267,7 @@ if queue_type == 'zset' then
   for i = 1, #members, 2 do
     local id = members[i]
     local fields, found = record(waiters .. id)
-    if tonumber(members[i + 1]) > tonumber(max_score) then
-      fields, found = nil, true
-    end
+    if tonumber(members[i + 1]) > tonumber(max_score) then fields = nil end
     if fields then
       table.insert(out, 'w')
       table.insert(out, id)
