@@ -83,7 +83,8 @@ async fn queue_overwritten_under_a_waiter(urls: Vec<String>) {
         .expect_err("the queue is a string");
     let text = format!("{err:?}");
     assert!(
-        text.contains(&format!("redis-cli DEL '{queue}'")) && text.contains("a sorted set"),
+        text.contains(&format!("redis-cli DEL '{queue}'"))
+            && text.contains("holds a string, where fairlock keeps the queue of waiters"),
         "{text}"
     );
     guarded("unlock", guard.unlock()).await.expect("unlock");

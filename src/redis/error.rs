@@ -142,7 +142,7 @@ impl fmt::Display for NodeError {
             Failure::NoAnswer(after) => write!(f, "{}: no answer within {after:?}", self.node),
             Failure::Refused(_) => write!(f, "{}: connection refused", self.node),
             Failure::Foreign { slot, found, key } => {
-                let what = if found == "string" {
+                let what = if *slot == 3 && found == "string" {
                     "a value that is not a fencing counter".to_owned()
                 } else {
                     format!("a {found}")
