@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use fairlock::conformance::patient;
 use fairlock::redis::{RedisConfig, RedisLocker};
-use fairlock::{Context, Key, Locker};
+use fairlock::{Context, Error, Key, Locker};
 use support::redis_server::{self as rs, conn};
 
 /// Runs `f` under a hang guard (a safety net, not a timing assertion).
@@ -101,4 +101,94 @@ async fn a_waiter_fails_at_once_naming_a_queue_overwritten_on_one_instance() {
 async fn a_waiter_fails_at_once_naming_a_queue_overwritten_on_redlock() {
     let urls = rs::shared_five().iter().map(|s| s.url.clone()).collect();
     queue_overwritten_under_a_waiter(urls).await;
+}
+
+/// The ids of the clients of the server at `url` that Redis holds blocked
+/// on a script (`CLIENT PAUSE ... WRITE`), polled until there is one
+/// (guarded against a hang only).
+async fn paused_script_clients(url: &str) -> Vec<String> {
+    let mut c = conn(url).await;
+    guarded("a paused release", async {
+        loop {
+            let list: String = redis::cmd("CLIENT")
+                .arg("LIST")
+                .query_async(&mut c)
+                .await
+                .expect("client list");
+            let ids: Vec<String> = list
+                .lines()
+                .filter(|l| {
+                    l.contains(" flags=b ")
+                        && (l.contains(" cmd=evalsha ") || l.contains(" cmd=eval "))
+                })
+                .filter_map(|l| l.strip_prefix("id=")?.split(' ').next().map(str::to_owned))
+                .collect();
+            if !ids.is_empty() {
+                return ids;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+}
+
+/// A holder whose lock key someone overwrote, and whose first release
+/// got no answer and was never applied (its connection was killed while
+/// Redis held the request): the retry finds the other value, and unlock
+/// says the lock was lost, not that it released it, and leaves the other
+/// value alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unanswered_release_then_someone_elses_key_is_a_lost_lock() {
+    // Its own server: pausing writes would stall other tests.
+    let server = rs::RedisServer::start();
+    let url = server.url.clone();
+    let prefix = rs::unique_prefix("overwritten-release");
+    // A long TTL: the watchdog's first extend (which would see the other
+    // value) is due long after the test.
+    let config = RedisConfig::new([url.clone()])
+        .with_prefix(prefix.clone())
+        .with_ttl(Duration::from_secs(60));
+    let locker = RedisLocker::connect(config, false).await.expect("connect");
+    let key = Key::from("r");
+    let lock_key = format!("{prefix}r");
+    let guard = locker
+        .try_lock(&key)
+        .await
+        .expect("try_lock")
+        .expect("free");
+    let other = "someone else's value";
+    let mut c = conn(&url).await;
+    let pause = |cmd: &str| redis::cmd("CLIENT").arg(cmd).to_owned();
+    let _: () = redis::cmd("SET")
+        .arg(&lock_key)
+        .arg(other)
+        .query_async(&mut c)
+        .await
+        .expect("set");
+    let _: () = pause("PAUSE")
+        .arg(60_000)
+        .arg("WRITE")
+        .query_async(&mut c)
+        .await
+        .expect("pause");
+    let unlock = tokio::spawn(guard.unlock());
+    for id in paused_script_clients(&url).await {
+        let _: i64 = pause("KILL")
+            .arg("ID")
+            .arg(id)
+            .query_async(&mut c)
+            .await
+            .expect("kill");
+    }
+    let _: () = pause("UNPAUSE").query_async(&mut c).await.expect("unpause");
+    match guarded("unlock", unlock).await.expect("join") {
+        Err(Error::LockLost { .. }) => {}
+        other => panic!("unlock after an overwrite: {other:?}"),
+    }
+    let value: Option<String> = redis::cmd("GET")
+        .arg(&lock_key)
+        .query_async(&mut c)
+        .await
+        .expect("get");
+    assert_eq!(value.as_deref(), Some(other), "the other value was touched");
 }
