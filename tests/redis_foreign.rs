@@ -192,3 +192,46 @@ async fn an_unanswered_release_then_someone_elses_key_is_a_lost_lock() {
         .expect("get");
     assert_eq!(value.as_deref(), Some(other), "the other value was touched");
 }
+
+/// A release that got no answer (the server stopped) and that Redis then
+/// applied, handing the lock to a fair waiter: the retry finds the
+/// waiter's later grant, which our own release made, so unlock succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unanswered_release_handed_to_a_waiter_is_not_lost() {
+    let server = rs::RedisServer::start();
+    let prefix = rs::unique_prefix("handed-release");
+    let config = RedisConfig::new([server.url.clone()])
+        .with_prefix(prefix.clone())
+        .with_ttl(Duration::from_secs(60));
+    let locker = RedisLocker::connect(config, true).await.expect("connect");
+    let key = Key::from("h");
+    // Warm up: the scripts loaded, the connection up.
+    let warm = locker
+        .try_lock(&key)
+        .await
+        .expect("try_lock")
+        .expect("free");
+    warm.unlock().await.expect("unlock");
+    let guard = locker
+        .try_lock(&key)
+        .await
+        .expect("try_lock")
+        .expect("free");
+    let (waiter, k) = (locker.locker(true), key.clone());
+    let waiting = tokio::spawn(async move { waiter.lock(&patient(), &k).await });
+    guarded("queued", rs::wait_queued(&server.url, &prefix, &key, 1)).await;
+    server.signal("-STOP");
+    let unlock = tokio::spawn(guard.unlock());
+    // The release and one retry (sent after the first timed out) wait
+    // unread at the stopped server; it applies both once continued.
+    guarded("requests", rs::wait_unread_requests(server.port, 2)).await;
+    server.signal("-CONT");
+    let res = guarded("unlock", unlock).await.expect("join");
+    assert!(res.is_ok(), "own release reported as {res:?}");
+    let next = guarded("waiter", waiting)
+        .await
+        .expect("join")
+        .expect("lock");
+    next.unlock().await.expect("unlock");
+    guarded("clean", rs::wait_clean(&server.url, &prefix)).await;
+}

@@ -190,14 +190,20 @@ return {0, redis.call('PTTL', lock)}
 ";
 
 /// Releases the lock if `owner` holds it and passes it on; never touches
-/// another holder's key. `ARGV = [owner, waiters, wake]`; returns 1 if it
-/// was held by `owner`.
+/// another holder's key. `ARGV = [owner, waiters, wake, token]`, `token`
+/// the one this node gave `owner` (or `''`). Returns 1 if it was held by
+/// `owner`; 0 if the lock key is gone; 2 if a later grant holds it (a
+/// fairlock value with a greater token: this node's counter only grows);
+/// 3 if it holds anything else (someone else wrote it).
 const RELEASE: &str = r"
-local owner, waiters, wake = unpack(ARGV)
+local owner, waiters, wake, mine = unpack(ARGV)
 local value = lock_value()
-if value == false then return 0 end
-local _, who = holder(value)
-if value and who ~= owner then return 0 end
+if value == false then return 3 end
+local token, who = holder(value)
+if value and who ~= owner then
+  if token and tonumber(token) > (tonumber(mine or '') or 0) then return 2 end
+  return 3
+end
 if value then redis.call('DEL', lock) end
 pass_on(waiters, wake)
 if value then return 1 end
