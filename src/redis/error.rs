@@ -321,6 +321,41 @@ mod tests {
     }
 
     #[test]
+    fn foreign_data_is_a_refusal_naming_its_key() {
+        let script = redis::make_extension_error(
+            FOREIGN_CODE.to_owned(),
+            Some("2 list script: 0123, on @user_script:9.".to_owned()),
+        );
+        let keys = ["p:a", "p:a/_OWNERS_/queue", "p:_OWNERS_/fence"];
+        let node = NodeError::new("redis://h:1", Failure::classify(script)).name_key(&keys);
+        let text = node.to_string();
+        assert!(
+            text.contains("key 'p:a/_OWNERS_/queue' holds a list, where fairlock keeps the queue")
+                && text.ends_with("redis-cli DEL 'p:a/_OWNERS_/queue'"),
+            "{text}"
+        );
+        let slow = NodeError::new("redis://b:1", Failure::NoAnswer(Duration::from_millis(5)));
+        let err = Error::from(FailedOp {
+            op: "lock",
+            total: 3,
+            quorum: 2,
+            errors: vec![slow, node],
+        });
+        assert!(is_refusal(&err), "{err:?}");
+        assert!(format!("{err:?}").contains("p:a/_OWNERS_/queue"), "{err:?}");
+        let other = Error::from(FailedOp {
+            op: "lock",
+            total: 1,
+            quorum: 1,
+            errors: vec![NodeError::new(
+                "redis://h:1",
+                Failure::Other(answer("ERR x")),
+            )],
+        });
+        assert!(!is_refusal(&other), "{other:?}");
+    }
+
+    #[test]
     fn redlock_failures_name_every_node() {
         let slow = |n: &str| NodeError::new(n, Failure::NoAnswer(Duration::from_millis(5)));
         let err = Error::from(FailedOp {
