@@ -288,6 +288,30 @@ end
 return out
 ";
 
+/// What the release script found on one node (its answer, 0 to 3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// The lock key is gone (0).
+    Gone,
+    /// It was ours, and is released (1).
+    Ours,
+    /// A later grant holds it (2).
+    LaterGrant,
+    /// It holds anything else (3).
+    Other,
+}
+
+impl Released {
+    pub fn from_answer(answer: i64) -> Self {
+        match answer {
+            0 => Released::Gone,
+            1 => Released::Ours,
+            2 => Released::LaterGrant,
+            _ => Released::Other,
+        }
+    }
+}
+
 fn script(body: &str) -> Script {
     Script::new(&format!("{PRELUDE}{body}"))
 }

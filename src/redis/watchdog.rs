@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::core::Core;
 use super::node::Call;
-use super::scripts::{EXTEND_SCRIPT, RELEASE_SCRIPT};
+use super::scripts::{EXTEND_SCRIPT, RELEASE_SCRIPT, Released};
 use super::wire::LockKeys;
 use crate::backoff::{Backoff, jitter};
 use crate::loss::LossCell;
@@ -199,9 +199,13 @@ impl GuardRelease for HeldLock {
             let mut still = Vec::new();
             let mut errors = Vec::new();
             for (i, r) in pending.iter().zip(results) {
-                match r {
-                    Ok(1) => released += 1,
-                    Ok(0 | 2) if unanswered[*i] && !self.expiry.has_passed() => released += 1,
+                match r.map(Released::from_answer) {
+                    Ok(Released::Ours) => released += 1,
+                    Ok(Released::Gone | Released::LaterGrant)
+                        if unanswered[*i] && !self.expiry.has_passed() =>
+                    {
+                        released += 1;
+                    }
                     Ok(_) => {}
                     Err(e) => {
                         unanswered[*i] = true;
