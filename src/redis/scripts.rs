@@ -18,8 +18,8 @@
 //!
 //! Anything under the prefix may have been written by someone else. A
 //! lock value that does not parse is someone else's lock; a queue member
-//! without a live record fairlock wrote is dropped from the queue (its own
-//! keys are left alone). A lock, queue or fence key of another type, or a
+//! without a live record fairlock wrote, or scored above 2^52, is dropped
+//! from the queue (its own keys are left alone). A lock, queue or fence key of another type, or a
 //! fence that cannot count, makes an acquire fail before it writes
 //! anything, with the error `FAIRLOCK_FOREIGN <i> <type found>` naming
 //! `KEYS[i]`; the other scripts treat such a lock key as someone else's
@@ -98,10 +98,10 @@ local function drop_odd_scores()
   redis.call('ZREMRANGEBYSCORE', queue, '(' .. max_score, '+inf')
 end
 
--- The first waiter of the queue with a live fairlock record, dropping the
--- others from the queue on the way (dead waiters, and members someone else
--- added; their keys are left alone), and those with odd scores. Nothing when the queue is not a sorted
--- set: no fairlock waiter can be in it.
+-- The first waiter of the queue with a live fairlock record, dropping from
+-- the queue the members with odd scores and those before it (dead waiters,
+-- and members someone else added; their keys are left alone). Nothing when
+-- the queue is not a sorted set: no fairlock waiter can be in it.
 local function head(waiters)
   if kind(queue) ~= 'zset' then return nil end
   drop_odd_scores()
