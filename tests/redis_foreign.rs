@@ -136,16 +136,15 @@ async fn paused_script_clients(url: &str) -> Vec<String> {
 /// got no answer and was never applied (its connection was killed while
 /// Redis held the request): the retry finds the other value, and unlock
 /// says the lock was lost, not that it released it, and leaves the other
-/// value alone.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unanswered_release_then_someone_elses_key_is_a_lost_lock() {
-    // Its own server: pausing writes would stall other tests.
-    let server = rs::RedisServer::start();
-    let url = server.url.clone();
+/// value alone. On `n` servers of their own (pausing writes would stall
+/// other tests).
+async fn unanswered_release_then_someone_elses_key(n: usize) {
+    let servers = rs::start_many(n);
+    let urls: Vec<String> = servers.iter().map(|s| s.url.clone()).collect();
     let prefix = rs::unique_prefix("overwritten-release");
     // A long TTL: the watchdog's first extend (which would see the other
     // value) is due long after the test.
-    let config = RedisConfig::new([url.clone()])
+    let config = RedisConfig::new(urls.clone())
         .with_prefix(prefix.clone())
         .with_ttl(Duration::from_secs(60));
     let locker = RedisLocker::connect(config, false).await.expect("connect");
@@ -157,40 +156,52 @@ async fn an_unanswered_release_then_someone_elses_key_is_a_lost_lock() {
         .expect("try_lock")
         .expect("free");
     let other = "someone else's value";
-    let mut c = conn(&url).await;
-    let pause = |cmd: &str| redis::cmd("CLIENT").arg(cmd).to_owned();
-    let _: () = redis::cmd("SET")
-        .arg(&lock_key)
-        .arg(other)
-        .query_async(&mut c)
-        .await
-        .expect("set");
-    let _: () = pause("PAUSE")
-        .arg(60_000)
-        .arg("WRITE")
-        .query_async(&mut c)
-        .await
-        .expect("pause");
+    let client = |cmd: &str| redis::cmd("CLIENT").arg(cmd).to_owned();
+    run_on_all(
+        &urls,
+        &[
+            redis::cmd("SET").arg(&lock_key).arg(other).to_owned(),
+            client("PAUSE").arg(60_000).arg("WRITE").to_owned(),
+        ],
+    )
+    .await;
     let unlock = tokio::spawn(guard.unlock());
-    for id in paused_script_clients(&url).await {
-        let _: i64 = pause("KILL")
-            .arg("ID")
-            .arg(id)
-            .query_async(&mut c)
-            .await
-            .expect("kill");
+    for url in &urls {
+        for id in paused_script_clients(url).await {
+            run_on_all(
+                std::slice::from_ref(url),
+                &[client("KILL").arg("ID").arg(id).to_owned()],
+            )
+            .await;
+        }
     }
-    let _: () = pause("UNPAUSE").query_async(&mut c).await.expect("unpause");
+    run_on_all(&urls, &[client("UNPAUSE")]).await;
     match guarded("unlock", unlock).await.expect("join") {
         Err(Error::LockLost { .. }) => {}
         other => panic!("unlock after an overwrite: {other:?}"),
     }
-    let value: Option<String> = redis::cmd("GET")
-        .arg(&lock_key)
-        .query_async(&mut c)
-        .await
-        .expect("get");
-    assert_eq!(value.as_deref(), Some(other), "the other value was touched");
+    for url in &urls {
+        let value: Option<String> = redis::cmd("GET")
+            .arg(&lock_key)
+            .query_async(&mut conn(url).await)
+            .await
+            .expect("get");
+        assert_eq!(
+            value.as_deref(),
+            Some(other),
+            "{url}: the other value was touched"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unanswered_release_then_someone_elses_key_is_a_lost_lock() {
+    unanswered_release_then_someone_elses_key(1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unanswered_release_then_someone_elses_key_is_a_lost_lock_on_redlock() {
+    unanswered_release_then_someone_elses_key(3).await;
 }
 
 /// A release that got no answer (the server stopped) and that Redis then
