@@ -209,7 +209,7 @@ async fn a_lock_key_of_another_type_is_named_with_its_remedy() {
     let err = text(&out.stderr);
     assert!(!out.status.success(), "{err}");
     assert!(
-        err.contains(&remedy) && err.contains("holds a hash"),
+        err.contains(&remedy) && err.contains("holds a value of another type"),
         "{err}"
     );
     let out = run(fairlock(&[url], &prefix).arg("status"));

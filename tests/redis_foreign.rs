@@ -84,7 +84,9 @@ async fn queue_overwritten_under_a_waiter(urls: Vec<String>) {
     let text = format!("{err:?}");
     assert!(
         text.contains(&format!("redis-cli DEL '{queue}'"))
-            && text.contains("holds a string, where fairlock keeps the queue of waiters"),
+            && text.contains(
+                "holds a value of another type, where fairlock keeps the queue of waiters"
+            ),
         "{text}"
     );
     guarded("unlock", guard.unlock()).await.expect("unlock");

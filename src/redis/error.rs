@@ -19,8 +19,8 @@ pub(crate) enum Failure {
     /// not write.
     WrongType(redis::RedisError),
     /// A script found data fairlock did not write in one of its keys
-    /// (`FAIRLOCK_FOREIGN <slot> <type>`, see `scripts.rs`): `key` is
-    /// `KEYS[slot]`, filled in by the node that ran the script.
+    /// (`FAIRLOCK_FOREIGN <slot> <other|string>`, see `scripts.rs`): `key`
+    /// is `KEYS[slot]`, filled in by the node that ran the script.
     Foreign {
         slot: usize,
         found: String,
@@ -142,10 +142,10 @@ impl fmt::Display for NodeError {
             Failure::NoAnswer(after) => write!(f, "{}: no answer within {after:?}", self.node),
             Failure::Refused(_) => write!(f, "{}: connection refused", self.node),
             Failure::Foreign { slot, found, key } => {
-                let what = if *slot == 3 && found == "string" {
-                    "a value that is not a fencing counter".to_owned()
-                } else {
-                    format!("a {found}")
+                let what = match found.as_str() {
+                    "string" if *slot == 3 => "a value that is not a fencing counter".to_owned(),
+                    "other" => "a value of another type".to_owned(),
+                    found => format!("a {found}"),
                 };
                 write!(
                     f,
@@ -324,14 +324,16 @@ mod tests {
     fn foreign_data_is_a_refusal_naming_its_key() {
         let script = redis::make_extension_error(
             FOREIGN_CODE.to_owned(),
-            Some("2 list script: 0123, on @user_script:9.".to_owned()),
+            Some("2 other script: 0123, on @user_script:9.".to_owned()),
         );
         let keys = ["p:a", "p:a/_OWNERS_/queue", "p:_OWNERS_/fence"];
         let node = NodeError::new("redis://h:1", Failure::classify(script)).name_key(&keys);
         let text = node.to_string();
         assert!(
-            text.contains("key 'p:a/_OWNERS_/queue' holds a list, where fairlock keeps the queue")
-                && text.ends_with("redis-cli DEL 'p:a/_OWNERS_/queue'"),
+            text.contains(
+                "key 'p:a/_OWNERS_/queue' holds a value of another type, where fairlock keeps \
+                 the queue"
+            ) && text.ends_with("redis-cli DEL 'p:a/_OWNERS_/queue'"),
             "{text}"
         );
         let slow = NodeError::new("redis://b:1", Failure::NoAnswer(Duration::from_millis(5)));

@@ -21,8 +21,8 @@
 //! without a live record fairlock wrote, or scored above 2^52, is dropped
 //! from the queue (its own keys are left alone). A lock, queue or fence key of another type, or a
 //! fence that cannot count, makes an acquire fail before it writes
-//! anything, with the error `FAIRLOCK_FOREIGN <i> <type found>` naming
-//! `KEYS[i]`; the other scripts treat such a lock key as someone else's
+//! anything, with the error `FAIRLOCK_FOREIGN <i> <other|string>` naming
+//! `KEYS[i]` (`string`: a fence that is a string but cannot count); the other scripts treat such a lock key as someone else's
 //! and such a queue as empty, so a holder can always release.
 
 use std::sync::LazyLock;
@@ -33,7 +33,9 @@ use redis::Script;
 const PRELUDE: &str = r"
 local lock, queue, fence = KEYS[1], KEYS[2], KEYS[3]
 
-local function kind(key) return redis.call('TYPE', key).ok end
+-- Keys are read with the commands the README's minimal ACL grants (no
+-- TYPE): a key of another type answers GET or ZSCORE with an error.
+local function failed(reply) return type(reply) == 'table' and reply.err ~= nil end
 
 -- Fails the script naming KEYS[i] and the type found there, for a key
 -- that holds data fairlock did not write (the Rust side names the key).
@@ -44,11 +46,13 @@ end
 -- The lock's value; nil when free, false when the key holds another type
 -- (someone else's data: never read, overwritten or passed on).
 local function lock_value()
-  local t = kind(lock)
-  if t == 'none' then return nil end
-  if t ~= 'string' then return false end
-  return redis.call('GET', lock)
+  local value = redis.pcall('GET', lock)
+  if failed(value) then return false end
+  return value or nil
 end
+
+-- Whether the queue is absent or a sorted set.
+local function queue_ok() return not failed(redis.pcall('ZSCORE', queue, '')) end
 
 -- Splits a lock value into its token and owner (nil, nil for none).
 local function holder(value)
@@ -59,10 +63,9 @@ end
 -- Whether INCR on the fencing counter gives a next token: absent, or a
 -- decimal below Redis' 64-bit limit.
 local function fence_ok()
-  local t = kind(fence)
-  if t == 'none' then return true end
-  if t ~= 'string' then return false end
-  local v = redis.call('GET', fence)
+  local v = redis.pcall('GET', fence)
+  if failed(v) then return false end
+  if not v then return true end
   if v ~= '0' and not string.match(v, '^[1-9]%d*$') then return false end
   return #v < 19 or (#v == 19 and v < '9223372036854775807')
 end
@@ -70,22 +73,22 @@ end
 -- Fails naming the first of lock, queue and fence that holds data
 -- fairlock did not write, before anything is written.
 local function check_keys()
-  local t = kind(lock)
-  if t ~= 'none' and t ~= 'string' then foreign(1, t) end
-  t = kind(queue)
-  if t ~= 'none' and t ~= 'zset' then foreign(2, t) end
-  if not fence_ok() then foreign(3, kind(fence)) end
+  if lock_value() == false then foreign(1, 'other') end
+  if not queue_ok() then foreign(2, 'other') end
+  if not fence_ok() then
+    if failed(redis.pcall('GET', fence)) then foreign(3, 'other') end
+    foreign(3, 'string')
+  end
 end
 
 -- The fields of the waiter record at `key` if fairlock wrote it: a string
 -- with a TTL, `<hub> <f|u> <record ttl ms> <owner>`. Otherwise nil, and
 -- whether something else is there.
 local function record(key)
-  local t = kind(key)
-  if t == 'none' then return nil, false end
-  if t == 'string' and redis.call('PTTL', key) > 0 then
-    local hub, mode, ttl, owner =
-      string.match(redis.call('GET', key), '^(%S+) ([fu]) ([1-9]%d*) (.*)$')
+  local value = redis.pcall('GET', key)
+  if not value then return nil, false end
+  if not failed(value) and redis.call('PTTL', key) > 0 then
+    local hub, mode, ttl, owner = string.match(value, '^(%S+) ([fu]) ([1-9]%d*) (.*)$')
     if hub and #ttl <= 9 then return {hub, mode, ttl, owner}, true end
   end
   return nil, true
@@ -93,9 +96,13 @@ end
 
 -- Arrivals count from 1: members scored above 2^52 are not fairlock's (and
 -- adding 1 to such a score would not order a newcomer after it).
-local max_score = '4503599627370496'
+local max_score = 4503599627370496
 local function drop_odd_scores()
-  redis.call('ZREMRANGEBYSCORE', queue, '(' .. max_score, '+inf')
+  while true do
+    local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
+    if not last[2] or tonumber(last[2]) <= max_score then return end
+    redis.call('ZREM', queue, last[1])
+  end
 end
 
 -- The first waiter of the queue with a live fairlock record, dropping from
@@ -103,7 +110,7 @@ end
 -- and members someone else added; their keys are left alone). Nothing when
 -- the queue is not a sorted set: no fairlock waiter can be in it.
 local function head(waiters)
-  if kind(queue) ~= 'zset' then return nil end
+  if not queue_ok() then return nil end
   drop_odd_scores()
   while true do
     local first = redis.call('ZRANGE', queue, 0, 0)[1]
@@ -216,7 +223,7 @@ return 0
 const LEAVE: &str = r"
 local owner, id, waiters, wake = unpack(ARGV)
 local removed = 0
-if kind(queue) == 'zset' then removed = redis.call('ZREM', queue, id) end
+if queue_ok() then removed = redis.call('ZREM', queue, id) end
 redis.call('DEL', waiters .. id)
 local value = lock_value()
 if value == false then return 0 end
@@ -257,23 +264,27 @@ return 1
 ";
 
 /// Reads one lock: `ARGV = [waiters]`; returns `{lock value or '', pttl,
-/// lock type, queue type, fence, tag, id, record, tag, id, record, ...}`:
-/// `fence` is `''` for a counter that counts, else the type found there;
+/// lock, queue, fence, tag, id, record, tag, id, record, ...}`: `lock` is
+/// `''` (no key), `string` or `other` (another type); `queue` and `fence`
+/// are `''` for keys fairlock could have written, else `other` (another
+/// type; for the fence also a string that cannot count);
 /// then the queue in order, tag `w` for a live waiter with its record, tag
 /// `x` (and an empty record) for a member whose record fairlock did not
 /// write or whose score it would not give. Changes nothing.
 const STATUS: &str = r"
 local waiters = ARGV[1]
-local queue_type = kind(queue)
-local fence_state = ''
-if not fence_ok() then fence_state = kind(fence) end
-local out = {lock_value() or '', redis.call('PTTL', lock), kind(lock), queue_type, fence_state}
-if queue_type == 'zset' then
+local function state(ok) if ok then return '' end return 'other' end
+local value = lock_value()
+local lock_state = 'other'
+if value == nil then lock_state = '' elseif value then lock_state = 'string' end
+local out = {value or '', redis.call('PTTL', lock), lock_state, state(queue_ok()),
+  state(fence_ok())}
+if queue_ok() then
   local members = redis.call('ZRANGE', queue, 0, -1, 'WITHSCORES')
   for i = 1, #members, 2 do
     local id = members[i]
     local fields, found = record(waiters .. id)
-    if tonumber(members[i + 1]) > tonumber(max_score) then fields = nil end
+    if tonumber(members[i + 1]) > max_score then fields = nil end
     if fields then
       table.insert(out, 'w')
       table.insert(out, id)

@@ -159,20 +159,21 @@ fn parse_view(layout: &Layout, values: &[redis::Value]) -> NodeView {
         .get(1)
         .and_then(|v| redis::from_redis_value_ref::<i64>(v).ok())
         .unwrap_or(-2);
-    let (lock_type, queue_type, fence) = (
+    // "" (no key), "string", or "other" (another type); "" or "other".
+    let (lock, queue, fence) = (
         text(values.get(2)),
         text(values.get(3)),
         text(values.get(4)),
     );
     let mut foreign = Vec::new();
-    if !matches!(lock_type.as_str(), "none" | "string") {
-        foreign.push(layout.lock.clone());
-    }
-    if !matches!(queue_type.as_str(), "none" | "zset") {
-        foreign.push(layout.queue.clone());
-    }
-    if !fence.is_empty() {
-        foreign.push(layout.fence.clone());
+    for (state, key) in [
+        (lock.as_str(), &layout.lock),
+        (&queue, &layout.queue),
+        (&fence, &layout.fence),
+    ] {
+        if state == "other" {
+            foreign.push(key.clone());
+        }
     }
     let mut waiters = Vec::new();
     for entry in values.get(5..).unwrap_or_default().chunks(3) {
@@ -184,7 +185,7 @@ fn parse_view(layout: &Layout, values: &[redis::Value]) -> NodeView {
         }
     }
     NodeView {
-        value: (lock_type == "string").then(|| text(values.first())),
+        value: (lock == "string").then(|| text(values.first())),
         pttl,
         foreign,
         waiters,
