@@ -52,7 +52,10 @@ async fn run_on(urls: &[String], nodes: &[usize], cmds: &[redis::Cmd]) {
     }
 }
 
-async fn delete(urls: &[String], keys: &[String]) {
+async fn delete<K: redis::ToRedisArgs + Sync>(urls: &[String], keys: &[K]) {
+    if keys.is_empty() {
+        return;
+    }
     for url in urls {
         let _: i64 = redis::cmd("DEL")
             .arg(keys)
@@ -162,6 +165,7 @@ async fn case(rng: &mut Rng, urls: &[String], ctx: &str) {
         }
     }
     delete(urls, &h.keys).await;
+    delete(urls, &h.stray).await;
     works_again(&locker, urls, &prefix, &key, ctx).await;
     held_then_overwritten(rng, &locker, urls, &prefix, &key, ctx).await;
 }

@@ -53,6 +53,8 @@ pub struct Hostile {
     pub waiter: bool,
     /// Keys `status` must list as foreign.
     pub flagged: Vec<String>,
+    /// Keys whose names are not UTF-8 (deleted at the end of the case).
+    pub stray: Vec<Vec<u8>>,
 }
 
 impl Hostile {
@@ -133,6 +135,16 @@ impl Hostile {
             };
             h.add(&fence, cmd);
             h.flagged.push(fence);
+        }
+        if rng.below(3) == 0 {
+            // A key whose name is not UTF-8: no fairlock key, and no key
+            // an error could name; `status` passes it over.
+            let mut stray = lock.as_bytes().to_vec();
+            stray.extend(rng.bytes(8));
+            stray.push(0xff);
+            h.cmds
+                .push(redis::cmd("SET").arg(&stray).arg("x").to_owned());
+            h.stray.push(stray);
         }
         h
     }
