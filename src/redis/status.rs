@@ -70,7 +70,8 @@ impl RedisLocker {
         Ok(locks)
     }
 
-    /// The lock names that have keys under `prefix`, on any node.
+    /// The lock names that have keys under `prefix`, on any node (keys whose
+    /// names are not UTF-8 are passed over).
     async fn scan(&self, prefix: &str) -> Result<BTreeSet<String>> {
         let nodes = &self.inner().nodes;
         let pattern = format!("{}*", glob_escape(prefix));
@@ -88,9 +89,11 @@ impl RedisLocker {
                     .arg("COUNT")
                     .arg(1000)
                     .to_owned();
-                match node.query::<(String, Vec<String>)>(&cmd).await {
+                match node.query::<(String, Vec<Vec<u8>>)>(&cmd).await {
                     Ok((next, keys)) => {
-                        for k in keys {
+                        // A name that is not UTF-8 is no fairlock key (keys
+                        // are strings): passed over.
+                        for k in keys.into_iter().filter_map(|k| String::from_utf8(k).ok()) {
                             let Some(name) = k.strip_prefix(prefix) else {
                                 continue;
                             };
