@@ -1,8 +1,8 @@
 //! What a backend's `status()` reports: who holds a lock and who waits for
 //! it, in one set of types for every backend ([`LockStatus`],
 //! [`LockHolder`], [`LockWaiter`]). Fields only one backend can fill are
-//! `Option`s (etcd: [`LockHolder::lease`]; Redis: [`LockHolder::nodes`]) or
-//! stay empty ([`LockStatus::foreign`] on Redis). With feature `serde`
+//! `Option`s (etcd: [`LockHolder::lease`]; Redis: [`LockHolder::nodes`]).
+//! With feature `serde`
 //! they implement `serde::Serialize` as `fairlock status --json` prints
 //! them (`serialize.rs`).
 
@@ -33,7 +33,12 @@ pub struct LockStatus {
     /// etcd: keys under the lock's queue that fairlock did not write (no
     /// lease, or a name that is not `<locker id>/<f|u><slot>`), as full
     /// etcd keys. They are never granted the lock and do not block the
-    /// queue; remove them with `etcdctl del <key>`. Empty on Redis.
+    /// queue; remove them with `etcdctl del <key>`. Redis: keys of the
+    /// lock that fairlock did not write (a lock key of another type or
+    /// whose value does not parse, a queue that is not a sorted set, a
+    /// waiter record that does not parse or never expires, a fencing
+    /// counter that cannot count), as full Redis keys; remove them with
+    /// `redis-cli DEL <key>`.
     pub foreign: Vec<String>,
 }
 

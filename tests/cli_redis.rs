@@ -186,3 +186,43 @@ async fn handoff_to_a_killed_waiter_does_not_stall_a_ttl() {
     got.unlock().await.expect("unlock");
     wait_clean(url, &prefix).await;
 }
+
+/// A hash where the lock's string should be: `fairlock lock` fails at once
+/// naming the key and the `redis-cli DEL` that removes it, `fairlock
+/// status` flags it; once it is deleted the command runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_key_of_another_type_is_named_with_its_remedy() {
+    let url = rs::shared().url.as_str();
+    let prefix = rs::unique_prefix("cli-foreign");
+    let lock_key = format!("{prefix}k");
+    let mut conn = rs::conn(url).await;
+    let () = redis::cmd("HSET")
+        .arg(&lock_key)
+        .arg("someone")
+        .arg("else")
+        .query_async::<i64>(&mut conn)
+        .await
+        .map(drop)
+        .expect("hset");
+    let remedy = format!("redis-cli DEL '{lock_key}'");
+    let out = run(fairlock(&[url], &prefix).args(["lock", "--timeout", "60s", "k", "--", "true"]));
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(&remedy) && err.contains("holds a value of another type"),
+        "{err}"
+    );
+    let out = run(fairlock(&[url], &prefix).arg("status"));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    assert!(table.contains(&remedy), "{table}");
+    let () = redis::cmd("DEL")
+        .arg(&lock_key)
+        .query_async::<i64>(&mut conn)
+        .await
+        .map(drop)
+        .expect("del");
+    let out = run(fairlock(&[url], &prefix).args(["lock", "k", "--", "true"]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    wait_clean(url, &prefix).await;
+}

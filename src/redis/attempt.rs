@@ -170,7 +170,12 @@ impl LockAttempt {
                 .some::<i64>(&give_back, || Call {
                     script: &RELEASE_SCRIPT,
                     keys: &script_keys,
-                    args: vec![self.owner.clone(), keys.waiters.clone(), keys.wake.clone()],
+                    args: vec![
+                        self.owner.clone(),
+                        keys.waiters.clone(),
+                        keys.wake.clone(),
+                        String::new(),
+                    ],
                 })
                 .await;
         }
@@ -221,6 +226,7 @@ impl LockAttempt {
             self.owner.clone(),
             token,
             started,
+            granted,
         )
     }
 

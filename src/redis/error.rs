@@ -18,6 +18,14 @@ pub(crate) enum Failure {
     /// `WRONGTYPE`: a key under the prefix holds something fairlock did
     /// not write.
     WrongType(redis::RedisError),
+    /// A script found data fairlock did not write in one of its keys
+    /// (`FAIRLOCK_FOREIGN <slot> <other|string>`, see `scripts.rs`): `key`
+    /// is `KEYS[slot]`, filled in by the node that ran the script.
+    Foreign {
+        slot: usize,
+        found: String,
+        key: String,
+    },
     /// Nothing listens at the node's address.
     Refused(redis::RedisError),
     /// Any other failure of the connection or the server's answer.
@@ -37,11 +45,50 @@ impl Failure {
             Failure::NoPerm(error)
         } else if error.code() == Some("WRONGTYPE") {
             Failure::WrongType(error)
+        } else if let Some(foreign) = Failure::foreign(&error) {
+            foreign
         } else if error.is_connection_refusal() {
             Failure::Refused(error)
         } else {
             Failure::Other(error)
         }
+    }
+
+    /// A script's `FAIRLOCK_FOREIGN <slot> <type> ...` error.
+    fn foreign(error: &redis::RedisError) -> Option<Failure> {
+        if error.code() != Some(FOREIGN_CODE) {
+            return None;
+        }
+        let mut words = error.detail()?.split_whitespace();
+        let slot = words.next()?.parse().ok()?;
+        let found = words.next()?.to_owned();
+        Some(Failure::Foreign {
+            slot,
+            found,
+            key: String::new(),
+        })
+    }
+
+    /// Whether retrying cannot help: wrong credentials, no permission, or
+    /// data fairlock did not write.
+    fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            Failure::Auth(_) | Failure::NoPerm(_) | Failure::WrongType(_) | Failure::Foreign { .. }
+        )
+    }
+}
+
+/// The error code of the scripts' "data fairlock did not write".
+const FOREIGN_CODE: &str = "FAIRLOCK_FOREIGN";
+
+/// What fairlock keeps in `KEYS[slot]` of its scripts.
+fn expected(slot: usize) -> &'static str {
+    match slot {
+        1 => "the lock's value (a string)",
+        2 => "the queue of waiters (a sorted set)",
+        3 => "the prefix's fencing counter (a decimal integer below 2^63 - 1)",
+        _ => "a key of fairlock's",
     }
 }
 
@@ -60,6 +107,17 @@ impl NodeError {
         }
     }
 
+    /// Names the key of a [`Failure::Foreign`] from the keys of the script
+    /// that failed.
+    pub fn name_key(mut self, keys: &[&str]) -> Self {
+        if let Failure::Foreign { slot, key, .. } = &mut self.failure {
+            if let Some(name) = slot.checked_sub(1).and_then(|i| keys.get(i)) {
+                (*name).clone_into(key);
+            }
+        }
+        self
+    }
+
     /// The redis client's error behind this one, if any.
     pub fn redis_error(&self) -> Option<&redis::RedisError> {
         match &self.failure {
@@ -68,7 +126,7 @@ impl NodeError {
             | Failure::WrongType(e)
             | Failure::Refused(e)
             | Failure::Other(e) => Some(e),
-            Failure::NoAnswer(_) => None,
+            Failure::NoAnswer(_) | Failure::Foreign { .. } => None,
         }
     }
 
@@ -83,7 +141,35 @@ impl fmt::Display for NodeError {
         match &self.failure {
             Failure::NoAnswer(after) => write!(f, "{}: no answer within {after:?}", self.node),
             Failure::Refused(_) => write!(f, "{}: connection refused", self.node),
-            Failure::Auth(e) | Failure::NoPerm(e) | Failure::WrongType(e) | Failure::Other(e) => {
+            Failure::Foreign { slot, found, key } => {
+                let what = match found.as_str() {
+                    "string" if *slot == 3 => "a value that is not a fencing counter".to_owned(),
+                    "other" => "a value of another type".to_owned(),
+                    found => format!("a {found}"),
+                };
+                write!(
+                    f,
+                    "{}: key '{key}' holds {what}, where fairlock keeps {}: fairlock did not \
+                     write it. If nothing of yours uses it, remove it: redis-cli DEL '{key}'",
+                    self.node,
+                    expected(*slot),
+                )?;
+                if *slot == 3 {
+                    write!(
+                        f,
+                        " (tokens then start again from 1; where a resource checks fencing \
+                         tokens, SET it to a number above the last token it saw instead)"
+                    )?;
+                }
+                Ok(())
+            }
+            Failure::WrongType(e) => write!(
+                f,
+                "{}: {e} (a key under the prefix holds a type fairlock does not write; \
+                 `fairlock status` lists such keys)",
+                self.node
+            ),
+            Failure::Auth(e) | Failure::NoPerm(e) | Failure::Other(e) => {
                 write!(f, "{}: {e}", self.node)
             }
         }
@@ -111,16 +197,22 @@ const NOPERM_ADVICE: &str = "the Redis ACL user may not run this command or touc
      README's Production section";
 
 impl FailedOp {
-    /// The public error for a refusal (wrong credentials, no permission)
-    /// among the failures, if there is one: retrying would not help.
+    /// The public error for a refusal (wrong credentials, no permission,
+    /// data fairlock did not write) among the failures, if there is one:
+    /// retrying would not help.
     pub fn refusal(&mut self) -> Option<Error> {
-        let at = self
-            .errors
-            .iter()
-            .position(|e| matches!(e.failure, Failure::Auth(_) | Failure::NoPerm(_)))?;
+        let at = self.errors.iter().position(|e| e.failure.is_refusal())?;
         let node = self.errors.swap_remove(at);
         let no_perm = matches!(node.failure, Failure::NoPerm(_));
+        let auth = matches!(node.failure, Failure::Auth(_));
         let source: BoxError = Box::new(node);
+        if !no_perm && !auth {
+            return Some(Error::Backend {
+                backend: "redis",
+                op: self.op,
+                source,
+            });
+        }
         Some(if no_perm {
             Error::PermissionDenied {
                 backend: "redis",
@@ -175,6 +267,18 @@ impl From<FailedOp> for Error {
     }
 }
 
+/// Whether `e` is a refusal (see [`FailedOp::refusal`]): retrying the
+/// operation would not help.
+pub(crate) fn is_refusal(e: &Error) -> bool {
+    match e {
+        Error::Auth { .. } | Error::PermissionDenied { .. } => true,
+        Error::Backend { source, .. } => source
+            .downcast_ref::<NodeError>()
+            .is_some_and(|node| node.failure.is_refusal()),
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,6 +318,43 @@ mod tests {
             matches!(slow, Error::Backend { op: "lock", .. }),
             "{slow:?}"
         );
+    }
+
+    #[test]
+    fn foreign_data_is_a_refusal_naming_its_key() {
+        let script = redis::make_extension_error(
+            FOREIGN_CODE.to_owned(),
+            Some("2 other script: 0123, on @user_script:9.".to_owned()),
+        );
+        let keys = ["p:a", "p:a/_OWNERS_/queue", "p:_OWNERS_/fence"];
+        let node = NodeError::new("redis://h:1", Failure::classify(script)).name_key(&keys);
+        let text = node.to_string();
+        assert!(
+            text.contains(
+                "key 'p:a/_OWNERS_/queue' holds a value of another type, where fairlock keeps \
+                 the queue"
+            ) && text.ends_with("redis-cli DEL 'p:a/_OWNERS_/queue'"),
+            "{text}"
+        );
+        let slow = NodeError::new("redis://b:1", Failure::NoAnswer(Duration::from_millis(5)));
+        let err = Error::from(FailedOp {
+            op: "lock",
+            total: 3,
+            quorum: 2,
+            errors: vec![slow, node],
+        });
+        assert!(is_refusal(&err), "{err:?}");
+        assert!(format!("{err:?}").contains("p:a/_OWNERS_/queue"), "{err:?}");
+        let other = Error::from(FailedOp {
+            op: "lock",
+            total: 1,
+            quorum: 1,
+            errors: vec![NodeError::new(
+                "redis://h:1",
+                Failure::Other(answer("ERR x")),
+            )],
+        });
+        assert!(!is_refusal(&other), "{other:?}");
     }
 
     #[test]

@@ -11,6 +11,7 @@ use async_trait::async_trait;
 use super::attempt::{AttemptKind, LockAttempt, Round};
 use super::config::RedisConfig;
 use super::core::{Core, fair_redlock_unsupported};
+use super::error::is_refusal;
 use super::node::Nodes;
 use crate::backoff::{Backoff, jitter};
 use crate::fairness::Fairness;
@@ -115,7 +116,8 @@ impl RedisLocker {
 
 /// Waits in the queue until granted: a round, then a pause until a
 /// wake-up, the next poll, or the holder's expiry; node errors are retried
-/// for up to a TTL after the last round that reached a quorum.
+/// for up to a TTL after the last round that reached a quorum, but for
+/// refusals (see `FailedOp::refusal`), which end the wait at once.
 async fn lock(core: &Arc<Core>, ctx: &Context, key: &Key) -> Result<LockGuard> {
     let mut attempt = LockAttempt::new(core, key, AttemptKind::Lock);
     let notify = Arc::clone(&attempt.notify);
@@ -153,6 +155,9 @@ async fn lock(core: &Arc<Core>, ctx: &Context, key: &Key) -> Result<LockGuard> {
                     }
                 }
                 Err(e) => match last_ok {
+                    // Wrong credentials or data fairlock did not write:
+                    // another round would say the same.
+                    _ if is_refusal(&e) => return Err(e),
                     Some(at) if at.elapsed() < core.config.ttl() => {
                         // Refresh the queue record before it expires.
                         let wait = backoff.next_pause().min(core.poll());

@@ -25,6 +25,19 @@
 //! Waiters also re-check every `min(TTL/3, 1 s)` (and when the holder's key
 //! is due to expire), in case a message was lost.
 //!
+//! # Data fairlock did not write
+//! Anything under the prefix may have been written by someone else. A
+//! lock value that does not parse is someone else's lock (`try_lock`
+//! answers `Ok(None)`, `lock` waits; without a TTL it never expires). Queue
+//! members whose waiter record fairlock did not write (not a string, does
+//! not parse, never expires) or scored above 2^52 are skipped and dropped
+//! from the queue, so they neither get the lock nor block it. A lock or queue key of another type, or a fencing counter that
+//! cannot count, fails `lock` and `try_lock` at once with an error naming
+//! the key and the `redis-cli DEL` that removes it; unlock and the
+//! watchdog treat such a lock key as someone else's (the lock is lost) and
+//! such a queue as empty. [`RedisLocker::status`] lists all of these in
+//! [`crate::LockStatus::foreign`].
+//!
 //! # Redlock
 //! With several URLs, a lock is taken on all masters at once (each request
 //! bounded by the per-node timeout) and held if a majority granted it

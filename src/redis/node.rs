@@ -48,6 +48,7 @@ impl Node {
         let mut conn = self.conn.clone();
         self.request(self.timeout, invocation.invoke_async(&mut conn))
             .await
+            .map_err(|e| e.name_key(call.keys))
     }
 
     /// A plain command (for `status`), within the per-node timeout.

@@ -15,6 +15,15 @@
 //!   refresh, so dead waiters behind the head never keep it forever;
 //! - fence: one counter per prefix, incremented at every grant (the
 //!   fencing token).
+//!
+//! Anything under the prefix may have been written by someone else. A
+//! lock value that does not parse is someone else's lock; a queue member
+//! without a live record fairlock wrote, or scored above 2^52, is dropped
+//! from the queue (its own keys are left alone). A lock, queue or fence key of another type, or a
+//! fence that cannot count, makes an acquire fail before it writes
+//! anything, with the error `FAIRLOCK_FOREIGN <i> <other|string>` naming
+//! `KEYS[i]` (`string`: a fence that is a string but cannot count); the other scripts treat such a lock key as someone else's
+//! and such a queue as empty, so a holder can always release.
 
 use std::sync::LazyLock;
 
@@ -24,19 +33,90 @@ use redis::Script;
 const PRELUDE: &str = r"
 local lock, queue, fence = KEYS[1], KEYS[2], KEYS[3]
 
+-- Keys are read with the commands the README's minimal ACL grants (no
+-- TYPE): a key of another type answers GET or ZSCORE with an error.
+local function failed(reply) return type(reply) == 'table' and reply.err ~= nil end
+
+-- Fails the script naming KEYS[i] and the type found there, for a key
+-- that holds data fairlock did not write (the Rust side names the key).
+local function foreign(i, found)
+  error({err = 'FAIRLOCK_FOREIGN ' .. i .. ' ' .. found})
+end
+
+-- The lock's value; nil when free, false when the key holds another type
+-- (someone else's data: never read, overwritten or passed on).
+local function lock_value()
+  local value = redis.pcall('GET', lock)
+  if failed(value) then return false end
+  return value or nil
+end
+
+-- Whether the queue is absent or a sorted set.
+local function queue_ok() return not failed(redis.pcall('ZSCORE', queue, '')) end
+
 -- Splits a lock value into its token and owner (nil, nil for none).
 local function holder(value)
   if not value then return nil, nil end
   return string.match(value, '^(%d+) (.*)$')
 end
 
--- The first waiter whose record is alive, dropping dead ones on the way.
+-- Whether INCR on the fencing counter gives a next token: absent, or a
+-- decimal below Redis' 64-bit limit.
+local function fence_ok()
+  local v = redis.pcall('GET', fence)
+  if failed(v) then return false end
+  if not v then return true end
+  if v ~= '0' and not string.match(v, '^[1-9]%d*$') then return false end
+  return #v < 19 or (#v == 19 and v < '9223372036854775807')
+end
+
+-- Fails naming the first of lock, queue and fence that holds data
+-- fairlock did not write, before anything is written.
+local function check_keys()
+  if lock_value() == false then foreign(1, 'other') end
+  if not queue_ok() then foreign(2, 'other') end
+  if not fence_ok() then
+    if failed(redis.pcall('GET', fence)) then foreign(3, 'other') end
+    foreign(3, 'string')
+  end
+end
+
+-- The fields of the waiter record at `key` if fairlock wrote it: a string
+-- with a TTL, `<hub> <f|u> <record ttl ms> <owner>`. Otherwise nil, and
+-- whether something else is there.
+local function record(key)
+  local value = redis.pcall('GET', key)
+  if not value then return nil, false end
+  if not failed(value) and redis.call('PTTL', key) > 0 then
+    local hub, mode, ttl, owner = string.match(value, '^(%S+) ([fu]) ([1-9]%d*) (.*)$')
+    if hub and #ttl <= 9 then return {hub, mode, ttl, owner}, true end
+  end
+  return nil, true
+end
+
+-- Arrivals count from 1: members scored above 2^52 are not fairlock's (and
+-- adding 1 to such a score would not order a newcomer after it).
+local max_score = 4503599627370496
+local function drop_odd_scores()
+  while true do
+    local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
+    if not last[2] or tonumber(last[2]) <= max_score then return end
+    redis.call('ZREM', queue, last[1])
+  end
+end
+
+-- The first waiter of the queue with a live fairlock record, dropping from
+-- the queue the members with odd scores and those before it (dead waiters,
+-- and members someone else added; their keys are left alone). Nothing when
+-- the queue is not a sorted set: no fairlock waiter can be in it.
 local function head(waiters)
+  if not queue_ok() then return nil end
+  drop_odd_scores()
   while true do
     local first = redis.call('ZRANGE', queue, 0, 0)[1]
-    if not first then return nil, nil end
-    local record = redis.call('GET', waiters .. first)
-    if record then return first, record end
+    if not first then return nil end
+    local fields = record(waiters .. first)
+    if fields then return first, fields end
     redis.call('ZREM', queue, first)
   end
 end
@@ -50,12 +130,13 @@ end
 -- The lock is free: hand it to a fair head (it learns on its wake-up), or
 -- wake an unfair head to try. Exactly one waiter hears of it. A handoff
 -- lasts the head's record TTL (from its record) until the head confirms it
--- with an acquire, which renews it to the full TTL.
+-- with an acquire, which renews it to the full TTL. With a fencing counter
+-- that cannot count, a fair head is only woken: its acquire names the key.
 local function pass_on(waiters, wake)
-  local id, record = head(waiters)
+  local id, fields = head(waiters)
   if not id then return end
-  local hub, mode, ttl, owner = string.match(record, '^(%S+) (%S+) (%S+) (.*)$')
-  if mode == 'f' then
+  local hub, mode, ttl, owner = unpack(fields)
+  if mode == 'f' and fence_ok() then
     grant(owner, ttl)
     redis.call('ZREM', queue, id)
     redis.call('DEL', waiters .. id)
@@ -75,6 +156,7 @@ end
 /// returns `{1, token}` or `{0, pttl of the holder}`.
 const ACQUIRE: &str = r"
 local owner, ttl, mode, id, waiters, wake, hub, wttl, joined = unpack(ARGV)
+check_keys()
 local value = redis.call('GET', lock)
 if value then
   local token, who = holder(value)
@@ -99,6 +181,7 @@ else
 end
 if id ~= '' then
   if not redis.call('ZSCORE', queue, id) then
+    drop_odd_scores()
     local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
     local score = 1
     if last[2] then score = tonumber(last[2]) + 1 end
@@ -114,13 +197,20 @@ return {0, redis.call('PTTL', lock)}
 ";
 
 /// Releases the lock if `owner` holds it and passes it on; never touches
-/// another holder's key. `ARGV = [owner, waiters, wake]`; returns 1 if it
-/// was held by `owner`.
+/// another holder's key. `ARGV = [owner, waiters, wake, token]`, `token`
+/// the one this node gave `owner` (or `''`). Returns 1 if it was held by
+/// `owner`; 0 if the lock key is gone; 2 if a later grant holds it (a
+/// fairlock value with a greater token: this node's counter only grows);
+/// 3 if it holds anything else (someone else wrote it).
 const RELEASE: &str = r"
-local owner, waiters, wake = unpack(ARGV)
-local value = redis.call('GET', lock)
-local _, who = holder(value)
-if value and who ~= owner then return 0 end
+local owner, waiters, wake, mine = unpack(ARGV)
+local value = lock_value()
+if value == false then return 3 end
+local token, who = holder(value)
+if value and who ~= owner then
+  if token and tonumber(token) > (tonumber(mine or '') or 0) then return 2 end
+  return 3
+end
 if value then redis.call('DEL', lock) end
 pass_on(waiters, wake)
 if value then return 1 end
@@ -132,9 +222,11 @@ return 0
 /// it released a lock.
 const LEAVE: &str = r"
 local owner, id, waiters, wake = unpack(ARGV)
-local removed = redis.call('ZREM', queue, id)
+local removed = 0
+if queue_ok() then removed = redis.call('ZREM', queue, id) end
 redis.call('DEL', waiters .. id)
-local value = redis.call('GET', lock)
+local value = lock_value()
+if value == false then return 0 end
 if value then
   local _, who = holder(value)
   if who ~= owner then return 0 end
@@ -149,7 +241,7 @@ return 0
 /// The watchdog's extend: renews the TTL only if `owner` holds the lock.
 /// `ARGV = [owner, ttl ms]`; returns 1 if extended.
 const EXTEND: &str = r"
-local _, who = holder(redis.call('GET', lock))
+local _, who = holder(lock_value())
 if who ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', lock, ARGV[2])
 return 1
@@ -160,8 +252,8 @@ return 1
 /// `ARGV = [owner, token]`; returns 1 if raised. Keeps the key's TTL with
 /// `PTTL` + `PX` (not `KEEPTTL`, which needs Redis 6).
 const RAISE: &str = r"
-local _, who = holder(redis.call('GET', lock))
-if who ~= ARGV[1] then return 0 end
+local _, who = holder(lock_value())
+if who ~= ARGV[1] or not fence_ok() then return 0 end
 local pttl = redis.call('PTTL', lock)
 if pttl <= 0 then return 0 end
 if tonumber(redis.call('GET', fence) or '0') < tonumber(ARGV[2]) then
@@ -171,21 +263,65 @@ redis.call('SET', lock, ARGV[2] .. ' ' .. ARGV[1], 'PX', pttl)
 return 1
 ";
 
-/// Reads one lock: `ARGV = [waiters]`; returns
-/// `{lock value or '', pttl, id, record, id, record, ...}` with the live
-/// waiters in queue order. Changes nothing.
+/// Reads one lock: `ARGV = [waiters]`; returns `{lock value or '', pttl,
+/// lock, queue, fence, tag, id, record, tag, id, record, ...}`: `lock` is
+/// `''` (no key), `string` or `other` (another type); `queue` and `fence`
+/// are `''` for keys fairlock could have written, else `other` (another
+/// type; for the fence also a string that cannot count);
+/// then the queue in order, tag `w` for a live waiter with its record, tag
+/// `x` (and an empty record) for a member whose record fairlock did not
+/// write or whose score it would not give. Changes nothing.
 const STATUS: &str = r"
 local waiters = ARGV[1]
-local out = {redis.call('GET', lock) or '', redis.call('PTTL', lock)}
-for _, id in ipairs(redis.call('ZRANGE', queue, 0, -1)) do
-  local record = redis.call('GET', waiters .. id)
-  if record then
-    table.insert(out, id)
-    table.insert(out, record)
+local function state(ok) if ok then return '' end return 'other' end
+local value = lock_value()
+local lock_state = 'other'
+if value == nil then lock_state = '' elseif value then lock_state = 'string' end
+local out = {value or '', redis.call('PTTL', lock), lock_state, state(queue_ok()),
+  state(fence_ok())}
+if queue_ok() then
+  local members = redis.call('ZRANGE', queue, 0, -1, 'WITHSCORES')
+  for i = 1, #members, 2 do
+    local id = members[i]
+    local fields, found = record(waiters .. id)
+    if tonumber(members[i + 1]) > max_score then fields = nil end
+    if fields then
+      table.insert(out, 'w')
+      table.insert(out, id)
+      table.insert(out, table.concat(fields, ' '))
+    elseif found then
+      table.insert(out, 'x')
+      table.insert(out, id)
+      table.insert(out, '')
+    end
   end
 end
 return out
 ";
+
+/// What the release script found on one node (its answer, 0 to 3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// The lock key is gone (0).
+    Gone,
+    /// It was ours, and is released (1).
+    Ours,
+    /// A later grant holds it (2).
+    LaterGrant,
+    /// It holds anything else (3).
+    Other,
+}
+
+impl Released {
+    pub fn from_answer(answer: i64) -> Self {
+        match answer {
+            0 => Released::Gone,
+            1 => Released::Ours,
+            2 => Released::LaterGrant,
+            _ => Released::Other,
+        }
+    }
+}
 
 fn script(body: &str) -> Script {
     Script::new(&format!("{PRELUDE}{body}"))

@@ -12,8 +12,11 @@ use crate::{Key, LockHolder, LockStatus, LockWaiter, NodeCount, Owner, RESERVED_
 
 /// What one node says about one lock.
 struct NodeView {
-    value: String,
+    /// The lock key's value, when it is a string.
+    value: Option<String>,
     pttl: i64,
+    /// Keys on this node holding data fairlock did not write.
+    foreign: Vec<String>,
     waiters: Vec<(String, String)>,
 }
 
@@ -23,6 +26,14 @@ impl RedisLocker {
     /// nor waiters do not exist in Redis and are not listed. On Redlock the
     /// holder is the one holding the key on the most nodes, and the queue
     /// the longest among the nodes.
+    ///
+    /// Keys fairlock did not write are listed in
+    /// [`crate::LockStatus::foreign`]: a lock key of another type or whose
+    /// value does not parse (such a string is shown as the holder, with
+    /// fencing token 0), a queue that is not a sorted set, queue members
+    /// whose waiter record fairlock did not write (their record keys), a
+    /// fencing counter that cannot count. Remove them with `redis-cli DEL`
+    /// if nothing of yours uses them.
     ///
     /// # Examples
     /// ```no_run
@@ -52,14 +63,15 @@ impl RedisLocker {
         let mut locks = Vec::new();
         for name in names {
             let status = self.status_of(&prefix, &name).await?;
-            if status.holder.is_some() || !status.waiters.is_empty() {
+            if status.holder.is_some() || !status.waiters.is_empty() || !status.foreign.is_empty() {
                 locks.push(status);
             }
         }
         Ok(locks)
     }
 
-    /// The lock names that have keys under `prefix`, on any node.
+    /// The lock names that have keys under `prefix`, on any node (keys whose
+    /// names are not UTF-8 are passed over).
     async fn scan(&self, prefix: &str) -> Result<BTreeSet<String>> {
         let nodes = &self.inner().nodes;
         let pattern = format!("{}*", glob_escape(prefix));
@@ -77,9 +89,11 @@ impl RedisLocker {
                     .arg("COUNT")
                     .arg(1000)
                     .to_owned();
-                match node.query::<(String, Vec<String>)>(&cmd).await {
+                match node.query::<(String, Vec<Vec<u8>>)>(&cmd).await {
                     Ok((next, keys)) => {
-                        for k in keys {
+                        // A name that is not UTF-8 is no fairlock key (keys
+                        // are strings): passed over.
+                        for k in keys.into_iter().filter_map(|k| String::from_utf8(k).ok()) {
                             let Some(name) = k.strip_prefix(prefix) else {
                                 continue;
                             };
@@ -126,56 +140,88 @@ impl RedisLocker {
         let mut errors = Vec::new();
         for r in results {
             match r {
-                Ok(values) => views.push(parse_view(values)),
+                Ok(values) => views.push(parse_view(&layout, &values)),
                 Err(e) => errors.push(e),
             }
         }
         if views.len() < nodes.quorum {
             return Err(nodes.unavailable("status", errors));
         }
-        Ok(merge(name, &views, nodes.list.len()))
+        Ok(merge(name, &layout, &views, nodes.list.len()))
     }
 }
 
-fn parse_view(values: Vec<redis::Value>) -> NodeView {
-    let text = |v: &redis::Value| -> String {
-        redis::from_redis_value_ref::<String>(v).unwrap_or_default()
+/// Reads the status script's answer (see `scripts.rs`).
+fn parse_view(layout: &Layout, values: &[redis::Value]) -> NodeView {
+    let text = |v: Option<&redis::Value>| -> String {
+        v.and_then(|v| redis::from_redis_value_ref::<Vec<u8>>(v).ok())
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
     };
-    let mut it = values.iter();
-    let value = it.next().map(text).unwrap_or_default();
-    let pttl = it
-        .next()
+    let pttl = values
+        .get(1)
         .and_then(|v| redis::from_redis_value_ref::<i64>(v).ok())
         .unwrap_or(-2);
+    // "" (no key), "string", or "other" (another type); "" or "other".
+    let (lock, queue, fence) = (
+        text(values.get(2)),
+        text(values.get(3)),
+        text(values.get(4)),
+    );
+    let mut foreign = Vec::new();
+    for (state, key) in [
+        (lock.as_str(), &layout.lock),
+        (&queue, &layout.queue),
+        (&fence, &layout.fence),
+    ] {
+        if state == "other" {
+            foreign.push(key.clone());
+        }
+    }
     let mut waiters = Vec::new();
-    while let (Some(id), Some(record)) = (it.next(), it.next()) {
-        waiters.push((text(id), text(record)));
+    for entry in values.get(5..).unwrap_or_default().chunks(3) {
+        let (tag, id, record) = (text(entry.first()), text(entry.get(1)), text(entry.get(2)));
+        if tag == "w" {
+            waiters.push((id, record));
+        } else {
+            foreign.push(format!("{}{id}", layout.waiters));
+        }
     }
     NodeView {
-        value,
+        value: (lock == "string").then(|| text(values.first())),
         pttl,
+        foreign,
         waiters,
     }
 }
 
 /// One lock from the views of the nodes that answered, out of `total`.
-fn merge(name: &str, views: &[NodeView], total: usize) -> LockStatus {
+fn merge(name: &str, layout: &Layout, views: &[NodeView], total: usize) -> LockStatus {
     let mut counts: HashMap<&str, (usize, i64)> = HashMap::new();
-    for v in views.iter().filter(|v| !v.value.is_empty()) {
-        let entry = counts.entry(v.value.as_str()).or_insert((0, i64::MAX));
-        entry.0 += 1;
-        entry.1 = entry.1.min(v.pttl);
+    for v in views {
+        if let Some(value) = &v.value {
+            let entry = counts.entry(value.as_str()).or_insert((0, i64::MAX));
+            entry.0 += 1;
+            entry.1 = entry.1.min(v.pttl);
+        }
     }
+    let mut foreign: BTreeSet<String> = views.iter().flat_map(|v| v.foreign.clone()).collect();
     let holder = counts
         .into_iter()
         .max_by_key(|(value, (n, _))| (*n, *value))
-        .and_then(|(value, (nodes, pttl))| {
-            let (token, owner) = value.split_once(' ')?;
-            let mut holder =
-                LockHolder::new(Owner::parse(owner), token.parse().unwrap_or_default());
+        .map(|(value, (nodes, pttl))| {
+            // "<token> <owner>"; anything else is someone else's lock.
+            let parsed = value
+                .split_once(' ')
+                .and_then(|(token, owner)| Some((token.parse().ok()?, owner)));
+            let (token, owner) = parsed.unwrap_or_else(|| {
+                foreign.insert(layout.lock.clone());
+                (0, value)
+            });
+            let mut holder = LockHolder::new(Owner::parse(owner), token);
             holder.ttl_left = u64::try_from(pttl).ok().map(Duration::from_millis);
             holder.nodes = Some(NodeCount::new(nodes, total));
-            Some(holder)
+            holder
         });
     let waiters = views
         .iter()
@@ -197,6 +243,7 @@ fn merge(name: &str, views: &[NodeView], total: usize) -> LockStatus {
     let mut lock = LockStatus::new(name);
     lock.holder = holder;
     lock.waiters = waiters;
+    lock.foreign = foreign.into_iter().collect();
     lock
 }
 
@@ -218,8 +265,9 @@ mod tests {
 
     fn view(value: &str, pttl: i64, waiters: &[(&str, &str)]) -> NodeView {
         NodeView {
-            value: value.into(),
+            value: (!value.is_empty()).then(|| value.into()),
             pttl,
+            foreign: Vec::new(),
             waiters: waiters
                 .iter()
                 .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
@@ -239,7 +287,8 @@ mod tests {
             view(&format!("7 {owner}"), 800, &[]),
             view("", -2, &[]),
         ];
-        let lock = merge("a", &views, 3);
+        let layout = Layout::new("p:", &Key::from("a"));
+        let lock = merge("a", &layout, &views, 3);
         let holder = lock.holder.expect("holder");
         assert_eq!(holder.fencing_token, 7);
         assert_eq!(holder.nodes, Some(NodeCount::new(2, 3)));
@@ -249,6 +298,20 @@ mod tests {
         assert_eq!(lock.waiters.len(), 1);
         assert_eq!(lock.waiters[0].locker, "L2");
         assert!(lock.waiters[0].fair);
+        assert!(lock.foreign.is_empty());
+    }
+
+    #[test]
+    fn a_lock_value_that_does_not_parse_is_a_foreign_holder() {
+        let layout = Layout::new("p:", &Key::from("a"));
+        let mut odd = view("not a lock", -1, &[]);
+        odd.foreign.push(layout.queue.clone());
+        let lock = merge("a", &layout, &[odd], 1);
+        let holder = lock.holder.expect("holder");
+        assert_eq!(holder.fencing_token, 0);
+        assert_eq!(holder.ttl_left, None, "no TTL: it never expires");
+        assert_eq!(holder.owner.raw, "not a lock");
+        assert_eq!(lock.foreign, [layout.lock.clone(), layout.queue.clone()]);
     }
 
     #[test]

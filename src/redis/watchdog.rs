@@ -5,19 +5,21 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
+use futures_util::future::join_all;
 use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::core::Core;
 use super::node::Call;
-use super::scripts::{EXTEND_SCRIPT, RELEASE_SCRIPT};
+use super::scripts::{EXTEND_SCRIPT, RELEASE_SCRIPT, Released};
 use super::wire::LockKeys;
 use crate::backoff::{Backoff, jitter};
 use crate::loss::LossCell;
 use crate::{Error, Expiry, GuardRelease, Key, LockGuard, LossCause, Result, observe};
 
 /// Builds the guard of a grant whose acquire request was sent at
-/// `started`, and starts its watchdog. The local deadline (see
+/// `started`, given on the nodes of `granted` with their own tokens, and
+/// starts its watchdog. The local deadline (see
 /// [`RedisConfig::validity_left`](super::config::RedisConfig)) and the
 /// first extend both count from `started`.
 pub(crate) fn guard(
@@ -27,12 +29,17 @@ pub(crate) fn guard(
     owner: String,
     token: u64,
     started: Instant,
+    granted: &[(usize, u64)],
 ) -> LockGuard {
     let config = &core.config;
     let deadline = started + config.ttl() - config.drift() - config.margin();
     let lost = CancellationToken::new();
     let expiry = Expiry::new(deadline);
     let loss = LossCell::default();
+    let mut tokens = vec![String::new(); core.nodes.list.len()];
+    for (i, t) in granted {
+        tokens[*i] = t.to_string();
+    }
     let task = tokio::spawn(watch(
         Arc::clone(&core),
         keys.clone(),
@@ -47,6 +54,7 @@ pub(crate) fn guard(
         key: key.clone(),
         keys,
         owner,
+        tokens,
         expiry: expiry.clone(),
         lost: lost.clone(),
         loss,
@@ -123,6 +131,8 @@ struct HeldLock {
     key: Key,
     keys: LockKeys,
     owner: String,
+    /// The token each node gave (empty where none was given).
+    tokens: Vec<String>,
     expiry: Expiry,
     lost: CancellationToken,
     /// Why the watchdog declared the lock lost.
@@ -152,10 +162,12 @@ impl GuardRelease for HeldLock {
     /// expired anyway.
     ///
     /// A node whose earlier release got no answer (it timed out, yet Redis
-    /// may have applied it) and that later says "not held" counts as
+    /// may have applied it) and that later says the key is gone, or held by
+    /// a later grant (a greater token than this node gave us), counts as
     /// released, if that answer came before the guard's local deadline: the
     /// key could not have expired by then, so it was our own release that
-    /// removed it. Past the deadline it counts as lost.
+    /// removed it. Past the deadline it counts as lost, as does a key that
+    /// holds anything else: someone overwrote it before our release came.
     async fn release(self: Box<Self>) -> Result<()> {
         // Stop extending first: our own release is not a loss.
         self.watchdog.abort();
@@ -171,23 +183,29 @@ impl GuardRelease for HeldLock {
         // Nodes sent a release that got no answer.
         let mut unanswered = vec![false; nodes.list.len()];
         loop {
-            let results = nodes
-                .some::<i64>(&pending, || Call {
+            let results = join_all(pending.iter().map(|&i| {
+                nodes.list[i].run::<i64>(Call {
                     script: &RELEASE_SCRIPT,
                     keys: &script_keys,
                     args: vec![
                         self.owner.clone(),
                         self.keys.waiters.clone(),
                         self.keys.wake.clone(),
+                        self.tokens[i].clone(),
                     ],
                 })
-                .await;
+            }))
+            .await;
             let mut still = Vec::new();
             let mut errors = Vec::new();
             for (i, r) in pending.iter().zip(results) {
-                match r {
-                    Ok(1) => released += 1,
-                    Ok(_) if unanswered[*i] && !self.expiry.has_passed() => released += 1,
+                match r.map(Released::from_answer) {
+                    Ok(Released::Ours) => released += 1,
+                    Ok(Released::Gone | Released::LaterGrant)
+                        if unanswered[*i] && !self.expiry.has_passed() =>
+                    {
+                        released += 1;
+                    }
                     Ok(_) => {}
                     Err(e) => {
                         unanswered[*i] = true;

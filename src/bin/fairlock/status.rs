@@ -45,12 +45,13 @@ pub async fn run(config: BackendConfig, a: StatusArgs) -> u8 {
             None => println!("no locks are held or waited for under {prefix}"),
         }
     } else {
-        print!("{}", table(&locks));
+        print!("{}", table(&locks, config.backend()));
     }
     0
 }
 
-fn table(locks: &[LockStatus]) -> String {
+/// The table of `locks` on `backend` ("etcd", "redis").
+fn table(locks: &[LockStatus], backend: &str) -> String {
     let mut out = String::new();
     for lock in locks {
         match &lock.holder {
@@ -90,11 +91,20 @@ fn table(locks: &[LockStatus]) -> String {
             );
         }
         for key in &lock.foreign {
-            let _ = writeln!(
-                out,
-                "  ! {key:?} is not a fairlock waiter (no lease, or an unknown name): it is \
-                 ignored; remove it with: etcdctl del '{key}'"
-            );
+            let _ = if backend == "redis" {
+                writeln!(
+                    out,
+                    "  ! {key:?} holds data fairlock did not write: the lock counts as held \
+                     by someone else, or fails naming it; if nothing of yours uses it, remove \
+                     it with: redis-cli DEL '{key}'"
+                )
+            } else {
+                writeln!(
+                    out,
+                    "  ! {key:?} is not a fairlock waiter (no lease, or an unknown name): it is \
+                     ignored; remove it with: etcdctl del '{key}'"
+                )
+            };
         }
         queue(&mut out, &lock.waiters);
     }
@@ -130,7 +140,7 @@ mod tests {
     fn text_and_json_show_the_lease_alike() {
         let lease = LeaseId(0x390d_a204_9c11_9906);
         let lock = lock(Some(lease), None);
-        let text = table(std::slice::from_ref(&lock));
+        let text = table(std::slice::from_ref(&lock), "etcd");
         assert!(
             text.contains(", fencing token 12, lease 390da2049c119906, expires in 2.5s, asked "),
             "{text}"
@@ -157,14 +167,14 @@ mod tests {
 
     #[test]
     fn text_names_redlock_nodes_and_keys_without_a_lease() {
-        let text = table(&[lock(None, Some(NodeCount::new(2, 3)))]);
+        let text = table(&[lock(None, Some(NodeCount::new(2, 3)))], "redis");
         assert!(
             text.contains("expires in 2.5s, on 2 of 3 nodes, asked"),
             "{text}"
         );
-        let text = table(&[lock(None, Some(NodeCount::new(1, 1)))]);
+        let text = table(&[lock(None, Some(NodeCount::new(1, 1)))], "redis");
         assert!(!text.contains("nodes"), "{text}");
-        let text = table(&[lock(Some(LeaseId::NONE), None)]);
+        let text = table(&[lock(Some(LeaseId::NONE), None)], "etcd");
         assert!(text.contains("fencing token 12, expires"), "{text}");
         assert!(text.contains("the lock key has no lease"), "{text}");
     }
