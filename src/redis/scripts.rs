@@ -71,14 +71,17 @@ local function fence_ok()
 end
 
 -- Fails naming the first of lock, queue and fence that holds data
--- fairlock did not write, before anything is written.
+-- fairlock did not write, before anything is written; else returns the
+-- lock's value (nil when free).
 local function check_keys()
-  if lock_value() == false then foreign(1, 'other') end
+  local value = lock_value()
+  if value == false then foreign(1, 'other') end
   if not queue_ok() then foreign(2, 'other') end
   if not fence_ok() then
     if failed(redis.pcall('GET', fence)) then foreign(3, 'other') end
     foreign(3, 'string')
   end
+  return value
 end
 
 -- The fields of the waiter record at `key` if fairlock wrote it: a string
@@ -156,8 +159,7 @@ end
 /// returns `{1, token}` or `{0, pttl of the holder}`.
 const ACQUIRE: &str = r"
 local owner, ttl, mode, id, waiters, wake, hub, wttl, joined = unpack(ARGV)
-check_keys()
-local value = redis.call('GET', lock)
+local value = check_keys()
 if value then
   local token, who = holder(value)
   if who == owner then
