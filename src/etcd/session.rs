@@ -69,18 +69,26 @@ impl Lease {
         *self.renewed.borrow() > 0
     }
 
-    /// Waits until a renewal of it counted and its deadline is at least
-    /// `margin` away (`true`), or until it is lost (`false`). Not longer
-    /// than its deadline: the keepalive task ends the lease when that
-    /// passes.
+    /// `true` while it may be handed out: not lost, a renewal of it
+    /// counted, and its deadline at least `margin` away.
+    fn usable(&self, margin: Duration) -> bool {
+        !self.lost.is_cancelled()
+            && self.confirmed()
+            && self.expiry.deadline() >= Instant::now() + margin
+    }
+
+    /// Waits until it is [usable](Lease::usable) (`true`), or until it is
+    /// lost (`false`). Not longer than its deadline: the keepalive task
+    /// ends the lease when that passes.
     async fn ready(&self, margin: Duration) -> bool {
         let mut renewed = self.renewed.clone();
         loop {
-            let confirmed = *renewed.borrow_and_update() > 0;
+            // Renewals from here on wake the wait below.
+            renewed.mark_unchanged();
             if self.lost.is_cancelled() {
                 return false;
             }
-            if confirmed && self.expiry.deadline() >= Instant::now() + margin {
+            if self.usable(margin) {
                 return true;
             }
             tokio::select! {
@@ -174,6 +182,17 @@ impl Session {
     /// lease counted before its local deadline (it is not used, and
     /// expires in etcd).
     pub async fn lease(&self) -> EtcdResult<Arc<Lease>> {
+        // The common case, on every write: the current lease is usable, and
+        // the caller need not queue behind one that waits for a renewal.
+        if let Some(lease) = self
+            .current
+            .lock()
+            .await
+            .as_ref()
+            .filter(|l| l.usable(margin(l.ttl)))
+        {
+            return Ok(Arc::clone(lease));
+        }
         let _one = self.handing_out.lock().await;
         loop {
             let lease = {
