@@ -394,10 +394,23 @@ impl Cluster {
         let log = Arc::new(Mutex::new(VecDeque::new()));
         let (tx, rx) = mpsc::channel();
         let tail = Arc::clone(&log);
+        // With FAIRLOCK_CLUSTER_LOG=DIR, every line also goes to DIR/<name>.log
+        // (for reading an election after a fault run).
+        let mut copy = std::env::var_os("FAIRLOCK_CLUSTER_LOG").and_then(|dir| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(std::path::Path::new(&dir).join(format!("{}.log", m.name)))
+                .ok()
+        });
         // Read the log until etcd says it serves clients, and keep draining
         // it afterwards so etcd never blocks on a full pipe.
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(f) = copy.as_mut() {
+                    use std::io::Write as _;
+                    let _ = writeln!(f, "{line}");
+                }
                 if let Some(p) = line.strip_prefix("pid ") {
                     if let Ok(pid) = p.trim().parse::<u32>() {
                         let _ = tx.send(Ready::Pid(pid));
