@@ -136,7 +136,9 @@ pub(crate) fn retrying(site: Site, error: &Error, pause: Duration) {
     warn!(
         backend = site.backend,
         mode = site.mode,
-        error = %error,
+        // `Debug` adds the cause ("caused by: ..."): which member did not
+        // answer, or what it said.
+        error = ?error,
         pause_ms = millis(pause),
         "request failed; retrying"
     );
@@ -146,8 +148,12 @@ pub(crate) fn retrying(site: Site, error: &Error, pause: Duration) {
 /// A lease renewal (etcd keepalive, Redis extend) of `subject` failed; the
 /// lock is held until its local deadline unless a later renewal succeeds.
 #[cfg(any(feature = "etcd", feature = "redis"))]
-pub(crate) fn renewal_failed(backend: &'static str, subject: std::fmt::Arguments<'_>) {
-    warn!(backend, subject = %subject, "lease renewal failed; retrying until the lease deadline");
+pub(crate) fn renewal_failed(
+    backend: &'static str,
+    subject: std::fmt::Arguments<'_>,
+    why: &dyn std::fmt::Display,
+) {
+    warn!(backend, subject = %subject, why = %why, "lease renewal failed; retrying until the lease deadline");
 }
 
 /// A backend saw why `subject` (a lease, a lock key) was lost; each guard

@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::error::{EtcdError, EtcdResult};
-use super::request::request;
+use super::request::{hedged, request};
 use crate::loss::LossCell;
 use crate::{Expiry, LossCause, observe};
 
@@ -121,8 +121,14 @@ async fn renew(renewal: &Renewal, expiry: &Expiry, renewed: &watch::Sender<u64>)
             match tokio::time::timeout(period, lease_client.keep_alive(id)).await {
                 Ok(Ok(opened)) => opened,
                 Ok(Err(etcd_client::Error::LeaseKeepAliveError(_))) => return Ended::Gone,
-                _ => {
-                    observe::renewal_failed("etcd", format_args!("lease {id:x}"));
+                failed => {
+                    let why = match failed {
+                        Ok(Err(e)) => format!("opening the keepalive stream failed: {e}"),
+                        _ => {
+                            format!("opening the keepalive stream got no answer within {period:?}")
+                        }
+                    };
+                    observe::renewal_failed("etcd", format_args!("lease {id:x}"), &why);
                     tokio::time::sleep(retry).await;
                     continue;
                 }
@@ -149,14 +155,23 @@ async fn renew(renewal: &Renewal, expiry: &Expiry, renewed: &watch::Sender<u64>)
                             // Not confirmed (a new leader, or no answer to
                             // the read): try again soon rather than a
                             // period later.
-                            observe::renewal_failed("etcd", format_args!("lease {id:x}"));
+                            observe::renewal_failed(
+                                "etcd",
+                                format_args!("lease {id:x}"),
+                                &"no read confirmed it (answered in another raft term, or not at all)",
+                            );
                             pause = retry;
                         }
                     }
                 }
                 Ok(Ok(Some(_))) => return Ended::Gone, // etcd: the lease has expired
-                _ => {
-                    observe::renewal_failed("etcd", format_args!("lease {id:x}"));
+                failed => {
+                    let why = match failed {
+                        Ok(Err(e)) => format!("the keepalive stream failed: {e}"),
+                        Ok(Ok(None)) => "etcd closed the keepalive stream".to_string(),
+                        _ => format!("no answer within {period:?}"),
+                    };
+                    observe::renewal_failed("etcd", format_args!("lease {id:x}"), &why);
                     tokio::time::sleep(retry).await;
                     continue 'reconnect;
                 }
@@ -181,16 +196,16 @@ async fn counts(renewal: &Renewal, term: Option<u64>) -> Result<bool, EtcdError>
     }
 }
 
-/// The read that confirms a renewal, hedged: the client sends each request
-/// to a member picked at random, and one that went to a member cut off from
-/// the others (a connection that looks alive) waits out its whole limit,
-/// often longer than the lease has left. A second read is sent when the
-/// first has not answered within a third of the limit; the first answer
-/// counts, and a refusal ends it at once.
+/// The read that confirms a renewal, [hedged](hedged): the client sends
+/// each request to a member picked at random, and one that went to a member
+/// cut off from the others (a connection that looks alive) waits out its
+/// whole limit, often longer than the lease has left. A second read is sent
+/// when the first has not answered within a third of the limit; the first
+/// answer counts, and a refusal ends it at once.
 async fn confirming_read(renewal: &Renewal) -> EtcdResult<GetResponse> {
     // As long as a renewal's own answer may take, at most.
     let limit = renewal.timeout.min(renewal.ttl / 3);
-    let read = || {
+    hedged(limit / 3, || {
         let mut kv = renewal.client.kv_client();
         let key = renewal.check_key.clone();
         async move {
@@ -201,24 +216,8 @@ async fn confirming_read(renewal: &Renewal) -> EtcdResult<GetResponse> {
             )
             .await
         }
-    };
-    let first = read();
-    tokio::pin!(first);
-    if let Ok(answered) = tokio::time::timeout(limit / 3, &mut first).await {
-        return answered;
-    }
-    let second = read();
-    tokio::pin!(second);
-    tokio::select! {
-        r = &mut first => match r {
-            Err(e) if !e.is_refusal() => second.await,
-            r => r,
-        },
-        r = &mut second => match r {
-            Err(e) if !e.is_refusal() => first.await,
-            r => r,
-        },
-    }
+    })
+    .await
 }
 
 /// A renewal's term against the term of the read that followed it.

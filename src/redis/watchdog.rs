@@ -118,7 +118,15 @@ async fn extend_loop(core: &Core, keys: &LockKeys, owner: &str, started: Instant
             return; // held by nobody or someone else on a majority: lost
         } else {
             // Nodes did not answer: try again soon, until the deadline.
-            observe::renewal_failed("redis", format_args!("lock {}", keys.lock));
+            observe::renewal_failed(
+                "redis",
+                format_args!("lock {}", keys.lock),
+                &format_args!(
+                    "{extended} of {} nodes extended it; {} are needed",
+                    nodes.list.len(),
+                    nodes.quorum
+                ),
+            );
             let (first, _) = config.retry_delay();
             next = Instant::now() + (first * 2 + jitter(first)).min(period);
         }
