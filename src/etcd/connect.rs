@@ -24,6 +24,15 @@ enum Failure {
     Refused,
 }
 
+/// How often the connection pings a member, and how long it waits for the
+/// answer: a quarter of the TTL, at most 2 s (and not longer than a request
+/// may take).
+fn ping_every(config: &EtcdConfig) -> Duration {
+    (config.ttl() / 4)
+        .min(Duration::from_secs(2))
+        .min(config.request_timeout())
+}
+
 /// Connects and checks that etcd answers, within the connect timeout (and
 /// within [`REFUSED_GRACE`] when every endpoint refuses connections, unless
 /// the connect timeout was set: then a starting server is waited for).
@@ -37,7 +46,10 @@ pub(crate) async fn connect(config: &EtcdConfig) -> Result<Client> {
     };
     let mut options = ConnectOptions::new()
         .with_connect_timeout(timeout)
-        .with_keep_alive(Duration::from_secs(2), config.request_timeout())
+        // A connection to a member that stopped answering (cut off, or its
+        // host gone) is found dead within half a TTL, so the requests and
+        // watches on it move to another member before a lease could lapse.
+        .with_keep_alive(ping_every(config), ping_every(config))
         .with_keep_alive_while_idle(true)
         // A member cut off from its cluster ends our watches (we re-read)
         // instead of leaving them silent.
@@ -155,4 +167,27 @@ fn cause_text(err: &etcd_client::Error) -> String {
         cause = next;
     }
     cause.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::ping_every;
+    use crate::etcd::config::EtcdConfig;
+
+    fn config(ttl: u64, request_timeout_ms: u64) -> EtcdConfig {
+        EtcdConfig::new(["http://127.0.0.1:2379"])
+            .with_ttl(Duration::from_secs(ttl))
+            .with_request_timeout(Duration::from_millis(request_timeout_ms))
+    }
+
+    #[test]
+    fn a_dead_connection_is_found_within_half_a_ttl() {
+        // Pinged every quarter TTL and given as long to answer.
+        assert_eq!(ping_every(&config(2, 5_000)), Duration::from_millis(500));
+        // Never slower than every 2 s, nor longer than a request may take.
+        assert_eq!(ping_every(&config(60, 5_000)), Duration::from_secs(2));
+        assert_eq!(ping_every(&config(60, 1_000)), Duration::from_secs(1));
+    }
 }
