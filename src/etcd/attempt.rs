@@ -16,6 +16,14 @@ use super::slots::Slot;
 use super::state::LockerState;
 use crate::{Key, LockGuard};
 
+/// How many copies of a write may be sent.
+#[derive(Clone, Copy)]
+enum Copies {
+    One,
+    /// A second one if the first is slow to answer.
+    Hedged,
+}
+
 /// One attempt to take a lock.
 pub(crate) struct LockAttempt {
     pub state: Arc<LockerState>,
@@ -87,11 +95,36 @@ impl LockAttempt {
         lease: &Arc<Lease>,
         txn: Txn,
     ) -> EtcdResult<TxnResponse> {
+        self.send(op, lease, txn, Copies::One).await
+    }
+
+    /// [`LockAttempt::write`], hedged (see `request::hedged`): only for a
+    /// txn whose compares make a second or late copy fail harmlessly, such
+    /// as taking a free lock key.
+    pub async fn write_hedged(
+        &mut self,
+        op: &'static str,
+        lease: &Arc<Lease>,
+        txn: Txn,
+    ) -> EtcdResult<TxnResponse> {
+        self.send(op, lease, txn, Copies::Hedged).await
+    }
+
+    async fn send(
+        &mut self,
+        op: &'static str,
+        lease: &Arc<Lease>,
+        txn: Txn,
+        copies: Copies,
+    ) -> EtcdResult<TxnResponse> {
         self.lease = Some(Arc::clone(lease));
         let state = Arc::clone(&self.state);
-        let task = self
-            .inflight
-            .insert(tokio::spawn(async move { state.txn(op, txn).await }));
+        let task = self.inflight.insert(tokio::spawn(async move {
+            match copies {
+                Copies::One => state.txn(op, txn).await,
+                Copies::Hedged => state.txn_hedged(op, txn).await,
+            }
+        }));
         let result = task.await.unwrap_or_else(|e| {
             Err(EtcdError::Failed {
                 op,

@@ -104,7 +104,7 @@ impl Place<'_> {
             TxnOp::get(keys.lock.clone(), None),
             TxnOp::get(queue, Some(ahead)),
         ]);
-        let resp = self.state().txn("queue check", read).await?;
+        let resp = self.state().txn_hedged("queue check", read).await?;
         let since = revision(&resp);
         let first = |i| range_at(&resp, i).and_then(|g| g.kvs().first().cloned());
         let Some(mine) = first(0).filter(|kv| kv.create_revision() == self.my_rev) else {

@@ -182,7 +182,7 @@ pub(crate) async fn acquire(attempt: &mut LockAttempt, queue_key: &[u8]) -> Etcd
             }
             Step::Take => {
                 let txn = in_line.place(attempt).take();
-                let resp = Box::pin(attempt.write("acquire", &in_line.lease, txn)).await?;
+                let resp = Box::pin(attempt.write_hedged("acquire", &in_line.lease, txn)).await?;
                 if resp.succeeded() {
                     // Fair keeps its queue key until release (it heads the
                     // queue); unfair deleted it in the same txn.

@@ -9,7 +9,7 @@ use etcd_client::{Client, GetOptions, GetResponse, Txn, TxnResponse};
 use super::config::EtcdConfig;
 use super::error::{EtcdError, EtcdResult};
 use super::keys::LockKeys;
-use super::request::request;
+use super::request::{hedged, request};
 use super::session::{Lease, LeaseEnd, Session};
 use super::shared_watch::SharedWatches;
 use super::slots::Slots;
@@ -72,6 +72,19 @@ impl LockerState {
     ) -> EtcdResult<TxnResponse> {
         let mut kv = self.client.kv_client();
         request(op, timeout, kv.txn(txn)).await
+    }
+
+    /// A txn sent [hedged](hedged): a second copy goes out when the first
+    /// has not answered within a third of the request timeout. Only for
+    /// txns that are safe to send twice (see [`hedged`]).
+    pub async fn txn_hedged(&self, op: &'static str, txn: Txn) -> EtcdResult<TxnResponse> {
+        let timeout = self.config.request_timeout();
+        hedged(timeout / 3, || {
+            let mut kv = self.client.kv_client();
+            let txn = txn.clone();
+            async move { request(op, timeout, kv.txn(txn)).await }
+        })
+        .await
     }
 
     pub async fn get(
