@@ -112,8 +112,13 @@ mod tests {
             let delay = Duration::from_millis(delays[n]);
             let answer = match &answers[n] {
                 Ok(v) => Ok(*v),
-                Err(EtcdError::NoAnswer { op, after }) => Err(EtcdError::NoAnswer { op, after: *after }),
-                Err(_) => Err(EtcdError::Failed { op: "test", why: "refused".into() }),
+                Err(EtcdError::NoAnswer { op, after }) => {
+                    Err(EtcdError::NoAnswer { op, after: *after })
+                }
+                Err(_) => Err(EtcdError::Failed {
+                    op: "test",
+                    why: "refused".into(),
+                }),
             };
             async move {
                 tokio::time::sleep(delay).await;
@@ -125,11 +130,17 @@ mod tests {
     }
 
     fn no_answer() -> EtcdResult<u32> {
-        Err(EtcdError::NoAnswer { op: "test", after: AFTER })
+        Err(EtcdError::NoAnswer {
+            op: "test",
+            after: AFTER,
+        })
     }
 
     fn refused() -> EtcdResult<u32> {
-        Err(EtcdError::Failed { op: "test", why: "refused".into() })
+        Err(EtcdError::Failed {
+            op: "test",
+            why: "refused".into(),
+        })
     }
 
     #[tokio::test(start_paused = true)]
