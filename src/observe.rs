@@ -156,6 +156,13 @@ pub(crate) fn renewal_failed(
     warn!(backend, subject = %subject, why = %why, "lease renewal failed; retrying until the lease deadline");
 }
 
+/// A lease that lapsed here (no renewal counted for a TTL) but that etcd
+/// kept was renewed again: the locker's waiters keep their places.
+#[cfg(feature = "etcd")]
+pub(crate) fn lease_revived(backend: &'static str, subject: std::fmt::Arguments<'_>) {
+    warn!(backend, subject = %subject, "lease renewed again after it lapsed here; waiters keep their places");
+}
+
 /// A backend saw why `subject` (a lease, a lock key) was lost; each guard
 /// that held a lock through it also reports its own loss.
 #[cfg(any(feature = "etcd", feature = "redis"))]

@@ -86,6 +86,14 @@ impl LockAttempt {
             .is_some_and(|l| l.lost.is_cancelled() && !l.gone_in_etcd())
     }
 
+    /// From now on its writes are bound to `lease` (the same lease, revived
+    /// after it lapsed here: see `Session::revive`).
+    pub fn use_lease(&mut self, lease: &Arc<Lease>) {
+        if self.lease.as_ref().is_some_and(|l| l.id == lease.id) {
+            self.lease = Some(Arc::clone(lease));
+        }
+    }
+
     /// Sends a txn that may write this attempt's keys with `lease`. It runs
     /// as its own task: if the attempt is abandoned meanwhile, the cleanup
     /// first waits for it, so the write cannot land after the cleanup.

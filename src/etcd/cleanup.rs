@@ -44,7 +44,7 @@ pub(crate) async fn abandon(
             None => false,
         };
     let mut slot = written.slot.take();
-    let Some(lease) = written.lease.take() else {
+    let Some(mut lease) = written.lease.take() else {
         if let Some(slot) = slot {
             slot.free();
         }
@@ -69,7 +69,16 @@ pub(crate) async fn abandon(
                 }
                 return Ok(());
             }
-            Err(e) if lease.lost.is_cancelled() => return Err(e),
+            // Lost here: if waiters revived it (see `Session::revive`), its
+            // keys live on, so keep removing ours; if not, it is never
+            // revived and they expire with it.
+            Err(e) if lease.lost.is_cancelled() => {
+                uncertain = true;
+                match state.session.revived_or_refuse(&lease).await {
+                    Some(revived) => lease = revived,
+                    None => return Err(e),
+                }
+            }
             Err(_) => {
                 uncertain = true;
                 lease.pause(&mut backoff).await;

@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::keys::{LockKeys, Successor, is_waiter};
 use super::request::{request, retry_backoff};
+use super::revival::Holding;
 use super::session::{Lease, margin};
 use super::slots::Slot;
 use super::state::LockerState;
@@ -72,6 +73,9 @@ pub(crate) struct HeldLock {
     pub slot: Option<Slot>,
     /// Why the lock-key watch saw the lock lost.
     pub loss: LossCell,
+    /// Names this holding in the session's record (see `revival.rs`) until
+    /// a release leaves nothing of it in etcd.
+    pub holding: u64,
 }
 
 impl HeldLock {
@@ -98,7 +102,14 @@ impl HeldLock {
                 }))
             }
         };
+        let holding = state.session.hold(Holding {
+            lease: grant.lease.id,
+            lock: keys.lock.clone(),
+            token: grant.token,
+            queue: queue.clone(),
+        });
         HeldLock {
+            holding,
             state,
             key,
             keys,

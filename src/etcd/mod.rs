@@ -37,10 +37,13 @@
 //! - `keys.rs`: every etcd wire format: key layout, mode tags, owner
 //!   values, the passed-along successor list;
 //! - `connect.rs`: connecting, and its errors;
-//! - `renewal.rs`: a lease's keepalive task, which counts a renewal only
-//!   when a read confirms it; `session.rs`: the locker's session lease,
-//!   handed out once a renewal counted, and the local deadline behind
-//!   `LockGuard::is_held`;
+//! - `lease.rs`: a session lease as the locker sees it, and the local
+//!   deadline behind `LockGuard::is_held`; `renewal.rs`: a lease's
+//!   keepalive task, which counts a renewal only when a read confirms it;
+//!   `revival.rs`: the lock keys lost holdings leave on a lease that lapsed
+//!   here, deleted before it is renewed again; `session.rs`: the locker's
+//!   session lease, handed out once a renewal counted, and revived for its
+//!   waiters after it lapsed here only;
 //! - `watch.rs`: watches multiplexed on one stream; `shared_watch.rs`: the
 //!   long-lived ones reused across waits; `slots.rs`: the queue entry
 //!   names a locker reuses;
@@ -49,8 +52,8 @@
 //! - `release.rs`: unlock, handing the lock key to the next waiter;
 //! - `cleanup.rs`: removing what an abandoned attempt wrote;
 //! - `attempt.rs`: one call to `lock` or `try_lock` and its writes;
-//! - `place.rs`: a waiter's re-read of the queue; `queue.rs`: the wait in
-//!   line, as a state machine;
+//! - `place.rs`: a waiter's re-read of the queue; `waiting.rs`: what a
+//!   waiter listens to; `queue.rs`: the wait in line, as a state machine;
 //! - `retry.rs`: when to try a failed attempt again;
 //! - `locker.rs`: [`EtcdLocker`]; `fence.rs`: [`FencedTxn`]; `status.rs`:
 //!   [`EtcdLocker::status`].
@@ -64,6 +67,7 @@ mod error;
 mod fence;
 mod held;
 mod keys;
+mod lease;
 mod locker;
 mod place;
 mod queue;
@@ -71,12 +75,14 @@ mod release;
 mod renewal;
 mod request;
 mod retry;
+mod revival;
 mod secure;
 mod session;
 mod shared_watch;
 mod slots;
 mod state;
 mod status;
+mod waiting;
 mod watch;
 
 use std::sync::Arc;

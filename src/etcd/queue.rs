@@ -33,22 +33,19 @@
 //! re-read the queue (a [`Position`]), or try to take the lock key, until
 //! a [`Grant`].
 
-use std::pin::Pin;
 use std::sync::Arc;
 
 use etcd_client::{Compare, CompareOp, Txn};
-use tokio::time::Sleep;
 
 use super::attempt::LockAttempt;
 use super::error::{EtcdError, EtcdResult};
 use super::held::{Behind, Grant};
-use super::keys::{passed_along, prefix_end};
+use super::keys::prefix_end;
 use super::place::{Place, Position};
-use super::request::{put_leased, revision};
+use super::request::{put_leased, retry_backoff, revision};
 use super::session::{Lease, margin};
 use super::shared_watch::Listener;
-use super::watch::{Subscription, WatchMsg};
-use crate::fairness::Fairness;
+use super::waiting::{Signal, Watching};
 use crate::{Error, observe};
 
 /// The outcome of the enqueue txn.
@@ -93,28 +90,6 @@ enum Read {
     Patient,
 }
 
-/// What ended a wait.
-enum Signal {
-    /// Fair: the releasing holder handed us the lock key.
-    Handed { token: i64, behind: Behind },
-    /// Unfair: the lock key was freed for us.
-    Woken,
-    /// What we watch changed, or the watch restarted: re-read.
-    Changed,
-    /// Patience ran out with nothing to watch yet: re-read.
-    Patient,
-}
-
-/// What a waiter listens to: its locker's watch of its own queue keys, and
-/// once patient, the deletion of `target` (its predecessor or the lock key).
-struct Watching {
-    own: Listener,
-    /// What to watch once patient, and from which revision: learnt by the
-    /// first re-read (the enqueue reads nothing, to stay O(1) in etcd).
-    target: Option<(Vec<u8>, i64)>,
-    sub: Option<Subscription>,
-}
-
 /// Waits in the queue until granted; `queue_key` is the attempt's queue
 /// key. Request futures and the enqueue are awaited boxed (`Box::pin`):
 /// this future lives as long as a lock waits.
@@ -130,14 +105,10 @@ pub(crate) async fn acquire(attempt: &mut LockAttempt, queue_key: &[u8]) -> Etcd
     };
     observe::queued(None);
     let state = Arc::clone(&attempt.state);
-    let mut watching = Watching {
-        own,
-        target: None,
-        sub: None,
-    };
+    let mut watching = Watching::new(own);
     let patience = tokio::time::sleep(margin(state.config.ttl()));
     tokio::pin!(patience);
-    let in_line = InLine {
+    let mut in_line = InLine {
         queue_key,
         my_rev,
         lease,
@@ -147,59 +118,95 @@ pub(crate) async fn acquire(attempt: &mut LockAttempt, queue_key: &[u8]) -> Etcd
         OwnWatch::OpenedAfter => Step::Read(Read::Again),
     };
     let grant = loop {
-        step = match step {
-            Step::Listen => {
-                let place = in_line.place(attempt);
-                match watching.signal(&place, patience.as_mut()).await? {
-                    Signal::Handed { token, behind } => {
-                        break in_line.grant(token, Some(my_rev), behind);
+        let grant = loop {
+            step = match step {
+                Step::Listen => {
+                    let place = in_line.place(attempt);
+                    let signal = match watching.signal(&place, patience.as_mut()).await {
+                        Ok(signal) => signal,
+                        Err(_) if in_line.revive(attempt).await => Signal::Changed,
+                        Err(e) => return Err(e),
+                    };
+                    match signal {
+                        Signal::Handed { token, behind } => {
+                            break in_line.grant(token, Some(my_rev), behind);
+                        }
+                        Signal::Woken => Step::Take,
+                        Signal::Changed => Step::Read(Read::Again),
+                        Signal::Patient => Step::Read(Read::Patient),
+                        Signal::LeaseLost if in_line.revive(attempt).await => {
+                            Step::Read(Read::Again)
+                        }
+                        Signal::LeaseLost => return Err(lease_lost(attempt)),
                     }
-                    Signal::Woken => Step::Take,
-                    Signal::Changed => Step::Read(Read::Again),
-                    Signal::Patient => Step::Read(Read::Patient),
                 }
-            }
-            Step::Read(read) => {
-                let place = in_line.place(attempt);
-                let position = match read {
-                    Read::Patient => {
-                        let _permit = state.watches.rereads.acquire().await;
-                        Box::pin(place.check_until_answered()).await?
+                Step::Read(read) => {
+                    let place = in_line.place(attempt);
+                    let checked = match read {
+                        Read::Patient => {
+                            let _permit = state.watches.rereads.acquire().await;
+                            Box::pin(place.check_until_answered()).await
+                        }
+                        Read::Again => Box::pin(place.check_until_answered()).await,
+                    };
+                    let position = match checked {
+                        Ok(position) => position,
+                        // The check gave up because the lease was lost here.
+                        Err(_) if in_line.revive(attempt).await => {
+                            step = Step::Read(Read::Again);
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    };
+                    match position {
+                        Position::Granted { token, behind } => {
+                            break in_line.grant(token, Some(my_rev), behind);
+                        }
+                        Position::Gone => return Err(session_lost(attempt)),
+                        Position::Wait { target, since } => {
+                            watching.follow(target, since);
+                            Step::Listen
+                        }
+                        Position::Free => Step::Take,
                     }
-                    Read::Again => Box::pin(place.check_until_answered()).await?,
-                };
-                match position {
-                    Position::Granted { token, behind } => {
-                        break in_line.grant(token, Some(my_rev), behind);
-                    }
-                    Position::Gone => return Err(session_lost(attempt)),
-                    Position::Wait { target, since } => {
-                        watching.follow(target, since);
-                        Step::Listen
-                    }
-                    Position::Free => Step::Take,
                 }
-            }
-            Step::Take => {
-                let txn = in_line.place(attempt).take();
-                let resp = Box::pin(attempt.write_hedged("acquire", &in_line.lease, txn)).await?;
-                if resp.succeeded() {
-                    // Fair keeps its queue key until release (it heads the
-                    // queue); unfair deleted it in the same txn.
-                    let queue_rev = state.fairness.is_fair().then_some(my_rev);
-                    break in_line.grant(revision(&resp), queue_rev, Behind::LookUp);
+                Step::Take => {
+                    let txn = in_line.place(attempt).take();
+                    let lease = Arc::clone(&in_line.lease);
+                    let resp = match Box::pin(attempt.write_hedged("acquire", &lease, txn)).await {
+                        Ok(resp) => resp,
+                        // Its compares make a late copy harmless: re-read.
+                        Err(_) if in_line.revive(attempt).await => {
+                            step = Step::Read(Read::Again);
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    };
+                    if resp.succeeded() {
+                        // Fair keeps its queue key until release (it heads the
+                        // queue); unfair deleted it in the same txn.
+                        let queue_rev = state.fairness.is_fair().then_some(my_rev);
+                        break in_line.grant(revision(&resp), queue_rev, Behind::LookUp);
+                    }
+                    // Someone barged in, or we are no longer queued: re-read.
+                    Step::Read(Read::Again)
                 }
-                // Someone barged in, or we are no longer queued: re-read.
-                Step::Read(Read::Again)
-            }
+            };
         };
-    };
-    drop(watching);
-    if grant.lease.lost.is_cancelled() || grant.lease.expiry.has_passed() {
         // Never report a lock held on a lease we know or presume gone (etcd
         // #11456): e.g. this process was paused past its TTL while queued.
-        return Err(session_lost(attempt));
-    }
+        // A lease renewed again after it lapsed here is as good as new:
+        // re-read to be granted on it.
+        if grant.lease.lost.is_cancelled() || grant.lease.expiry.has_passed() {
+            if in_line.revive(attempt).await {
+                step = Step::Read(Read::Again);
+                continue;
+            }
+            return Err(session_lost(attempt));
+        }
+        break grant;
+    };
+    drop(watching);
     Ok(grant)
 }
 
@@ -221,6 +228,22 @@ impl InLine<'_> {
         }
     }
 
+    /// After the lease was lost here: `true` if the session renewed it
+    /// again (etcd kept it, see `Session::revive`), so that the waiter keeps
+    /// its place in line; `false` if it was not lost, or is gone.
+    async fn revive(&mut self, attempt: &mut LockAttempt) -> bool {
+        if !self.lease.lost.is_cancelled() {
+            return false;
+        }
+        let Some(lease) = Box::pin(attempt.state.session.revive(&self.lease)).await else {
+            return false;
+        };
+        observe::lease_revived("etcd", format_args!("lease {:x}", lease.id));
+        attempt.use_lease(&lease);
+        self.lease = lease;
+        true
+    }
+
     fn grant(&self, token: i64, queue_rev: Option<i64>, behind: Behind) -> Grant {
         Grant {
             token,
@@ -228,90 +251,6 @@ impl InLine<'_> {
             behind,
             lease: Arc::clone(&self.lease),
         }
-    }
-}
-
-impl Watching {
-    /// Waits for the next signal. Once `patience` has run out, also
-    /// watches the target (or, with none known yet, asks for a read).
-    async fn signal(
-        &mut self,
-        place: &Place<'_>,
-        mut patience: Pin<&mut Sleep>,
-    ) -> EtcdResult<Signal> {
-        if patience.is_elapsed() && self.sub.is_none() {
-            match &self.target {
-                Some((key, since)) => self.sub = Some(Box::pin(place.watch(key, *since)).await?),
-                None => return Ok(Signal::Patient),
-            }
-        }
-        let (attempt, my_rev) = (place.attempt, place.my_rev);
-        loop {
-            tokio::select! {
-                msg = self.own.recv() => match msg {
-                    WatchMsg::Events { events } => {
-                        let mut woken = false;
-                        // Our queue key's name may have been used before
-                        // (see `slots.rs`): only changes after our enqueue
-                        // are ours.
-                        // The watch sends puts only (see `shared_watch.rs`): a
-                        // queue key that vanishes is found by the lease's loss
-                        // or the patient re-read.
-                        for ev in events.iter().filter(|e| e.key == place.queue_key && e.mod_revision > my_rev) {
-                            if ev.create_revision == my_rev {
-                                match attempt.state.fairness {
-                                    Fairness::Fair => {
-                                        let passed = passed_along(&attempt.keys, &attempt.value, &ev.value);
-                                        return Ok(Signal::Handed {
-                                            token: ev.mod_revision,
-                                            behind: Behind::Passed(passed),
-                                        });
-                                    }
-                                    Fairness::Unfair => woken = true,
-                                }
-                            }
-                        }
-                        if woken {
-                            return Ok(Signal::Woken);
-                        }
-                    }
-                    WatchMsg::Ended(_) => {
-                        self.own = Box::pin(listen_own(attempt)).await?;
-                        return Ok(Signal::Changed);
-                    }
-                    WatchMsg::Created => {}
-                },
-                () = place.lease.lost.cancelled() => return Err(Error::SessionLost {
-                    key: attempt.key.to_string(),
-                    reason: "the session lease could not be renewed for a whole TTL".into(),
-                }.into()),
-                () = &mut patience, if self.sub.is_none() => match &self.target {
-                    Some((key, since)) => self.sub = Some(Box::pin(place.watch(key, *since)).await?),
-                    None => return Ok(Signal::Patient),
-                },
-                msg = next_msg(&mut self.sub) => match msg {
-                    WatchMsg::Events { events } => {
-                        let gone = self.target.as_ref().map(|t| t.0.as_slice());
-                        if events.iter().any(|e| !e.put && Some(e.key.as_slice()) == gone) {
-                            return Ok(Signal::Changed);
-                        }
-                    }
-                    WatchMsg::Ended(_) => {
-                        self.sub = None;
-                        return Ok(Signal::Changed);
-                    }
-                    WatchMsg::Created => {}
-                },
-            }
-        }
-    }
-
-    /// Watches `target` from revision `since` from now on (once patient).
-    fn follow(&mut self, target: Vec<u8>, since: i64) {
-        if self.target.as_ref().is_none_or(|(old, _)| *old != target) {
-            self.sub = None; // watch the new target (once patient)
-        }
-        self.target = Some((target, since));
     }
 }
 
@@ -358,10 +297,22 @@ async fn enqueue(attempt: &mut LockAttempt, queue_key: &[u8]) -> EtcdResult<Enqu
             state.watches.touch(&own_prefix, Some(&own_end)).await;
             (listener, OwnWatch::WasOpen)
         }
-        None => (
-            Box::pin(state.watches.listen(&own_prefix, Some(&own_end))).await?,
-            OwnWatch::OpenedAfter,
-        ),
+        None => {
+            // We are in line now: a watch that fails to open for a reason
+            // that may pass (a member cut off) is opened again rather than
+            // costing the place.
+            let mut backoff = retry_backoff();
+            let listener = loop {
+                match Box::pin(state.watches.listen(&own_prefix, Some(&own_end))).await {
+                    Ok(listener) => break listener,
+                    Err(e) if e.is_transient() && !lease.lost.is_cancelled() => {
+                        lease.pause(&mut backoff).await;
+                    }
+                    Err(e) => return Err(e),
+                }
+            };
+            (listener, OwnWatch::OpenedAfter)
+        }
     };
     Ok(Enqueued::Queued {
         my_rev,
@@ -371,23 +322,11 @@ async fn enqueue(attempt: &mut LockAttempt, queue_key: &[u8]) -> EtcdResult<Enqu
     })
 }
 
-/// Subscribes anew to the locker's watch of its own queue keys.
-async fn listen_own(attempt: &LockAttempt) -> EtcdResult<Listener> {
-    let own_prefix = attempt.keys.locker_queue(&attempt.state.id);
-    let own_end = prefix_end(&own_prefix);
-    attempt
-        .state
-        .watches
-        .listen(&own_prefix, Some(&own_end))
-        .await
-}
-
-/// The next message of an open subscription; never ready without one.
-async fn next_msg(sub: &mut Option<Subscription>) -> WatchMsg {
-    match sub {
-        Some(sub) => sub.recv().await,
-        None => std::future::pending().await,
-    }
+fn lease_lost(attempt: &LockAttempt) -> EtcdError {
+    EtcdError::Public(Error::SessionLost {
+        key: attempt.key.to_string(),
+        reason: "the session lease could not be renewed for a whole TTL".into(),
+    })
 }
 
 fn session_lost(attempt: &LockAttempt) -> EtcdError {

@@ -91,6 +91,11 @@ pub(crate) async fn release(mut held: HeldLock) -> EtcdResult<()> {
                 slot.free();
             }
         }
+        if queue_key_deleted {
+            // Nothing of this holding is left in etcd: the lock key was
+            // released or is someone else's, and our queue key is gone.
+            held.state.session.released(held.holding);
+        }
         match outcome {
             Ok(()) => return Ok(()),
             // Our lease is alive, so the key cannot have expired: the token

@@ -1,5 +1,7 @@
-//! The session lease: one per locker, kept alive by a background task and
-//! shared by every key the locker holds or waits for.
+//! Handing out the session lease, one per locker and shared by every key
+//! it holds or waits for: granted on first use, renewed by a background
+//! task (`renewal.rs`), and renewed again after it lapsed here only
+//! (`revival.rs`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -7,132 +9,15 @@ use std::time::{Duration, Instant};
 
 use etcd_client::Client;
 use tokio::sync::{Mutex, watch};
-use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::error::{EtcdError, EtcdResult};
+use super::error::EtcdResult;
+pub(crate) use super::lease::{Lease, LeaseEnd, margin};
 use super::renewal::{Renewal, Signals, keep_alive};
 use super::request::{request, retry_backoff};
-use crate::backoff::Backoff;
+use super::revival::{self, Holding, Leftovers};
 use crate::loss::LossCell;
 use crate::{Expiry, LossCause};
-
-/// A granted lease and the task renewing it.
-pub(crate) struct Lease {
-    pub id: i64,
-    /// The TTL etcd granted.
-    ttl: Duration,
-    /// Cancelled once the lease is known or presumed expired, or the read
-    /// confirming its first renewal was refused.
-    pub lost: CancellationToken,
-    /// The last instant the lease is known alive (see [`margin`]).
-    pub expiry: Expiry,
-    /// Why the lease was lost: [`LossCause::LeaseEnded`] when etcd said it
-    /// does not exist (revoked or expired), [`LossCause::Expired`] when the
-    /// local deadline passed without an acknowledged renewal.
-    pub loss: LossCell,
-    /// Set when etcd said the lease does not exist, whatever was recorded
-    /// as the loss cause before (the local deadline may have passed first).
-    gone: Arc<AtomicBool>,
-    /// The number of renewals that counted (see `renewal.rs`).
-    renewed: watch::Receiver<u64>,
-    /// Why the renewals ended before one counted: the confirming read was
-    /// refused.
-    refused: Arc<std::sync::Mutex<Option<EtcdError>>>,
-    /// When the grant was asked for.
-    asked: Instant,
-    keepalive: AbortHandle,
-}
-
-/// A tenth of the TTL, at most one second: how much earlier than etcd the
-/// local deadline ends, and how long a waiter waits before it also watches
-/// its predecessor (see `queue.rs`). Deadlines already count from when a
-/// renewal was sent, not when it was answered; the margin covers
-/// clock-rate drift and the time a holder needs to act on `is_held`.
-pub(crate) fn margin(ttl: Duration) -> Duration {
-    (ttl / 10).min(Duration::from_secs(1))
-}
-
-/// Why a lease is given up.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum LeaseEnd {
-    /// etcd said it does not exist (revoked or expired).
-    GoneInEtcd,
-    /// A write bound to it got no answer: it is no longer renewed, so
-    /// whatever that write may still create expires within the TTL.
-    Distrusted,
-}
-
-impl Lease {
-    /// `true` once a renewal of it counted.
-    fn confirmed(&self) -> bool {
-        *self.renewed.borrow() > 0
-    }
-
-    /// `true` while it may be handed out: not lost, a renewal of it
-    /// counted, and its deadline at least `margin` away.
-    fn usable(&self, margin: Duration) -> bool {
-        !self.lost.is_cancelled()
-            && self.confirmed()
-            && self.expiry.deadline() >= Instant::now() + margin
-    }
-
-    /// Waits until it is [usable](Lease::usable) (`true`), or until it is
-    /// lost (`false`). Not longer than its deadline: the keepalive task
-    /// ends the lease when that passes.
-    async fn ready(&self, margin: Duration) -> bool {
-        let mut renewed = self.renewed.clone();
-        loop {
-            // Renewals from here on wake the wait below.
-            renewed.mark_unchanged();
-            if self.lost.is_cancelled() {
-                return false;
-            }
-            if self.usable(margin) {
-                return true;
-            }
-            tokio::select! {
-                changed = renewed.changed() => {
-                    if changed.is_err() {
-                        // The keepalive task ended; it cancels `lost` last.
-                        self.lost.cancelled().await;
-                    }
-                }
-                () = self.lost.cancelled() => {}
-            }
-        }
-    }
-
-    /// The error for a lease none of whose renewals counted before it was
-    /// lost: the refusal of the confirming read if that ended it.
-    fn unconfirmed(&self) -> EtcdError {
-        let refused = self.refused.lock().ok().and_then(|mut r| r.take());
-        refused.unwrap_or(EtcdError::Unconfirmed {
-            id: self.id,
-            within: self.asked.elapsed(),
-        })
-    }
-
-    /// `true` once etcd said the lease does not exist.
-    pub fn gone_in_etcd(&self) -> bool {
-        self.gone.load(Ordering::Acquire)
-    }
-
-    /// Pauses before retrying a failed request, as long as `backoff`
-    /// says; cut short when the lease is lost.
-    pub async fn pause(&self, backoff: &mut Backoff) {
-        tokio::select! {
-            () = backoff.sleep() => {}
-            () = self.lost.cancelled() => {}
-        }
-    }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        self.keepalive.abort();
-    }
-}
 
 /// Hands out the current lease, granting a new one when the old was lost.
 pub(crate) struct Session {
@@ -143,9 +28,12 @@ pub(crate) struct Session {
     /// renewal (see `renewal.rs`).
     check_key: Vec<u8>,
     current: Mutex<Option<Arc<Lease>>>,
-    /// Held by the one [`Session::lease`] call that waits for a lease to
-    /// be ready; `current` is held only to read or replace it.
+    /// Held by the one [`Session::lease`] or [`Session::revive`] call that
+    /// waits for a lease to be ready; `current` is held only to read or
+    /// replace it.
     handing_out: Mutex<()>,
+    /// What stands in the way of reviving the current lease.
+    leftovers: std::sync::Mutex<Leftovers>,
 }
 
 impl Session {
@@ -162,6 +50,7 @@ impl Session {
             check_key,
             current: Mutex::new(None),
             handing_out: Mutex::new(()),
+            leftovers: std::sync::Mutex::default(),
         }
     }
 
@@ -199,7 +88,11 @@ impl Session {
                 let mut current = self.current.lock().await;
                 match current.as_ref().filter(|l| !l.lost.is_cancelled()) {
                     Some(lease) => Arc::clone(lease),
-                    None => current.insert(Arc::new(self.grant().await?)).clone(),
+                    None => {
+                        let lease = current.insert(Arc::new(self.grant().await?)).clone();
+                        self.leftovers().keep_only(lease.id);
+                        lease
+                    }
                 }
             };
             if lease.ready(margin(lease.ttl)).await {
@@ -227,8 +120,14 @@ impl Session {
             client.lease_grant(self.ttl_secs, None),
         )
         .await?;
-        let id = granted.id();
         let ttl = Duration::from_secs(granted.ttl().max(1).unsigned_abs());
+        Ok(self.renew(granted.id(), ttl, asked))
+    }
+
+    /// Starts renewing lease `id` (granted, or revived) with `ttl`, asked
+    /// for at `asked`: its deadline is a TTL after that until a renewal
+    /// counts.
+    fn renew(&self, id: i64, ttl: Duration, asked: Instant) -> Lease {
         let (renewed, renewals) = watch::channel(0);
         let signals = Signals {
             lost: CancellationToken::new(),
@@ -246,7 +145,7 @@ impl Session {
             check_key: self.check_key.clone(),
             timeout: self.request_timeout,
         };
-        let lease = Lease {
+        Lease {
             id,
             ttl,
             asked,
@@ -257,8 +156,7 @@ impl Session {
             renewed: renewals,
             refused: Arc::clone(&signals.refused),
             keepalive: tokio::spawn(keep_alive(renewal, signals)).abort_handle(),
-        };
-        Ok(lease)
+        }
     }
 
     /// The current lease id, without granting one.
@@ -269,12 +167,101 @@ impl Session {
     /// Marks `id` lost, so the next attempt grants a fresh one.
     pub async fn forget(&self, id: i64, why: LeaseEnd) {
         let current = self.current.lock().await;
+        if why == LeaseEnd::Distrusted {
+            self.leftovers().refuse(id);
+        }
         if let Some(lease) = current.as_ref().filter(|l| l.id == id) {
             if why == LeaseEnd::GoneInEtcd {
                 lease.gone.store(true, Ordering::Release);
                 lease.loss.record(LossCause::LeaseEnded);
             }
             lease.lost.cancel();
+        }
+    }
+
+    fn leftovers(&self) -> std::sync::MutexGuard<'_, Leftovers> {
+        self.leftovers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records a lock held on lease `holding.lease`, until
+    /// [`Session::released`]: a revival of that lease deletes its keys.
+    pub fn hold(&self, holding: Holding) -> u64 {
+        self.leftovers().hold(holding)
+    }
+
+    /// The holding `id` (see [`Session::hold`]) left nothing in etcd.
+    pub fn released(&self, id: u64) {
+        self.leftovers().released(id);
+    }
+
+    /// `old` was lost here but may live on in etcd: the lease that replaced
+    /// it if [`Session::revive`] did so; otherwise `old` is never revived
+    /// (its user could not remove its keys, and they must expire with it).
+    pub async fn revived_or_refuse(&self, old: &Lease) -> Option<Arc<Lease>> {
+        let current = self.current.lock().await;
+        match current.as_ref() {
+            Some(lease) if lease.id == old.id && !lease.lost.is_cancelled() => {
+                Some(Arc::clone(lease))
+            }
+            _ => {
+                self.leftovers().refuse(old.id);
+                None
+            }
+        }
+    }
+
+    /// Renews `old` again, after it lapsed here (no renewal counted for a
+    /// TTL, e.g. while the cluster had no leader) but not in etcd, so that
+    /// the waiters on it keep their places in line. Every lock held on it
+    /// was reported lost when it lapsed: their keys are deleted first, as
+    /// etcd would have deleted them. `None` when etcd says it ended, when
+    /// no renewal counts within twice its TTL plus the request timeout,
+    /// when the locker already moved to a newer lease, or when it may carry
+    /// keys nobody accounts for (see [`Session::revived_or_refuse`]).
+    pub async fn revive(&self, old: &Lease) -> Option<Arc<Lease>> {
+        if old.gone_in_etcd() || !old.confirmed() {
+            return None;
+        }
+        let _one = self.handing_out.lock().await;
+        let give_up = Instant::now() + old.ttl * 2 + self.request_timeout;
+        loop {
+            {
+                let current = self.current.lock().await;
+                match current.as_ref() {
+                    Some(l) if l.id == old.id && !l.lost.is_cancelled() => {
+                        return Some(Arc::clone(l)); // another waiter revived it
+                    }
+                    Some(l) if l.id != old.id => return None,
+                    _ if self.leftovers().is_refused(old.id) => return None,
+                    _ => {}
+                }
+            }
+            let lease = Arc::new(self.renew(old.id, old.ttl, Instant::now()));
+            if lease.ready(margin(lease.ttl)).await {
+                let mut backoff = retry_backoff();
+                let holdings = self.leftovers().holdings_on(old.id);
+                for (id, holding) in holdings {
+                    while let Err(e) =
+                        revival::clear(&self.client, self.request_timeout, &holding).await
+                    {
+                        if !e.is_transient() || Instant::now() >= give_up {
+                            return None;
+                        }
+                        lease.pause(&mut backoff).await;
+                    }
+                    self.released(id);
+                }
+                let mut current = self.current.lock().await;
+                let replaced = current.as_ref().is_none_or(|l| l.id == old.id);
+                if !replaced || self.leftovers().is_refused(old.id) {
+                    return None;
+                }
+                *current = Some(Arc::clone(&lease));
+                return Some(lease);
+            }
+            if lease.gone_in_etcd() || Instant::now() >= give_up {
+                return None;
+            }
         }
     }
 

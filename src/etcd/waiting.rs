@@ -1,0 +1,187 @@
+//! A queued waiter listening for its turn (see `queue.rs`): to its
+//! locker's watch of its own queue keys, where a release touches its entry,
+//! and once patient to the deletion of its predecessor's entry or the lock
+//! key.
+
+use std::pin::Pin;
+
+use tokio::time::Sleep;
+
+use super::attempt::LockAttempt;
+use super::error::EtcdResult;
+use super::held::Behind;
+use super::keys::{passed_along, prefix_end};
+use super::place::Place;
+use super::request::retry_backoff;
+use super::shared_watch::Listener;
+use super::watch::{Subscription, WatchMsg};
+use crate::backoff::Backoff;
+use crate::fairness::Fairness;
+
+/// What ended a wait.
+pub(super) enum Signal {
+    /// Fair: the releasing holder handed us the lock key.
+    Handed { token: i64, behind: Behind },
+    /// Unfair: the lock key was freed for us.
+    Woken,
+    /// What we watch changed, or the watch restarted: re-read.
+    Changed,
+    /// Patience ran out with nothing to watch yet: re-read.
+    Patient,
+    /// The lease was lost here (see [`InLine::revive`]).
+    LeaseLost,
+}
+
+/// What a waiter listens to: its locker's watch of its own queue keys, and
+/// once patient, the deletion of `target` (its predecessor or the lock key).
+pub(super) struct Watching {
+    own: Listener,
+    /// What to watch once patient, and from which revision: learnt by the
+    /// first re-read (the enqueue reads nothing, to stay O(1) in etcd).
+    target: Option<(Vec<u8>, i64)>,
+    sub: Option<Subscription>,
+    /// Pauses between watches that failed to open.
+    backoff: Backoff,
+}
+
+impl Watching {
+    pub(super) fn new(own: Listener) -> Self {
+        Watching {
+            own,
+            target: None,
+            sub: None,
+            backoff: retry_backoff(),
+        }
+    }
+
+    /// Waits for the next signal. Once `patience` has run out, also
+    /// watches the target (or, with none known yet, asks for a read).
+    pub(super) async fn signal(
+        &mut self,
+        place: &Place<'_>,
+        mut patience: Pin<&mut Sleep>,
+    ) -> EtcdResult<Signal> {
+        if patience.is_elapsed()
+            && self.sub.is_none()
+            && let Some(signal) = self.watch_target(place).await?
+        {
+            return Ok(signal);
+        }
+        let (attempt, my_rev) = (place.attempt, place.my_rev);
+        loop {
+            tokio::select! {
+                msg = self.own.recv() => match msg {
+                    WatchMsg::Events { events } => {
+                        let mut woken = false;
+                        // Our queue key's name may have been used before
+                        // (see `slots.rs`): only changes after our enqueue
+                        // are ours.
+                        // The watch sends puts only (see `shared_watch.rs`): a
+                        // queue key that vanishes is found by the lease's loss
+                        // or the patient re-read.
+                        for ev in events.iter().filter(|e| e.key == place.queue_key && e.mod_revision > my_rev) {
+                            if ev.create_revision == my_rev {
+                                match attempt.state.fairness {
+                                    Fairness::Fair => {
+                                        let passed = passed_along(&attempt.keys, &attempt.value, &ev.value);
+                                        return Ok(Signal::Handed {
+                                            token: ev.mod_revision,
+                                            behind: Behind::Passed(passed),
+                                        });
+                                    }
+                                    Fairness::Unfair => woken = true,
+                                }
+                            }
+                        }
+                        if woken {
+                            return Ok(Signal::Woken);
+                        }
+                    }
+                    WatchMsg::Ended(_) => {
+                        match Box::pin(listen_own(attempt)).await {
+                            Ok(own) => self.own = own,
+                            Err(e) if e.is_transient() => self.pause(place).await,
+                            Err(e) => return Err(e),
+                        }
+                        return Ok(Signal::Changed);
+                    }
+                    WatchMsg::Created => {}
+                },
+                () = place.lease.lost.cancelled() => return Ok(Signal::LeaseLost),
+                () = &mut patience, if self.sub.is_none() => {
+                    if let Some(signal) = self.watch_target(place).await? {
+                        return Ok(signal);
+                    }
+                }
+                msg = next_msg(&mut self.sub) => match msg {
+                    WatchMsg::Events { events } => {
+                        let gone = self.target.as_ref().map(|t| t.0.as_slice());
+                        if events.iter().any(|e| !e.put && Some(e.key.as_slice()) == gone) {
+                            return Ok(Signal::Changed);
+                        }
+                    }
+                    WatchMsg::Ended(_) => {
+                        self.sub = None;
+                        return Ok(Signal::Changed);
+                    }
+                    WatchMsg::Created => {}
+                },
+            }
+        }
+    }
+
+    /// Once patient: opens the watch on the target (a re-read learns it
+    /// first: [`Signal::Patient`]). A watch that fails to open for a
+    /// reason that may pass (no answer, a member cut off) costs a pause and
+    /// a re-read, not the waiter's place in line.
+    async fn watch_target(&mut self, place: &Place<'_>) -> EtcdResult<Option<Signal>> {
+        let Some((key, since)) = &self.target else {
+            return Ok(Some(Signal::Patient));
+        };
+        match Box::pin(place.watch(key, *since)).await {
+            Ok(sub) => {
+                self.sub = Some(sub);
+                self.backoff = retry_backoff();
+                Ok(None)
+            }
+            Err(e) if e.is_transient() => {
+                self.pause(place).await;
+                Ok(Some(Signal::Changed))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Pauses before a watch is opened again; cut short if the lease is
+    /// lost meanwhile.
+    async fn pause(&mut self, place: &Place<'_>) {
+        place.lease.pause(&mut self.backoff).await;
+    }
+
+    /// Watches `target` from revision `since` from now on (once patient).
+    pub(super) fn follow(&mut self, target: Vec<u8>, since: i64) {
+        if self.target.as_ref().is_none_or(|(old, _)| *old != target) {
+            self.sub = None; // watch the new target (once patient)
+        }
+        self.target = Some((target, since));
+    }
+}
+
+/// Subscribes anew to the locker's watch of its own queue keys.
+async fn listen_own(attempt: &LockAttempt) -> EtcdResult<Listener> {
+    let own_prefix = attempt.keys.locker_queue(&attempt.state.id);
+    let own_end = prefix_end(&own_prefix);
+    attempt
+        .state
+        .watches
+        .listen(&own_prefix, Some(&own_end))
+        .await
+}
+
+/// The next message of an open subscription; never ready without one.
+async fn next_msg(sub: &mut Option<Subscription>) -> WatchMsg {
+    match sub {
+        Some(sub) => sub.recv().await,
+        None => std::future::pending().await,
+    }
+}

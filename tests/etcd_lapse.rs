@@ -1,0 +1,156 @@
+//! A session lease that lapses here (no renewal counted for a TTL) while
+//! etcd keeps it, as in the leaderless window of an election: the locker's
+//! waiters keep their places in line on the same lease, renewed again, and
+//! the lock it held, reported lost, is freed rather than kept alive by the
+//! renewed lease. A 3-member cluster that loses its quorum for a while
+//! stands for the leaderless window. Tests start their own servers (see
+//! tests/support).
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fairlock::conformance::patient;
+use fairlock::etcd::{EtcdConfig, EtcdLocker};
+use fairlock::{Error, Key, Locker};
+use support::cluster::Cluster;
+
+/// How one round went.
+enum Round {
+    /// The waiter kept its place on its lease, renewed again.
+    Kept,
+    /// etcd no longer had the waiter's lease once a new leader was elected,
+    /// so there was nothing to revive (etcd 3.4 sometimes ends leases
+    /// around such a loss of quorum): the round shows nothing.
+    LeaseEndedInEtcd,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_keeps_its_place_when_its_lease_lapsed_only_here() {
+    let cluster = Cluster::start(3).expect("start a 3-member cluster");
+    for _ in 0..3 {
+        match round(&cluster).await {
+            Round::Kept => return,
+            Round::LeaseEndedInEtcd => continue,
+        }
+    }
+    panic!("in 3 rounds etcd never kept the waiter's lease through the loss of quorum");
+}
+
+async fn round(cluster: &Cluster) -> Round {
+    let leader = cluster
+        .wait_leader(Duration::from_secs(30))
+        .await
+        .expect("leader");
+    let prefix = support::unique_prefix("lapse");
+    let config = EtcdConfig::new(cluster.endpoints())
+        .with_prefix(prefix.clone())
+        // Long enough for the revived lease's renewals to land while a
+        // member just woken may still hold some requests back.
+        .with_ttl(Duration::from_secs(5));
+    let connect = || EtcdLocker::connect(config.clone(), true);
+    let holder = connect().await.expect("connect");
+    let waiter = Arc::new(connect().await.expect("connect"));
+    let other = connect().await.expect("connect");
+    let (k, j) = (Key::from("k"), Key::from("j"));
+    let mut client = etcd_client::Client::connect(cluster.endpoints(), None)
+        .await
+        .expect("connect");
+
+    let held = holder.lock(&patient(), &k).await.expect("lock k");
+    // The waiter also holds j when its lease lapses.
+    let lost = waiter.lock(&patient(), &j).await.expect("lock j");
+    let waiting = tokio::spawn({
+        let waiter = Arc::clone(&waiter);
+        let k = k.clone();
+        async move { waiter.lock(&patient(), &k).await }
+    });
+    support::wait_for_count(&mut client, &format!("{prefix}k/_OWNERS_/"), 1, false).await;
+    let lease = waiter.session_lease().await.expect("the waiter's lease");
+
+    // The leader and a follower stop: no renewal can count, so every lease
+    // lapses here. The frozen leader proposes nothing (running without a
+    // quorum, etcd 3.4 would propose revoking the leases it saw expire, and
+    // commit that if it stayed leader); the follower left cannot win an
+    // election alone. Once the other follower runs again the two elect a
+    // leader, which extends every lease.
+    let follower = (leader + 1) % 3;
+    for i in [leader, follower] {
+        cluster.signal(i, libc::SIGSTOP).expect("SIGSTOP");
+    }
+    lost.lost().await;
+    cluster.signal(follower, libc::SIGCONT).expect("SIGCONT");
+    // The old leader runs again once the others have a leader of a later
+    // term: whatever it proposes then cannot commit. (Stopped, it would
+    // keep a third of the requests waiting: its kernel still accepts
+    // connections.)
+    let new_leader = cluster
+        .wait_leader(Duration::from_secs(30))
+        .await
+        .expect("a new leader");
+    assert_ne!(new_leader, leader);
+    cluster.signal(leader, libc::SIGCONT).expect("SIGCONT");
+    if !lease_in_etcd(&mut client, lease).await {
+        let _ = waiting.await;
+        return Round::LeaseEndedInEtcd;
+    }
+
+    // The holder's lease is not renewed again, so k is free once it
+    // expires in etcd; the waiter gets it on its first lease, renewed again.
+    let guard = match waiting.await.expect("task") {
+        Ok(guard) => guard,
+        // Its renewals did not reach etcd in time after all, so etcd ended
+        // the lease and the entry with it.
+        Err(Error::SessionLost { .. }) if !lease_in_etcd(&mut client, lease).await => {
+            return Round::LeaseEndedInEtcd;
+        }
+        Err(e) => panic!("the waiter kept its place and got k: {e}"),
+    };
+    assert!(guard.is_held());
+    assert!(!held.is_held());
+    assert_eq!(
+        waiter.session_lease().await,
+        Some(lease),
+        "the waiter's lease was renewed again, not replaced"
+    );
+    let lock_key = client
+        .get(format!("{prefix}k"), None)
+        .await
+        .expect("read k");
+    assert_eq!(lock_key.kvs().first().map(|kv| kv.lease()), Some(lease));
+
+    // The lock the waiter held on j was reported lost when its lease
+    // lapsed, and its key was deleted before the lease was renewed again.
+    assert!(!lost.is_held());
+    let j_guard = other
+        .try_lock(&j)
+        .await
+        .expect("try_lock j")
+        .expect("j is free: the lost holding's key was deleted");
+
+    j_guard.unlock().await.expect("unlock j");
+    guard.unlock().await.expect("unlock k");
+    drop((held, lost));
+    holder.close().await.expect("close");
+    Arc::try_unwrap(waiter)
+        .ok()
+        .expect("no other owner")
+        .close()
+        .await
+        .expect("close");
+    other.close().await.expect("close");
+    support::wait_for_count(&mut client, &prefix, 0, true).await;
+    let leases = client.leases().await.expect("leases");
+    assert!(leases.leases().is_empty(), "leases left behind");
+    Round::Kept
+}
+
+/// Whether etcd still has `lease`.
+async fn lease_in_etcd(client: &mut etcd_client::Client, lease: i64) -> bool {
+    let ttl = client
+        .lease_time_to_live(lease, None)
+        .await
+        .expect("ask etcd for the waiter's lease");
+    ttl.ttl() > 0
+}
