@@ -42,6 +42,9 @@ pub(crate) struct LockAttempt {
     /// A write failed in a way that does not tell whether etcd applied it
     /// (no answer, connection lost): it may still land later.
     unanswered: bool,
+    /// Its lease lapsed here once and was renewed again (see
+    /// [`LockAttempt::use_lease`]).
+    revived: bool,
     armed: bool,
 }
 
@@ -73,6 +76,7 @@ impl LockAttempt {
             lease: None,
             inflight: None,
             unanswered: false,
+            revived: false,
             armed: true,
         }
     }
@@ -81,9 +85,13 @@ impl LockAttempt {
     /// renewed for a TTL), as opposed to gone in etcd (revoked, or expired
     /// and reported).
     pub fn lease_presumed_lost(&self) -> bool {
-        self.lease
-            .as_ref()
-            .is_some_and(|l| l.lost.is_cancelled() && !l.gone_in_etcd())
+        // Once lapsed here, whatever etcd did next (its entry may still
+        // vanish with the lease), the waiter held nothing: it queues again.
+        self.revived
+            || self
+                .lease
+                .as_ref()
+                .is_some_and(|l| l.lost.is_cancelled() && !l.gone_in_etcd())
     }
 
     /// From now on its writes are bound to `lease` (the same lease, revived
@@ -91,6 +99,7 @@ impl LockAttempt {
     pub fn use_lease(&mut self, lease: &Arc<Lease>) {
         if self.lease.as_ref().is_some_and(|l| l.id == lease.id) {
             self.lease = Some(Arc::clone(lease));
+            self.revived = true;
         }
     }
 
