@@ -55,6 +55,23 @@ where
     }
 }
 
+/// A txn sent [hedged](hedged) on `client`: a second copy goes out when the
+/// first has not answered within a third of `timeout`. Only for txns that
+/// are safe to send twice (see [`hedged`]).
+pub(crate) async fn txn_hedged(
+    client: &etcd_client::Client,
+    op: &'static str,
+    timeout: Duration,
+    txn: etcd_client::Txn,
+) -> EtcdResult<TxnResponse> {
+    hedged(timeout / 3, || {
+        let mut kv = client.kv_client();
+        let txn = txn.clone();
+        async move { request(op, timeout, kv.txn(txn)).await }
+    })
+    .await
+}
+
 /// Header revision of a response.
 pub(crate) fn revision(resp: &TxnResponse) -> i64 {
     resp.header().map_or(0, |h| h.revision())

@@ -15,7 +15,7 @@ use std::collections::{HashMap, HashSet};
 use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
 
 use super::error::EtcdResult;
-use super::request::{hedged, request};
+use super::request::txn_hedged;
 
 /// A lock held on a session lease: its keys, until it is released cleanly.
 #[derive(Clone, Debug)]
@@ -106,12 +106,12 @@ pub(crate) async fn clear(
         ));
     }
     // Its compares make a second or late copy harmless.
-    let txn = Txn::new().and_then(ops);
-    hedged(timeout / 3, || {
-        let mut kv = client.kv_client();
-        let txn = txn.clone();
-        async move { request("clear a lost holding", timeout, kv.txn(txn)).await }
-    })
+    txn_hedged(
+        client,
+        "clear a lost holding",
+        timeout,
+        Txn::new().and_then(ops),
+    )
     .await?;
     Ok(())
 }

@@ -231,8 +231,7 @@ impl Session {
                     Some(l) if l.id == old.id && !l.lost.is_cancelled() => {
                         return Some(Arc::clone(l)); // another waiter revived it
                     }
-                    Some(l) if l.id != old.id => return None,
-                    _ if self.leftovers().is_refused(old.id) => return None,
+                    current if !self.may_revive(current, old.id) => return None,
                     _ => {}
                 }
             }
@@ -252,8 +251,7 @@ impl Session {
                     self.released(id);
                 }
                 let mut current = self.current.lock().await;
-                let replaced = current.as_ref().is_none_or(|l| l.id == old.id);
-                if !replaced || self.leftovers().is_refused(old.id) {
+                if !self.may_revive(current.as_ref(), old.id) {
                     return None;
                 }
                 *current = Some(Arc::clone(&lease));
@@ -263,6 +261,13 @@ impl Session {
                 return None;
             }
         }
+    }
+
+    /// Whether lease `id` may still be revived with `current` the locker's
+    /// lease: no newer lease replaced it, and it may carry no keys nobody
+    /// accounts for.
+    fn may_revive(&self, current: Option<&Arc<Lease>>, id: i64) -> bool {
+        current.is_none_or(|l| l.id == id) && !self.leftovers().is_refused(id)
     }
 
     /// Revokes the current lease, deleting every key attached to it.

@@ -9,7 +9,7 @@ use etcd_client::{Client, GetOptions, GetResponse, Txn, TxnResponse};
 use super::config::EtcdConfig;
 use super::error::{EtcdError, EtcdResult};
 use super::keys::LockKeys;
-use super::request::{hedged, request};
+use super::request::{self, request};
 use super::session::{Lease, LeaseEnd, Session};
 use super::shared_watch::SharedWatches;
 use super::slots::Slots;
@@ -74,17 +74,10 @@ impl LockerState {
         request(op, timeout, kv.txn(txn)).await
     }
 
-    /// A txn sent [hedged](hedged): a second copy goes out when the first
-    /// has not answered within a third of the request timeout. Only for
-    /// txns that are safe to send twice (see [`hedged`]).
+    /// A txn sent hedged (see [`request::txn_hedged`]): only for txns that
+    /// are safe to send twice.
     pub async fn txn_hedged(&self, op: &'static str, txn: Txn) -> EtcdResult<TxnResponse> {
-        let timeout = self.config.request_timeout();
-        hedged(timeout / 3, || {
-            let mut kv = self.client.kv_client();
-            let txn = txn.clone();
-            async move { request(op, timeout, kv.txn(txn)).await }
-        })
-        .await
+        request::txn_hedged(&self.client, op, self.config.request_timeout(), txn).await
     }
 
     pub async fn get(
