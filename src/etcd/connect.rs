@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{Client, ConnectOptions};
 
+use super::balance::Routing;
 use super::config::EtcdConfig;
 use super::error::{is_connection_refused, is_server_answer, is_transient};
 use super::request::retry_backoff;
@@ -31,6 +32,17 @@ fn ping_every(config: &EtcdConfig) -> Duration {
     (config.ttl() / 4)
         .min(Duration::from_secs(2))
         .min(config.request_timeout())
+}
+
+/// How requests pick a member (see `balance.rs`): a member with a request
+/// unanswered for a third of the request timeout (when a hedged copy goes
+/// out) is passed over, at first for as long as a dead connection takes to
+/// be found.
+fn routing(config: &EtcdConfig) -> Routing {
+    Routing {
+        slow: config.request_timeout() / 3,
+        cooldown: ping_every(config) * 2,
+    }
 }
 
 /// Connects and checks that etcd answers, within the connect timeout (and
@@ -69,9 +81,13 @@ pub(crate) async fn connect(config: &EtcdConfig) -> Result<Client> {
     let last = Mutex::new(None);
     let started = Instant::now();
     let attempt = async {
-        let mut client = Client::connect(config.endpoints(), Some(options))
-            .await
-            .map_err(Failure::Etcd)?;
+        let mut client = Client::connect_with_balanced_channel(
+            config.endpoints(),
+            Some(options),
+            routing(config),
+        )
+        .await
+        .map_err(Failure::Etcd)?;
         let mut backoff = retry_backoff();
         let mut only_refused = true;
         loop {

@@ -36,7 +36,8 @@
 //!   retry backoff;
 //! - `keys.rs`: every etcd wire format: key layout, mode tags, owner
 //!   values, the passed-along successor list;
-//! - `connect.rs`: connecting, and its errors;
+//! - `balance.rs`: which member a request goes to (passing over members
+//!   that stopped answering); `connect.rs`: connecting, and its errors;
 //! - `lease.rs`: a session lease as the locker sees it, and the local
 //!   deadline behind `LockGuard::is_held`; `renewal.rs`: a lease's
 //!   keepalive task, which counts a renewal only when a read confirms it;
@@ -59,6 +60,7 @@
 //!   [`EtcdLocker::status`].
 
 mod attempt;
+mod balance;
 mod cleanup;
 mod config;
 mod connect;

@@ -1,0 +1,335 @@
+//! Which member a request goes to: power of two choices over one connection
+//! per endpoint, weighted by how each member has been answering.
+//!
+//! etcd-client's own balancer picks a connected member at random. A member
+//! that is cut off behind a relay or an L4 load balancer that still accepts
+//! connections looks connected to it, so a third of the requests (with
+//! three members) hang there until their timeout, again after every
+//! reconnect, and a retried or hedged copy may well go the same way. Here
+//! each member's load is the number of its requests still waiting for an
+//! answer, and a member counts as failing (and is passed over while
+//! another is not) when:
+//! - a request to it has waited longer than `slow` (a third of the request
+//!   timeout: when a hedged copy goes out, it goes elsewhere);
+//! - a request was given up after waiting that long, failed in transport
+//!   (refused, reset, pings unanswered), or was answered "unavailable" (no
+//!   leader there).
+//!
+//! A failing member is passed over for a while that doubles with each
+//! failure in a row (from `cooldown`, at most 32 times that) and is tried
+//! again after it; its first good answer clears it. With every member
+//! failing, the least loaded is used: requests never wait for a member to
+//! recover.
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use etcd_client::{BalancedChannelBuilder, Channel};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tonic::transport::Endpoint;
+use tonic::transport::channel::Change;
+use tower::discover::Change as Discovered;
+use tower::load::Load;
+use tower::util::BoxCloneSyncService;
+use tower::{BoxError, Service};
+
+type Request = http::Request<tonic::body::Body>;
+type Response = http::Response<tonic::body::Body>;
+
+/// The longest a failing member is passed over, in multiples of `cooldown`.
+const MAX_BACKOFF: u32 = 32;
+
+/// The gRPC status code of an "unavailable" answer (etcd: no leader, or
+/// the member is stopping).
+const UNAVAILABLE: &[u8] = b"14";
+
+/// How the balancer judges members (see the module docs).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Routing {
+    /// A request unanswered for this long marks its member failing.
+    pub slow: Duration,
+    /// How long a member that just failed is passed over.
+    pub cooldown: Duration,
+}
+
+impl BalancedChannelBuilder for Routing {
+    type Error = etcd_client::Error;
+
+    fn balanced_channel(
+        self,
+        buffer_size: usize,
+    ) -> Result<(Channel, mpsc::Sender<Change<http::Uri, Endpoint>>), Self::Error> {
+        let (tx, rx) = mpsc::channel(buffer_size.max(1));
+        let discover = Discover { rx, routing: self };
+        let balance = tower::balance::p2c::Balance::new(discover);
+        let buffered = tower::buffer::Buffer::new(balance, buffer_size.max(1));
+        Ok((Channel::Custom(BoxCloneSyncService::new(buffered)), tx))
+    }
+}
+
+/// The endpoints etcd-client inserts, as [`Member`]s.
+struct Discover {
+    rx: mpsc::Receiver<Change<http::Uri, Endpoint>>,
+    routing: Routing,
+}
+
+impl futures_core::Stream for Discover {
+    type Item = Result<Discovered<http::Uri, Member>, BoxError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let routing = self.routing;
+        match self.rx.poll_recv(cx) {
+            Poll::Ready(Some(Change::Insert(uri, endpoint))) => {
+                let member = Member::new(&endpoint, routing);
+                Poll::Ready(Some(Ok(Discovered::Insert(uri, member))))
+            }
+            Poll::Ready(Some(Change::Remove(uri))) => {
+                Poll::Ready(Some(Ok(Discovered::Remove(uri))))
+            }
+            // The client dropped its sender: keep the members there are
+            // (an ended discovery would fail every request).
+            Poll::Ready(None) | Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// One member's connection and how it has been answering.
+#[derive(Clone)]
+struct Member {
+    channel: tonic::transport::Channel,
+    health: Arc<Health>,
+}
+
+impl Member {
+    fn new(endpoint: &Endpoint, routing: Routing) -> Self {
+        Member {
+            channel: endpoint.connect_lazy(),
+            health: Arc::new(Health::new(routing)),
+        }
+    }
+}
+
+impl Service<Request> for Member {
+    type Response = Response;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.channel.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        let pending = Pending::start(&self.health);
+        let call = self.channel.call(request);
+        Box::pin(async move {
+            let result = call.await;
+            let failed = match &result {
+                Ok(response) => response
+                    .headers()
+                    .get("grpc-status")
+                    .is_some_and(|code| code.as_bytes() == UNAVAILABLE),
+                Err(_) => true,
+            };
+            pending.finish(failed);
+            result.map_err(Into::into)
+        })
+    }
+}
+
+impl Load for Member {
+    type Metric = Weight;
+
+    fn load(&self) -> Weight {
+        self.health.weight(Instant::now())
+    }
+}
+
+/// A member's load: failing members come after all others, then by the
+/// number of requests waiting for an answer.
+#[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
+pub(crate) struct Weight {
+    failing: bool,
+    waiting: usize,
+}
+
+/// What a member's requests have shown.
+struct Health {
+    routing: Routing,
+    state: Mutex<HealthState>,
+}
+
+#[derive(Default)]
+struct HealthState {
+    /// Requests waiting for an answer, by number: when each was sent.
+    waiting: BTreeMap<u64, Instant>,
+    next: u64,
+    /// Failures since the last good answer.
+    failures: u32,
+    /// Passed over until then.
+    failing_until: Option<Instant>,
+}
+
+impl Health {
+    fn new(routing: Routing) -> Self {
+        Health {
+            routing,
+            state: Mutex::default(),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, HealthState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn weight(&self, now: Instant) -> Weight {
+        let state = self.state();
+        // The oldest waiting request is the first in number order.
+        let stuck = state
+            .waiting
+            .values()
+            .next()
+            .is_some_and(|sent| now.duration_since(*sent) >= self.routing.slow);
+        Weight {
+            failing: stuck || state.failing_until.is_some_and(|until| now < until),
+            waiting: state.waiting.len(),
+        }
+    }
+
+    fn sent(&self, now: Instant) -> u64 {
+        let mut state = self.state();
+        let id = state.next;
+        state.next += 1;
+        state.waiting.insert(id, now);
+        id
+    }
+
+    /// Request `id` ended: answered (`failed` tells how), or given up
+    /// (`answered` false).
+    fn ended(&self, id: u64, now: Instant, answered: bool, failed: bool) {
+        let mut state = self.state();
+        let Some(sent) = state.waiting.remove(&id) else {
+            return;
+        };
+        let failed = failed || (!answered && now.duration_since(sent) >= self.routing.slow);
+        if failed {
+            state.failures = state.failures.saturating_add(1);
+            let doubled = 1u32 << state.failures.saturating_sub(1).min(5);
+            let pause = self.routing.cooldown * doubled.min(MAX_BACKOFF);
+            state.failing_until = Some(now + pause);
+        } else if answered {
+            state.failures = 0;
+            state.failing_until = None;
+        }
+    }
+}
+
+/// A request on its way: ends as given up if dropped before an answer.
+struct Pending {
+    health: Arc<Health>,
+    id: u64,
+    done: bool,
+}
+
+impl Pending {
+    fn start(health: &Arc<Health>) -> Self {
+        Pending {
+            health: Arc::clone(health),
+            id: health.sent(Instant::now()),
+            done: false,
+        }
+    }
+
+    fn finish(mut self, failed: bool) {
+        self.done = true;
+        self.health.ended(self.id, Instant::now(), true, failed);
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if !self.done {
+            self.health.ended(self.id, Instant::now(), false, false);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+
+    use super::{Health, Routing, Weight};
+
+    fn health() -> Health {
+        Health::new(Routing {
+            slow: Duration::from_millis(300),
+            cooldown: Duration::from_secs(1),
+        })
+    }
+
+    fn ok(waiting: usize) -> Weight {
+        Weight {
+            failing: false,
+            waiting,
+        }
+    }
+
+    fn failing(waiting: usize) -> Weight {
+        Weight {
+            failing: true,
+            waiting,
+        }
+    }
+
+    #[test]
+    fn a_member_with_a_request_waiting_too_long_is_failing() {
+        let h = health();
+        let t = Instant::now();
+        let id = h.sent(t);
+        assert_eq!(h.weight(t + Duration::from_millis(299)), ok(1));
+        assert_eq!(h.weight(t + Duration::from_millis(300)), failing(1));
+        // Given up after that long: failing for the cooldown.
+        h.ended(id, t + Duration::from_millis(400), false, false);
+        assert_eq!(h.weight(t + Duration::from_millis(1399)), failing(0));
+        assert_eq!(h.weight(t + Duration::from_millis(1400)), ok(0));
+        // Failing members always weigh more than healthy ones.
+        assert!(failing(0) > ok(100));
+    }
+
+    #[test]
+    fn a_request_dropped_early_or_answered_is_no_failure() {
+        let h = health();
+        let t = Instant::now();
+        // A hedge's losing copy, dropped soon after it was sent.
+        let id = h.sent(t);
+        h.ended(id, t + Duration::from_millis(100), false, false);
+        assert_eq!(h.weight(t + Duration::from_millis(100)), ok(0));
+        let id = h.sent(t);
+        h.ended(id, t + Duration::from_secs(5), true, false);
+        assert_eq!(h.weight(t + Duration::from_secs(5)), ok(0));
+    }
+
+    #[test]
+    fn failures_in_a_row_double_the_pause_and_an_answer_clears_it() {
+        let h = health();
+        let mut t = Instant::now();
+        for pause_s in [1, 2, 4, 8, 16, 32, 32] {
+            let id = h.sent(t);
+            h.ended(id, t, true, true);
+            let pause = Duration::from_secs(pause_s);
+            assert_eq!(h.weight(t + pause - Duration::from_millis(1)), failing(0));
+            assert_eq!(h.weight(t + pause), ok(0));
+            t += pause;
+        }
+        let id = h.sent(t);
+        h.ended(id, t, true, true);
+        let id = h.sent(t);
+        h.ended(id, t, true, false);
+        assert_eq!(h.weight(t), ok(0));
+    }
+}
