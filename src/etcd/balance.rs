@@ -1,5 +1,5 @@
-//! Which member a request goes to: power of two choices over one connection
-//! per endpoint, weighted by how each member has been answering.
+//! Which member a request goes to: the least loaded of one connection per
+//! endpoint, weighted by how each member has been answering.
 //!
 //! etcd-client's own balancer picks a connected member at random. A member
 //! that is cut off behind a relay or an L4 load balancer that still accepts
@@ -19,11 +19,16 @@
 //! failure in a row (from `cooldown`, at most 32 times that) and is tried
 //! again after it; its first good answer clears it. With every member
 //! failing, the least loaded is used: requests never wait for a member to
-//! recover.
+//! recover. Ties go round the members in turn.
+//!
+//! The choice is made in the caller's task, and each member's connection
+//! is tonic's own (`Endpoint::connect_lazy`: it reconnects by itself), so a
+//! request takes no more task hops than through etcd-client's balancer.
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -32,13 +37,12 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tonic::transport::Endpoint;
 use tonic::transport::channel::Change;
-use tower::discover::Change as Discovered;
-use tower::load::Load;
 use tower::util::BoxCloneSyncService;
-use tower::{BoxError, Service};
+use tower::{BoxError, Service, ServiceExt};
 
 type Request = http::Request<tonic::body::Body>;
 type Response = http::Response<tonic::body::Body>;
+type Endpoints = mpsc::Receiver<Change<http::Uri, Endpoint>>;
 
 /// The longest a failing member is passed over, in multiples of `cooldown`.
 const MAX_BACKOFF: u32 = 32;
@@ -64,36 +68,101 @@ impl BalancedChannelBuilder for Routing {
         buffer_size: usize,
     ) -> Result<(Channel, mpsc::Sender<Change<http::Uri, Endpoint>>), Self::Error> {
         let (tx, rx) = mpsc::channel(buffer_size.max(1));
-        let discover = Discover { rx, routing: self };
-        let balance = tower::balance::p2c::Balance::new(discover);
-        let buffered = tower::buffer::Buffer::new(balance, buffer_size.max(1));
-        Ok((Channel::Custom(BoxCloneSyncService::new(buffered)), tx))
+        let balancer = Balancer {
+            members: Arc::new(Members {
+                routing: self,
+                endpoints: Mutex::new(rx),
+                list: RwLock::default(),
+                turn: AtomicUsize::new(0),
+            }),
+        };
+        Ok((Channel::Custom(BoxCloneSyncService::new(balancer)), tx))
     }
 }
 
-/// The endpoints etcd-client inserts, as [`Member`]s.
-struct Discover {
-    rx: mpsc::Receiver<Change<http::Uri, Endpoint>>,
-    routing: Routing,
+/// The service etcd-client sends every request through.
+#[derive(Clone)]
+struct Balancer {
+    members: Arc<Members>,
 }
 
-impl futures_core::Stream for Discover {
-    type Item = Result<Discovered<http::Uri, Member>, BoxError>;
+/// The members, as etcd-client inserts and removes their endpoints.
+struct Members {
+    routing: Routing,
+    /// Endpoint changes not applied yet.
+    endpoints: Mutex<Endpoints>,
+    list: RwLock<Vec<(http::Uri, Member)>>,
+    /// Where the next tie-break starts.
+    turn: AtomicUsize,
+}
 
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let routing = self.routing;
-        match self.rx.poll_recv(cx) {
-            Poll::Ready(Some(Change::Insert(uri, endpoint))) => {
-                let member = Member::new(&endpoint, routing);
-                Poll::Ready(Some(Ok(Discovered::Insert(uri, member))))
+impl Members {
+    /// Applies the endpoint changes sent since the last call (etcd-client
+    /// sends them all before its first request).
+    fn update(&self) {
+        let Ok(mut endpoints) = self.endpoints.try_lock() else {
+            return; // another request is applying them
+        };
+        while let Ok(change) = endpoints.try_recv() {
+            let mut list = self.list.write().unwrap_or_else(|p| p.into_inner());
+            match change {
+                Change::Insert(uri, endpoint) => {
+                    list.retain(|(u, _)| *u != uri);
+                    list.push((uri, Member::new(&endpoint, self.routing)));
+                }
+                Change::Remove(uri) => list.retain(|(u, _)| *u != uri),
             }
-            Poll::Ready(Some(Change::Remove(uri))) => {
-                Poll::Ready(Some(Ok(Discovered::Remove(uri))))
-            }
-            // The client dropped its sender: keep the members there are
-            // (an ended discovery would fail every request).
-            Poll::Ready(None) | Poll::Pending => Poll::Pending,
         }
+    }
+
+    /// The member with the least [`Weight`] now, ties taken in turn.
+    fn pick(&self) -> Option<Member> {
+        self.update();
+        let list = self.list.read().unwrap_or_else(|p| p.into_inner());
+        let n = list.len();
+        let first = self.turn.fetch_add(1, Ordering::Relaxed);
+        let now = Instant::now();
+        (0..n)
+            .map(|i| &list[(first + i) % n].1)
+            .min_by(|a, b| {
+                let (a, b) = (a.health.weight(now), b.health.weight(now));
+                a.partial_cmp(&b).unwrap_or(std::cmp::Ordering::Equal)
+            })
+            .cloned()
+    }
+}
+
+impl Service<Request> for Balancer {
+    type Response = Response;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        // Each member's connection is made ready in the request's future.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        let member = self.members.pick();
+        Box::pin(async move {
+            let Some(mut member) = member else {
+                return Err("no etcd endpoint to send the request to".into());
+            };
+            let pending = Pending::start(&member.health);
+            let result = match member.channel.ready().await {
+                Ok(channel) => channel.call(request).await,
+                Err(e) => Err(e),
+            };
+            let failed = match &result {
+                Ok(response) => response
+                    .headers()
+                    .get("grpc-status")
+                    .is_some_and(|code| code.as_bytes() == UNAVAILABLE),
+                Err(_) => true,
+            };
+            pending.finish(failed);
+            result.map_err(Into::into)
+        })
     }
 }
 
@@ -110,41 +179,6 @@ impl Member {
             channel: endpoint.connect_lazy(),
             health: Arc::new(Health::new(routing)),
         }
-    }
-}
-
-impl Service<Request> for Member {
-    type Response = Response;
-    type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<Response, BoxError>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        self.channel.poll_ready(cx).map_err(Into::into)
-    }
-
-    fn call(&mut self, request: Request) -> Self::Future {
-        let pending = Pending::start(&self.health);
-        let call = self.channel.call(request);
-        Box::pin(async move {
-            let result = call.await;
-            let failed = match &result {
-                Ok(response) => response
-                    .headers()
-                    .get("grpc-status")
-                    .is_some_and(|code| code.as_bytes() == UNAVAILABLE),
-                Err(_) => true,
-            };
-            pending.finish(failed);
-            result.map_err(Into::into)
-        })
-    }
-}
-
-impl Load for Member {
-    type Metric = Weight;
-
-    fn load(&self) -> Weight {
-        self.health.weight(Instant::now())
     }
 }
 
