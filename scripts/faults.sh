@@ -37,12 +37,7 @@ cargo run --quiet --example faults -- "$@" || status=1
 
 if [[ "${FAIRLOCK_NET_FAULTS:-1}" != 0 ]]; then
   log "fault suite on a network of namespaces"
-  net=(--net)
-  # The short run tolerates the isolated leader's slow recoveries, which
-  # are understood (docs/faults.md) and shown by --long;
-  # its safety checks still count.
-  ((long)) || net+=(--known-slow isolated)
-  cargo run --quiet --example faults -- "${net[@]}" "$@" || status=1
+  cargo run --quiet --example faults -- --net "$@" || status=1
 fi
 
 if [[ "${FAIRLOCK_SOAK:-1}" != 0 ]]; then

@@ -68,7 +68,7 @@ pub fn check(inp: Input<'_>) -> Report {
     order(&inp, &mut v, &mut notes);
     crate::net_check::check(&inp, &mut v, &mut notes);
     for inj in inp.injections.iter().filter(|i| !i.missed) {
-        let bound = inj.fault.bound(inp.opts);
+        let bound = inj.bound(inp.opts);
         let took = inj
             .recovery
             .map(|r| Duration::from_nanos(r - inj.measure_from));

@@ -244,15 +244,32 @@ impl Phase<'_> {
                     self.node_of(waiter)?,
                 ];
                 inj.target = Some(holder);
+                let majority: Vec<usize> = (0..MEMBERS).filter(|&m| m != leader).collect();
                 let cut = mono_ns();
                 env.net.partition(&group)?;
                 // Long enough for the majority to elect a leader, for the
                 // holder's lease (extended by the new leader) to expire,
-                // and for a grant on the majority side.
-                tokio::time::sleep(
-                    self.o.ttl * 2 + PAST_TTL + crate::support::cluster::ELECTION_TIMEOUT,
-                )
-                .await;
+                // and for a grant on the majority side. Meanwhile, when
+                // the majority has its leader (the recovery bound counts
+                // from there, see `Injection::bound`).
+                let cut_for = self.o.ttl * 2 + PAST_TTL + crate::support::cluster::ELECTION_TIMEOUT;
+                let elected = async {
+                    loop {
+                        let found = self
+                            .cluster
+                            .leader_among(&majority, Duration::from_millis(200))
+                            .await;
+                        if found.is_some_and(|l| l != leader) {
+                            return mono_ns();
+                        }
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                };
+                let (elected, ()) = tokio::join!(
+                    tokio::time::timeout(cut_for, elected),
+                    tokio::time::sleep(cut_for)
+                );
+                inj.elected = elected.ok();
                 env.net.heal_partition()?;
                 inj.cut = Some((cut, mono_ns()));
                 inj.measure_from = cut;

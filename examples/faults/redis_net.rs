@@ -184,6 +184,7 @@ impl RedisPhase<'_> {
             target: None,
             pause: None,
             cut: None,
+            elected: None,
             missed: false,
         };
         if fault == Fault::HolderCut {

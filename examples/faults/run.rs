@@ -76,7 +76,9 @@ impl Fault {
     /// How soon a lock must be granted again (see `on_holder` for from
     /// when): TTL + election timeout + margin. An isolated leader costs
     /// one election timeout more: the new leader extends every lease by
-    /// it when it takes over (etcd's lessor `Promote`).
+    /// it when it takes over (etcd's lessor `Promote`); this assumes the
+    /// majority elects it within one election timeout, and
+    /// [`Injection::bound`] uses when it did.
     pub fn bound(self, o: &Opts) -> Duration {
         let bound = o.ttl + ELECTION_TIMEOUT + o.margin;
         if self == Fault::LeaderMinority {
@@ -103,8 +105,30 @@ pub struct Injection {
     pub pause: Option<(u64, u64)>,
     /// When the target's link was cut and healed (network faults).
     pub cut: Option<(u64, u64)>,
+    /// When the majority had a new leader (the isolated leader only).
+    pub elected: Option<u64>,
     /// The holder had released before the signal landed: not counted.
     pub missed: bool,
+}
+
+impl Injection {
+    /// How soon after `measure_from` a lock must be granted again: the
+    /// fault's bound, and for the isolated leader TTL + election timeout +
+    /// margin from when the majority had its new leader (etcd's lessor
+    /// extends every lease by the election timeout at that moment, so the
+    /// holder's lease cannot expire sooner, and how long the election takes
+    /// is etcd's: a split vote costs another election timeout or two).
+    pub fn bound(&self, o: &Opts) -> Duration {
+        match (self.fault, self.elected) {
+            (Fault::LeaderMinority, Some(elected)) => {
+                Duration::from_nanos(elected.saturating_sub(self.measure_from))
+                    + o.ttl
+                    + ELECTION_TIMEOUT
+                    + o.margin
+            }
+            (fault, _) => fault.bound(o),
+        }
+    }
 }
 
 /// A worker slot's current process.
@@ -315,8 +339,14 @@ impl<'a> Phase<'a> {
             let recovery = inj.recovery.map_or("none".into(), |r| {
                 format!("{:.0} ms", crate::ms(r - inj.measure_from))
             });
+            let elected = inj.elected.map_or(String::new(), |e| {
+                format!(
+                    " (new leader after {:.0} ms)",
+                    crate::ms(e - inj.measure_from)
+                )
+            });
             println!(
-                "  {label:<28} recovered after {recovery}{}",
+                "  {label:<28} recovered after {recovery}{elected}{}",
                 if inj.missed {
                     " (missed the holder)"
                 } else {
@@ -367,6 +397,7 @@ impl<'a> Phase<'a> {
             target: None,
             pause: None,
             cut: None,
+            elected: None,
             missed: false,
         };
         match fault {
@@ -460,7 +491,7 @@ impl<'a> Phase<'a> {
     /// other than the target, for holder faults); gives up at twice the
     /// liveness bound, which the checker reports.
     async fn await_recovery(&self, inj: &Injection) -> Option<u64> {
-        let bound = inj.fault.bound(self.o);
+        let bound = inj.bound(self.o);
         let waited = Duration::from_nanos(mono_ns().saturating_sub(inj.measure_from));
         let deadline = Instant::now() + (bound * 2).saturating_sub(waited);
         let (from, target) = (inj.measure_from, inj.target);

@@ -271,6 +271,24 @@ impl Cluster {
         ids.iter().position(|&id| id == Some(first))
     }
 
+    /// The leader among `members` (some of them cut off from the others),
+    /// as [`Cluster::leader`] asks, but of those members only.
+    pub async fn leader_among(&self, members: &[usize], timeout: Duration) -> Option<usize> {
+        let mut ids = Vec::new();
+        let mut leaders = Vec::new();
+        for &i in members {
+            if let Some((id, leader)) = member_status(&self.endpoint(i), timeout).await {
+                ids.push((i, id));
+                leaders.push(leader);
+            }
+        }
+        let first = *leaders.first()?;
+        if first == 0 || leaders.iter().any(|&l| l != first) {
+            return None;
+        }
+        ids.iter().find(|&&(_, id)| id == first).map(|&(i, _)| i)
+    }
+
     /// Waits until a leader is known (see [`Cluster::leader`]), polling the
     /// members' status; etcd has no event for "a leader was elected" that a
     /// client outside the raft group can wait on.
