@@ -113,3 +113,121 @@ async fn requests_pass_over_a_member_that_never_answers() {
         }
     }
 }
+
+/// A relay to `target` that can go dark: a connection it accepts while
+/// dark is read and never answered nor passed on, as an L4 load balancer
+/// whose backend is gone behaves.
+struct Front {
+    endpoint: String,
+    light: Arc<std::sync::atomic::AtomicBool>,
+    dark_accepts: Arc<tokio::sync::Notify>,
+    relayed: Arc<std::sync::Mutex<tokio::task::JoinSet<()>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Front {
+    async fn start(target: String) -> Front {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let endpoint = listener.local_addr().expect("address").to_string();
+        let light = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let dark_accepts = Arc::new(tokio::sync::Notify::new());
+        let relayed = Arc::new(std::sync::Mutex::new(tokio::task::JoinSet::new()));
+        let (l, d, r) = (
+            Arc::clone(&light),
+            Arc::clone(&dark_accepts),
+            Arc::clone(&relayed),
+        );
+        let task = tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                if l.load(Ordering::SeqCst) {
+                    let target = target.clone();
+                    r.lock().unwrap().spawn(async move {
+                        if let Ok(mut upstream) = TcpStream::connect(target).await {
+                            let _ = tokio::io::copy_bidirectional(&mut stream, &mut upstream).await;
+                        }
+                    });
+                } else {
+                    d.notify_one();
+                    tokio::spawn(async move {
+                        let mut sink = [0; 4096];
+                        while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
+                    });
+                }
+            }
+        });
+        Front {
+            endpoint,
+            light,
+            dark_accepts,
+            relayed,
+            task,
+        }
+    }
+
+    /// Goes dark, closing the connections it relays.
+    fn go_dark(&self) {
+        self.light.store(false, Ordering::SeqCst);
+        self.relayed.lock().unwrap().abort_all();
+    }
+
+    fn go_light(&self) {
+        self.light.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Front {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Over TLS, a connection to a front that accepts it and never answers
+/// hangs in its handshake, with no timeout of its own: once the front
+/// passes connections on again, fairlock must make a new connection
+/// rather than queue requests behind the stuck one for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_stuck_in_its_tls_handshake_is_replaced() {
+    let etcd = support::tls::secure_etcd();
+    let target = etcd.endpoint.trim_start_matches("https://").to_string();
+    let front = Front::start(target).await;
+    let (user, password) = support::tls::ETCD_USER;
+    let prefix = format!(
+        "{}routing-{}/",
+        support::tls::ETCD_PREFIX,
+        uuid::Uuid::new_v4().simple()
+    );
+    let config = EtcdConfig::new([format!("https://{}", front.endpoint)])
+        .with_tls(support::tls::client_tls())
+        .with_user(user, password)
+        .with_prefix(prefix)
+        .with_request_timeout(Duration::from_secs(1));
+    let locker = Arc::new(EtcdLocker::connect(config, true).await.expect("connect"));
+    let key = Key::from("k");
+    locker
+        .lock(&patient(), &key)
+        .await
+        .expect("lock")
+        .unlock()
+        .await
+        .expect("unlock");
+
+    front.go_dark();
+    let waiting = {
+        let (locker, key) = (Arc::clone(&locker), key.clone());
+        tokio::spawn(async move { locker.lock(&patient(), &key).await })
+    };
+    // The client reconnected into the dark: its handshake now hangs.
+    front.dark_accepts.notified().await;
+    front.go_light();
+    let guard = tokio::time::timeout(Duration::from_secs(60), waiting)
+        .await
+        .expect("lock hung behind the stuck connection")
+        .expect("task")
+        .expect("lock once the front passes connections on again");
+    guard.unlock().await.expect("unlock");
+    Arc::into_inner(locker)
+        .expect("one owner")
+        .close()
+        .await
+        .expect("close");
+}

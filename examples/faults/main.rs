@@ -41,7 +41,8 @@
 //!    past its TTL, saw the loss and had its next fenced write rejected;
 //! 3. fair mode grants in queue order (replayed from etcd's history);
 //! 4. after each fault heals, a lock is granted again within
-//!    TTL + election timeout + margin;
+//!    TTL + election timeout + margin (the isolated leader: from when the
+//!    majority had its new leader, see `Injection::bound`);
 //! 5. afterwards no keys or leases are left in etcd.
 //!
 //! Workers are this binary run with `--worker`; each prints one line per

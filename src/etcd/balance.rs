@@ -16,8 +16,12 @@
 //!   leader there).
 //!
 //! A failing member is passed over for a while that doubles with each
-//! failure in a row (from `cooldown`, at most 32 times that) and is tried
-//! again after it; its first good answer clears it. With every member
+//! failure in a row (from `cooldown`, at most 32 times that; requests that
+//! fail together count once) and is tried again after it; its first good
+//! answer clears it. A request given up on a member also replaces the
+//! member's connection: a connect that never ends (a TLS handshake with a
+//! load balancer whose backend is gone has no timeout) would otherwise
+//! hold every later request to it. With every member
 //! failing, the least loaded is used: requests never wait for a member to
 //! recover. Ties go round the members in turn.
 //!
@@ -28,7 +32,7 @@
 use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, TryLockError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -43,6 +47,9 @@ use tower::{BoxError, Service, ServiceExt};
 type Request = http::Request<tonic::body::Body>;
 type Response = http::Response<tonic::body::Body>;
 type Endpoints = mpsc::Receiver<Change<http::Uri, Endpoint>>;
+
+/// How many endpoint changes can wait before a request applies them.
+const ENDPOINT_ROOM: usize = 4096;
 
 /// The longest a failing member is passed over, in multiples of `cooldown`.
 const MAX_BACKOFF: u32 = 32;
@@ -67,7 +74,9 @@ impl BalancedChannelBuilder for Routing {
         self,
         buffer_size: usize,
     ) -> Result<(Channel, mpsc::Sender<Change<http::Uri, Endpoint>>), Self::Error> {
-        let (tx, rx) = mpsc::channel(buffer_size.max(1));
+        // etcd-client sends every endpoint before its first request, which
+        // is what drains them: leave room for any list a person writes.
+        let (tx, rx) = mpsc::channel(buffer_size.max(ENDPOINT_ROOM));
         let balancer = Balancer {
             members: Arc::new(Members {
                 routing: self,
@@ -100,8 +109,21 @@ impl Members {
     /// Applies the endpoint changes sent since the last call (etcd-client
     /// sends them all before its first request).
     fn update(&self) {
-        let Ok(mut endpoints) = self.endpoints.try_lock() else {
-            return; // another request is applying them
+        let mut endpoints = match self.endpoints.try_lock() {
+            Ok(endpoints) => endpoints,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            // Another request is applying them: go on with the members
+            // there are, unless there are none yet.
+            Err(_)
+                if !self
+                    .list
+                    .read()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .is_empty() =>
+            {
+                return;
+            }
+            Err(_) => self.endpoints.lock().unwrap_or_else(|p| p.into_inner()),
         };
         while let Ok(change) = endpoints.try_recv() {
             let mut list = self.list.write().unwrap_or_else(|p| p.into_inner());
@@ -123,9 +145,9 @@ impl Members {
         let first = self.turn.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
         (0..n)
-            .map(|i| &list[(first + i) % n].1)
+            .map(|i| &list[first.wrapping_add(i) % n].1)
             .min_by(|a, b| {
-                let (a, b) = (a.health.weight(now), b.health.weight(now));
+                let (a, b) = (a.health().weight(now), b.health().weight(now));
                 a.partial_cmp(&b).unwrap_or(std::cmp::Ordering::Equal)
             })
             .cloned()
@@ -145,11 +167,11 @@ impl Service<Request> for Balancer {
     fn call(&mut self, request: Request) -> Self::Future {
         let member = self.members.pick();
         Box::pin(async move {
-            let Some(mut member) = member else {
+            let Some(member) = member else {
                 return Err("no etcd endpoint to send the request to".into());
             };
-            let pending = Pending::start(&member.health);
-            let result = match member.channel.ready().await {
+            let pending = Pending::start(&member);
+            let result = match member.channel().ready().await {
                 Ok(channel) => channel.call(request).await,
                 Err(e) => Err(e),
             };
@@ -168,16 +190,43 @@ impl Service<Request> for Balancer {
 
 /// One member's connection and how it has been answering.
 #[derive(Clone)]
-struct Member {
-    channel: tonic::transport::Channel,
-    health: Arc<Health>,
+struct Member(Arc<Link>);
+
+struct Link {
+    endpoint: Endpoint,
+    channel: Mutex<tonic::transport::Channel>,
+    health: Health,
 }
 
 impl Member {
     fn new(endpoint: &Endpoint, routing: Routing) -> Self {
-        Member {
-            channel: endpoint.connect_lazy(),
-            health: Arc::new(Health::new(routing)),
+        Member(Arc::new(Link {
+            endpoint: endpoint.clone(),
+            channel: Mutex::new(endpoint.connect_lazy()),
+            health: Health::new(routing),
+        }))
+    }
+
+    fn health(&self) -> &Health {
+        &self.0.health
+    }
+
+    fn channel(&self) -> tonic::transport::Channel {
+        self.0
+            .channel
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Replaces the connection with a fresh one: a request given up on it
+    /// may be stuck in a connect that never ends (a TLS handshake with a
+    /// load balancer whose backend is gone has no timeout of its own).
+    /// Requests still on the old one keep it until they end.
+    fn reconnect(&self) {
+        if tokio::runtime::Handle::try_current().is_ok() {
+            let fresh = self.0.endpoint.connect_lazy();
+            *self.0.channel.lock().unwrap_or_else(|p| p.into_inner()) = fresh;
         }
     }
 }
@@ -242,51 +291,68 @@ impl Health {
     }
 
     /// Request `id` ended: answered (`failed` tells how), or given up
-    /// (`answered` false).
-    fn ended(&self, id: u64, now: Instant, answered: bool, failed: bool) {
+    /// (`answered` false). `true` if that starts a failure: the member was
+    /// not failing already (requests failing together, as when a
+    /// connection breaks under several, count once).
+    fn ended(&self, id: u64, now: Instant, answered: bool, failed: bool) -> bool {
         let mut state = self.state();
         let Some(sent) = state.waiting.remove(&id) else {
-            return;
+            return false;
         };
         let failed = failed || (!answered && now.duration_since(sent) >= self.routing.slow);
         if failed {
+            if state.failing_until.is_some_and(|until| now < until) {
+                return false;
+            }
             state.failures = state.failures.saturating_add(1);
             let doubled = 1u32 << state.failures.saturating_sub(1).min(5);
             let pause = self.routing.cooldown * doubled.min(MAX_BACKOFF);
             state.failing_until = Some(now + pause);
-        } else if answered {
+            return true;
+        }
+        if answered {
             state.failures = 0;
             state.failing_until = None;
         }
+        false
     }
 }
 
 /// A request on its way: ends as given up if dropped before an answer.
 struct Pending {
-    health: Arc<Health>,
+    member: Member,
     id: u64,
     done: bool,
 }
 
 impl Pending {
-    fn start(health: &Arc<Health>) -> Self {
+    fn start(member: &Member) -> Self {
         Pending {
-            health: Arc::clone(health),
-            id: health.sent(Instant::now()),
+            member: member.clone(),
+            id: member.health().sent(Instant::now()),
             done: false,
         }
     }
 
     fn finish(mut self, failed: bool) {
         self.done = true;
-        self.health.ended(self.id, Instant::now(), true, failed);
+        // A failed answer or transport error: tonic's connection recovers
+        // (or reconnects) by itself.
+        self.member
+            .health()
+            .ended(self.id, Instant::now(), true, failed);
     }
 }
 
 impl Drop for Pending {
     fn drop(&mut self) {
-        if !self.done {
-            self.health.ended(self.id, Instant::now(), false, false);
+        if !self.done
+            && self
+                .member
+                .health()
+                .ended(self.id, Instant::now(), false, false)
+        {
+            self.member.reconnect();
         }
     }
 }
@@ -365,5 +431,22 @@ mod tests {
         let id = h.sent(t);
         h.ended(id, t, true, false);
         assert_eq!(h.weight(t), ok(0));
+    }
+
+    #[test]
+    fn requests_failing_together_count_as_one_failure() {
+        // A connection breaking under several requests fails them all.
+        let h = health();
+        let t = Instant::now();
+        let ids: Vec<u64> = (0..8).map(|_| h.sent(t)).collect();
+        let starts: Vec<bool> = ids.iter().map(|&id| h.ended(id, t, true, true)).collect();
+        assert_eq!(
+            starts.iter().filter(|&&s| s).count(),
+            1,
+            "one failure starts"
+        );
+        // Passed over for the first pause only, not 2^7 of them.
+        assert_eq!(h.weight(t + Duration::from_millis(999)), failing(0));
+        assert_eq!(h.weight(t + Duration::from_secs(1)), ok(0));
     }
 }
