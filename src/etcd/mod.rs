@@ -36,8 +36,9 @@
 //!   retry backoff;
 //! - `keys.rs`: every etcd wire format: key layout, mode tags, owner
 //!   values, the passed-along successor list;
-//! - `balance.rs`: which member a request goes to (passing over members
-//!   that stopped answering); `connect.rs`: connecting, and its errors;
+//! - `health.rs`: how a member has been answering; `balance.rs`: which
+//!   member a request goes to (passing over members that stopped
+//!   answering); `connect.rs`: connecting, and its errors;
 //! - `lease.rs`: a session lease as the locker sees it, and the local
 //!   deadline behind `LockGuard::is_held`; `renewal.rs`: a lease's
 //!   keepalive task, which counts a renewal only when a read confirms it;
@@ -67,6 +68,7 @@ mod connect;
 mod endpoint;
 mod error;
 mod fence;
+mod health;
 mod held;
 mod keys;
 mod lease;
