@@ -81,14 +81,16 @@ impl<'a> Meter<'a> {
 }
 
 /// `n` lockers on one connection, as `get_locker` hands them out after one
-/// `register`.
+/// `register`: the connection fairlock makes (its own member choice), not
+/// a plain etcd-client one.
 pub async fn shared_lockers(ep: &str, fair: bool, n: usize) -> Res<Vec<EtcdLocker>> {
     let prefix = format!("/bench/keys-{}/", uuid::Uuid::new_v4().simple());
     let config = EtcdConfig::new([ep]).with_prefix(prefix);
-    let client = workloads::connect(ep).await?;
-    Ok((0..n)
-        .map(|_| EtcdLocker::from_client(client.clone(), config.clone(), fair))
-        .collect())
+    let first = EtcdLocker::connect(config.clone(), fair).await?;
+    let client = first.client().clone();
+    let mut lockers = vec![first];
+    lockers.extend((1..n).map(|_| EtcdLocker::from_client(client.clone(), config.clone(), fair)));
+    Ok(lockers)
 }
 
 /// `tasks` tasks, each locking its own key with its own locker, over one
