@@ -135,11 +135,9 @@ impl Members {
         let now = Instant::now();
         (0..n)
             .map(|i| &list[first.wrapping_add(i) % n].1)
-            .min_by(|a, b| {
-                let (a, b) = (a.health().weight(now), b.health().weight(now));
-                a.partial_cmp(&b).unwrap_or(std::cmp::Ordering::Equal)
-            })
-            .cloned()
+            .map(|member| (member.health().weight(now), member))
+            .min_by(|(a, _), (b, _)| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal))
+            .map(|(_, member)| member.clone())
     }
 }
 

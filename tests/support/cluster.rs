@@ -251,28 +251,13 @@ impl Cluster {
     /// with `timeout`: a paused member does not answer). `None` unless every
     /// member that answers names the same leader, and that leader answers.
     pub async fn leader(&self, timeout: Duration) -> Option<usize> {
-        let mut ids = Vec::new();
-        let mut leaders = Vec::new();
-        for i in 0..self.len() {
-            let (id, leader) = match member_status(&self.endpoint(i), timeout).await {
-                Some(status) => status,
-                None => {
-                    ids.push(None);
-                    continue;
-                }
-            };
-            ids.push(Some(id));
-            leaders.push(leader);
-        }
-        let first = *leaders.first()?;
-        if first == 0 || leaders.iter().any(|&l| l != first) {
-            return None;
-        }
-        ids.iter().position(|&id| id == Some(first))
+        let all: Vec<usize> = (0..self.len()).collect();
+        self.leader_among(&all, timeout).await
     }
 
-    /// The leader among `members` (some of them cut off from the others),
-    /// as [`Cluster::leader`] asks, but of those members only.
+    /// The leader among `members` (some of them cut off from the others):
+    /// `None` unless every one of them that answers names the same leader,
+    /// and that leader is one of them and answers.
     pub async fn leader_among(&self, members: &[usize], timeout: Duration) -> Option<usize> {
         let mut ids = Vec::new();
         let mut leaders = Vec::new();
