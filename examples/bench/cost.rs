@@ -82,21 +82,34 @@ impl<'a> Meter<'a> {
 
 /// `n` lockers on one connection, as `get_locker` hands them out after one
 /// `register`: the connection fairlock makes (its own member choice), not
-/// a plain etcd-client one.
-pub async fn shared_lockers(ep: &str, fair: bool, n: usize) -> Res<Vec<EtcdLocker>> {
+/// a plain etcd-client one, and writes sent together while others are on
+/// their way, unless `batching` is off.
+pub async fn shared_lockers(
+    ep: &str,
+    fair: bool,
+    batching: bool,
+    n: usize,
+) -> Res<Vec<EtcdLocker>> {
     let prefix = format!("/bench/keys-{}/", uuid::Uuid::new_v4().simple());
-    let config = EtcdConfig::new([ep]).with_prefix(prefix);
-    let first = EtcdLocker::connect(config.clone(), fair).await?;
-    let client = first.client().clone();
-    let mut lockers = vec![first];
-    lockers.extend((1..n).map(|_| EtcdLocker::from_client(client.clone(), config.clone(), fair)));
+    let config = EtcdConfig::new([ep])
+        .with_prefix(prefix)
+        .with_write_batching(batching);
+    let first = EtcdLocker::connect(config, fair).await?;
+    let mut lockers: Vec<EtcdLocker> = (1..n).map(|_| first.another(fair)).collect();
+    lockers.push(first);
     Ok(lockers)
 }
 
 /// `tasks` tasks, each locking its own key with its own locker, over one
 /// connection.
-pub async fn many_keys(ep: &str, fair: bool, tasks: usize, dur: Duration) -> Res<Run> {
-    let lockers = shared_lockers(ep, fair, tasks).await?;
+pub async fn many_keys(
+    ep: &str,
+    fair: bool,
+    batching: bool,
+    tasks: usize,
+    dur: Duration,
+) -> Res<Run> {
+    let lockers = shared_lockers(ep, fair, batching, tasks).await?;
     let workers = lockers
         .iter()
         .enumerate()
@@ -261,7 +274,7 @@ pub async fn soak(
     window: Duration,
     cpu: &EtcdCpu,
 ) -> Res<Soak> {
-    let lockers = shared_lockers(ep, fair, keys + contended).await?;
+    let lockers = shared_lockers(ep, fair, true, keys + contended).await?;
     let count = Arc::new(AtomicUsize::new(0));
     let start = Instant::now();
     let mut tasks = Vec::new();

@@ -36,10 +36,14 @@ pub async fn cost_rows(
     let before = rows.len();
     for tasks in [4, 32, 128] {
         let mut mine = Vec::new();
-        for fair in [true, false] {
+        // The third run shows what sending writes together saves.
+        for (fair, batching, mode) in [
+            (true, true, "fair"),
+            (false, true, "unfair"),
+            (true, false, "fair, writes not batched"),
+        ] {
             let meter = cost::Meter::start(&cpu, ep)?;
-            let run = cost::many_keys(ep, fair, tasks, dur).await?;
-            let mode = if fair { "fair" } else { "unfair" };
+            let run = cost::many_keys(ep, fair, batching, tasks, dur).await?;
             let row = Row::of(
                 "cost: fairlock, own key per task, 1 conn",
                 mode,
@@ -72,7 +76,7 @@ pub async fn cost_rows(
     };
     for tasks in [4, 32, 128] {
         let go_cpu = cpu_of(&rows[before..], "cost: Go", "fair", tasks);
-        for mode in ["fair", "unfair"] {
+        for mode in ["fair", "unfair", "fair, writes not batched"] {
             if let (Some(ours), Some(go_cpu)) = (
                 cpu_of(&rows[before..], "cost: fairlock", mode, tasks),
                 go_cpu,

@@ -4,9 +4,10 @@
 
 use std::sync::Arc;
 
-use etcd_client::{Txn, TxnResponse};
+use etcd_client::Txn;
 use tokio::task::JoinHandle;
 
+use super::batch::Answer;
 use super::cleanup::{self, Written};
 use super::error::{EtcdError, EtcdResult};
 use super::held::{Grant, HeldLock};
@@ -38,7 +39,7 @@ pub(crate) struct LockAttempt {
     /// The lease its writes used; none means nothing was written.
     lease: Option<Arc<Lease>>,
     /// A write whose outcome is not known yet.
-    inflight: Option<JoinHandle<EtcdResult<TxnResponse>>>,
+    inflight: Option<JoinHandle<EtcdResult<Answer>>>,
     /// A write failed in a way that does not tell whether etcd applied it
     /// (no answer, connection lost): it may still land later.
     unanswered: bool,
@@ -111,7 +112,7 @@ impl LockAttempt {
         op: &'static str,
         lease: &Arc<Lease>,
         txn: Txn,
-    ) -> EtcdResult<TxnResponse> {
+    ) -> EtcdResult<Answer> {
         self.send(op, lease, txn, Copies::One).await
     }
 
@@ -123,7 +124,7 @@ impl LockAttempt {
         op: &'static str,
         lease: &Arc<Lease>,
         txn: Txn,
-    ) -> EtcdResult<TxnResponse> {
+    ) -> EtcdResult<Answer> {
         self.send(op, lease, txn, Copies::Hedged).await
     }
 
@@ -133,13 +134,17 @@ impl LockAttempt {
         lease: &Arc<Lease>,
         txn: Txn,
         copies: Copies,
-    ) -> EtcdResult<TxnResponse> {
+    ) -> EtcdResult<Answer> {
         self.lease = Some(Arc::clone(lease));
         let state = Arc::clone(&self.state);
+        let lock = self.keys.lock.clone();
         let task = self.inflight.insert(tokio::spawn(async move {
             match copies {
-                Copies::One => state.txn(op, txn).await,
-                Copies::Hedged => state.txn_hedged(op, txn).await,
+                Copies::One => {
+                    let timeout = state.config.request_timeout();
+                    state.write(op, &lock, txn, timeout).await
+                }
+                Copies::Hedged => state.write_hedged(op, &lock, txn).await,
             }
         }));
         let result = task.await.unwrap_or_else(|e| {
@@ -164,7 +169,7 @@ impl LockAttempt {
         &mut self,
         op: &'static str,
         build: impl Fn(i64) -> Txn,
-    ) -> EtcdResult<(TxnResponse, Arc<Lease>)> {
+    ) -> EtcdResult<(Answer, Arc<Lease>)> {
         let mut retried = false;
         loop {
             let lease = Box::pin(self.state.session.lease()).await?;

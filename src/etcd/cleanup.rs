@@ -4,9 +4,10 @@
 
 use std::sync::Arc;
 
-use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnResponse};
+use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use tokio::task::JoinHandle;
 
+use super::batch::Answer;
 use super::error::EtcdResult;
 use super::held::{Behind, Grant, HeldLock};
 use super::keys::LockKeys;
@@ -34,7 +35,7 @@ pub(crate) struct Written {
 pub(crate) async fn abandon(
     state: Arc<LockerState>,
     mut written: Written,
-    inflight: Option<JoinHandle<EtcdResult<TxnResponse>>>,
+    inflight: Option<JoinHandle<EtcdResult<Answer>>>,
     unanswered: bool,
 ) -> EtcdResult<()> {
     // Wait for a write still in flight: its outcome is what we clean up.

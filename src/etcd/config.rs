@@ -40,6 +40,7 @@ pub struct EtcdConfig {
     request_timeout: Duration,
     user: Option<(String, String)>,
     tls: Option<TlsConfig>,
+    write_batching: bool,
 }
 
 impl EtcdConfig {
@@ -71,6 +72,7 @@ impl EtcdConfig {
             request_timeout: Duration::from_secs(5),
             user: None,
             tls: None,
+            write_batching: true,
         }
     }
 
@@ -111,6 +113,18 @@ impl EtcdConfig {
     #[must_use]
     pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
+        self
+    }
+
+    /// Whether lockers on one connection send the writes they make at the
+    /// same time together, as the branches of one etcd txn (on by
+    /// default). Each write keeps its own compares and its own answer;
+    /// together they cost etcd one raft proposal instead of one each, which
+    /// matters when many tasks lock different keys. A lone write always
+    /// goes out at once. Off: every write is a request of its own.
+    #[must_use]
+    pub fn with_write_batching(mut self, on: bool) -> Self {
+        self.write_batching = on;
         self
     }
 
@@ -197,6 +211,12 @@ impl EtcdConfig {
 
     pub(crate) fn user(&self) -> Option<&(String, String)> {
         self.user.as_ref()
+    }
+
+    /// See [`EtcdConfig::with_write_batching`].
+    #[must_use]
+    pub fn write_batching(&self) -> bool {
+        self.write_batching
     }
 
     /// The TTL in whole seconds, rounded up.
@@ -294,6 +314,7 @@ impl fmt::Debug for EtcdConfig {
                 &self.user.as_ref().map(|(name, _)| (name, "<redacted>")),
             )
             .field("tls", &self.tls)
+            .field("write_batching", &self.write_batching)
             .finish()
     }
 }

@@ -4,18 +4,17 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use etcd_client::{
-    Client, Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnResponse,
-};
+use etcd_client::{Client, Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
 
 use super::attempt::LockAttempt;
+use super::batch::{Answer, Batcher};
 use super::config::EtcdConfig;
 use super::connect::connect;
 use super::error::{EtcdError, EtcdResult};
 use super::held::{Behind, Grant};
 use super::keys::is_waiter;
 use super::queue;
-use super::request::{put_leased, range_at, revision};
+use super::request::{put_leased, range_at};
 use super::retry::{Again, Retry};
 use super::session::Lease;
 use super::state::LockerState;
@@ -61,9 +60,9 @@ struct Failed {
 
 /// The grant of a lock taken with nobody waiting, by the txn answered
 /// with `resp`.
-fn uncontended(resp: &TxnResponse, lease: Arc<Lease>) -> Grant {
+fn uncontended(resp: &Answer, lease: Arc<Lease>) -> Grant {
     Grant {
-        token: revision(resp),
+        token: resp.revision,
         queue_rev: None,
         behind: Behind::Nobody,
         lease,
@@ -89,11 +88,50 @@ impl EtcdLocker {
 
     /// A locker on an existing connection. Its session lease is granted on
     /// first use. The configuration is not re-validated against etcd here.
+    /// To make more lockers that also send their writes together with this
+    /// one's (see [`EtcdConfig::with_write_batching`]), use
+    /// [`EtcdLocker::another`] rather than calling this again.
     #[must_use]
     pub fn from_client(client: Client, config: EtcdConfig, fair: bool) -> Self {
+        let writes = Batcher::new(client.clone(), config.write_batching());
+        Self::on_connection(client, writes, config, fair)
+    }
+
+    /// A new locker, fair or unfair, with its own session lease, on this
+    /// locker's connection and configuration: the writes the two make at
+    /// the same time go together (see [`EtcdConfig::with_write_batching`]).
+    /// This is how [`super::register`] makes every locker `get_locker`
+    /// returns.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo() -> fairlock::Result<()> {
+    /// use fairlock::etcd::{EtcdConfig, EtcdLocker};
+    ///
+    /// let first = EtcdLocker::connect(EtcdConfig::new(["127.0.0.1:2379"]), false).await?;
+    /// let workers: Vec<EtcdLocker> = (0..32).map(|_| first.another(false)).collect();
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn another(&self, fair: bool) -> Self {
+        let state = &self.inner;
+        Self::on_connection(
+            state.client.clone(),
+            Arc::clone(&state.writes),
+            state.config.clone(),
+            fair,
+        )
+    }
+
+    pub(crate) fn on_connection(
+        client: Client,
+        writes: Arc<Batcher>,
+        config: EtcdConfig,
+        fair: bool,
+    ) -> Self {
         let fairness = Fairness::from_fair(fair);
         EtcdLocker {
-            inner: Arc::new(LockerState::new(client, config, fairness)),
+            inner: Arc::new(LockerState::new(client, writes, config, fairness)),
         }
     }
 

@@ -33,7 +33,8 @@
 //! - `error.rs`: the backend's private error type, told apart by gRPC code
 //!   and mapped into [`crate::Error`];
 //! - `request.rs`: one request with its timeout, txn part builders, the
-//!   retry backoff;
+//!   retry backoff; `batch.rs`: writes of one connection that go together
+//!   in one txn while others are on their way;
 //! - `keys.rs`: every etcd wire format: key layout, mode tags, owner
 //!   values, the passed-along successor list;
 //! - `health.rs`: how a member has been answering; `balance.rs`: which
@@ -62,6 +63,7 @@
 
 mod attempt;
 mod balance;
+mod batch;
 mod cleanup;
 mod config;
 mod connect;
@@ -101,7 +103,9 @@ use crate::{Locker, Result};
 
 /// Connects to etcd and registers it as the process-wide locker provider:
 /// every [`crate::get_locker`] call then returns a new [`EtcdLocker`] (its
-/// own session lease) sharing this connection.
+/// own session lease) sharing this connection, and sending the writes it
+/// makes at the same time as the others together with theirs (see
+/// [`EtcdConfig::with_write_batching`]).
 ///
 /// # Examples
 /// ```no_run
@@ -120,9 +124,11 @@ use crate::{Locker, Result};
 /// Cancel safe: nothing is registered until the connection is up.
 pub async fn register(config: EtcdConfig) -> Result<()> {
     let client = connect::connect(&config).await?;
+    let writes = batch::Batcher::new(client.clone(), config.write_batching());
     crate::register_locker_provider(move |fair| {
-        Arc::new(EtcdLocker::from_client(
+        Arc::new(EtcdLocker::on_connection(
             client.clone(),
+            Arc::clone(&writes),
             config.clone(),
             fair,
         )) as Arc<dyn Locker>

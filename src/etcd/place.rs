@@ -8,7 +8,7 @@ use super::attempt::LockAttempt;
 use super::error::EtcdResult;
 use super::held::Behind;
 use super::keys::{is_waiter, passed_along};
-use super::request::{put_leased, range_at, retry_backoff, revision};
+use super::request::{put_leased, range_at, retry_backoff};
 use super::session::Lease;
 use super::state::LockerState;
 use super::watch::{Events, Subscription, Target};
@@ -105,7 +105,7 @@ impl Place<'_> {
             TxnOp::get(queue, Some(ahead)),
         ]);
         let resp = self.state().txn_hedged("queue check", read).await?;
-        let since = revision(&resp);
+        let since = resp.revision;
         let first = |i| range_at(&resp, i).and_then(|g| g.kvs().first().cloned());
         let Some(mine) = first(0).filter(|kv| kv.create_revision() == self.my_rev) else {
             return Ok(Position::Gone);

@@ -42,7 +42,7 @@ use super::error::{EtcdError, EtcdResult};
 use super::held::{Behind, Grant};
 use super::keys::prefix_end;
 use super::place::{Place, Position};
-use super::request::{put_leased, retry_backoff, revision};
+use super::request::{put_leased, retry_backoff};
 use super::session::{Lease, margin};
 use super::shared_watch::Listener;
 use super::waiting::{Signal, Watching};
@@ -186,7 +186,7 @@ pub(crate) async fn acquire(attempt: &mut LockAttempt, queue_key: &[u8]) -> Etcd
                         // Fair keeps its queue key until release (it heads the
                         // queue); unfair deleted it in the same txn.
                         let queue_rev = state.fairness.is_fair().then_some(my_rev);
-                        break in_line.grant(revision(&resp), queue_rev, Behind::LookUp);
+                        break in_line.grant(resp.revision, queue_rev, Behind::LookUp);
                     }
                     // Someone barged in, or we are no longer queued: re-read.
                     Step::Read(Read::Again)
@@ -283,7 +283,7 @@ async fn enqueue(attempt: &mut LockAttempt, queue_key: &[u8]) -> EtcdResult<Enqu
             .or_else([put_leased(queue_key, &value, lease)])
     };
     let (resp, lease) = Box::pin(attempt.write_with_lease("enqueue", enqueue)).await?;
-    let my_rev = revision(&resp);
+    let my_rev = resp.revision;
     if resp.succeeded() {
         return Ok(Enqueued::Granted(Grant {
             token: my_rev,

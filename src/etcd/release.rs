@@ -192,7 +192,9 @@ async fn release_once(
         // answering is retried after a third of the TTL rather than after
         // the full request timeout (the token compare makes retries safe).
         let attempt_timeout = state.config.request_timeout().min(state.config.ttl() / 3);
-        let resp = state.txn_within("unlock", txn, attempt_timeout).await?;
+        let resp = state
+            .write("unlock", &keys.lock, txn, attempt_timeout)
+            .await?;
         if !resp.succeeded() {
             return Err(EtcdError::Public(Error::LockLost {
                 key: key.to_string(),

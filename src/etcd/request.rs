@@ -72,11 +72,6 @@ pub(crate) async fn txn_hedged(
     .await
 }
 
-/// Header revision of a response.
-pub(crate) fn revision(resp: &TxnResponse) -> i64 {
-    resp.header().map_or(0, |h| h.revision())
-}
-
 /// The `i`-th op response of a txn, if it was a range.
 pub(crate) fn range_at(resp: &TxnResponse, i: usize) -> Option<GetResponse> {
     match resp.op_responses().into_iter().nth(i)? {

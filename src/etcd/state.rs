@@ -4,8 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Client, GetOptions, GetResponse, Txn, TxnResponse};
+use etcd_client::{Client, GetOptions, GetResponse, Txn};
 
+use super::batch::{Answer, Batcher};
 use super::config::EtcdConfig;
 use super::error::{EtcdError, EtcdResult};
 use super::keys::LockKeys;
@@ -20,6 +21,8 @@ use crate::{Error, Key};
 /// The state one locker's operations share (its clones share it too).
 pub(crate) struct LockerState {
     pub client: Client,
+    /// Shared by the lockers of one connection (see `batch.rs`).
+    pub writes: Arc<Batcher>,
     pub config: EtcdConfig,
     pub fairness: Fairness,
     /// Names this locker's level in the queue (`_OWNERS_/<id>/...`).
@@ -32,7 +35,12 @@ pub(crate) struct LockerState {
 }
 
 impl LockerState {
-    pub fn new(client: Client, config: EtcdConfig, fairness: Fairness) -> Self {
+    pub fn new(
+        client: Client,
+        writes: Arc<Batcher>,
+        config: EtcdConfig,
+        fairness: Fairness,
+    ) -> Self {
         let timeout = config.request_timeout();
         let hub = Arc::new(WatchHub::new(client.clone(), timeout));
         LockerState {
@@ -47,6 +55,7 @@ impl LockerState {
             slots: Arc::default(),
             id: uuid::Uuid::new_v4().simple().to_string(),
             client,
+            writes,
             config,
             fairness,
         }
@@ -57,7 +66,7 @@ impl LockerState {
         LockKeys::new(self.config.prefix(), key)
     }
 
-    pub async fn txn(&self, op: &'static str, txn: Txn) -> EtcdResult<TxnResponse> {
+    pub async fn txn(&self, op: &'static str, txn: Txn) -> EtcdResult<Answer> {
         self.txn_within(op, txn, self.config.request_timeout())
             .await
     }
@@ -69,15 +78,42 @@ impl LockerState {
         op: &'static str,
         txn: Txn,
         timeout: Duration,
-    ) -> EtcdResult<TxnResponse> {
+    ) -> EtcdResult<Answer> {
         let mut kv = self.client.kv_client();
-        request(op, timeout, kv.txn(txn)).await
+        request(op, timeout, kv.txn(txn)).await.map(Answer::new)
+    }
+
+    /// A write that touches only the keys of the lock whose lock key is
+    /// `lock`, sent together with other lockers' writes on this
+    /// connection when others are on their way (see `batch.rs`).
+    pub async fn write(
+        &self,
+        op: &'static str,
+        lock: &[u8],
+        txn: Txn,
+        timeout: Duration,
+    ) -> EtcdResult<Answer> {
+        self.writes.write(op, lock, txn, timeout).await
     }
 
     /// A txn sent hedged (see [`request::txn_hedged`]): only for txns that
     /// are safe to send twice.
-    pub async fn txn_hedged(&self, op: &'static str, txn: Txn) -> EtcdResult<TxnResponse> {
-        request::txn_hedged(&self.client, op, self.config.request_timeout(), txn).await
+    pub async fn txn_hedged(&self, op: &'static str, txn: Txn) -> EtcdResult<Answer> {
+        request::txn_hedged(&self.client, op, self.config.request_timeout(), txn)
+            .await
+            .map(Answer::new)
+    }
+
+    /// [`LockerState::write`], hedged (see [`request::hedged`]): only for
+    /// writes that are safe to send twice.
+    pub async fn write_hedged(
+        &self,
+        op: &'static str,
+        lock: &[u8],
+        txn: Txn,
+    ) -> EtcdResult<Answer> {
+        let timeout = self.config.request_timeout();
+        request::hedged(timeout / 3, || self.write(op, lock, txn.clone(), timeout)).await
     }
 
     pub async fn get(

@@ -1,0 +1,160 @@
+//! Lockers on one connection send the writes they make at the same time
+//! together, as the branches of one etcd txn (`src/etcd/batch.rs`). Each
+//! test has an etcd of its own: every txn that writes adds one to its
+//! revision, so the revision counts the requests that wrote.
+
+mod support;
+
+use std::time::Duration;
+
+use etcd_client::Client;
+use fairlock::etcd::{EtcdConfig, EtcdLocker};
+use fairlock::{Context, Key, Locker};
+
+/// Lockers on the connection, each locking its own key.
+const LOCKERS: usize = 32;
+/// Lock and unlock cycles per locker.
+const CYCLES: usize = 20;
+
+async fn revision(client: &mut Client) -> i64 {
+    client
+        .get("/", None)
+        .await
+        .expect("get")
+        .header()
+        .expect("header")
+        .revision()
+}
+
+/// `n` lockers on one connection, fair and unfair by turns.
+async fn lockers(endpoint: &str, test: &str, batching: bool, n: usize) -> Vec<EtcdLocker> {
+    let config = EtcdConfig::new([endpoint])
+        .with_prefix(support::unique_prefix(test))
+        .with_write_batching(batching);
+    let first = EtcdLocker::connect(config, true).await.expect("connect");
+    let mut all: Vec<EtcdLocker> = (1..n).map(|i| first.another(i % 2 == 0)).collect();
+    all.push(first);
+    all
+}
+
+/// Every locker locks and unlocks its own key `cycles` times, all at once.
+async fn cycle_all(lockers: &[EtcdLocker], cycles: usize) {
+    let tasks: Vec<_> = lockers
+        .iter()
+        .enumerate()
+        .map(|(i, locker)| {
+            let (locker, key) = (locker.clone(), Key::from(format!("k{i}")));
+            tokio::spawn(async move {
+                for _ in 0..cycles {
+                    let guard = locker
+                        .lock(&Context::background(), &key)
+                        .await
+                        .unwrap_or_else(|e| panic!("lock {key}: {e}"));
+                    guard
+                        .unlock()
+                        .await
+                        .unwrap_or_else(|e| panic!("unlock {key}: {e}"));
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("locker task");
+    }
+}
+
+/// Lease grants and revokes leave the revision as it is; so does a cycle's
+/// first use of a locker's session, done before counting.
+async fn warm_up(lockers: &[EtcdLocker]) {
+    for locker in lockers {
+        locker.lease_id().await.expect("session lease");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_made_at_the_same_time_share_requests() {
+    let server = support::Etcd::start();
+    let mut client = server.client().await;
+    let all = lockers(&server.endpoint, "batch", true, LOCKERS).await;
+    warm_up(&all).await;
+    let before = revision(&mut client).await;
+    cycle_all(&all, CYCLES).await;
+    let writes = revision(&mut client).await - before;
+    let cycles = (LOCKERS * CYCLES) as i64;
+    // Alone, each cycle is two writes (take, release): see the next test.
+    assert!(
+        writes < cycles * 3 / 2,
+        "{cycles} lock cycles of {LOCKERS} lockers on one connection made {writes} \
+         writes: fewer than 2 per cycle were expected, as writes made at the same \
+         time go together"
+    );
+    for locker in all {
+        locker.close().await.expect("close");
+    }
+    assert_eq!(support::count_keys(&mut client, "/fairlock-test/").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_batching_each_write_is_a_request() {
+    let server = support::Etcd::start();
+    let mut client = server.client().await;
+    let all = lockers(&server.endpoint, "alone", false, LOCKERS).await;
+    warm_up(&all).await;
+    let before = revision(&mut client).await;
+    cycle_all(&all, CYCLES).await;
+    let writes = revision(&mut client).await - before;
+    assert_eq!(
+        writes,
+        (LOCKERS * CYCLES * 2) as i64,
+        "one take and one release per cycle"
+    );
+    for locker in all {
+        locker.close().await.expect("close");
+    }
+}
+
+/// etcd refuses a whole txn when one branch writes with a lease it no
+/// longer has, and applies none of it: the writes that went with that one
+/// must get their own answers, not its refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_write_does_not_fail_the_writes_it_went_with() {
+    let server = support::Etcd::start();
+    let mut client = server.client().await;
+    let all = lockers(&server.endpoint, "refused", true, LOCKERS).await;
+    warm_up(&all).await;
+    let mut leases = Vec::new();
+    for locker in &all {
+        leases.push(locker.lease_id().await.expect("lease"));
+    }
+    // Every fourth locker's lease ends behind its back: its next take is
+    // refused ("lease not found") and then retried with a new lease.
+    let revoked: Vec<usize> = (0..LOCKERS).step_by(4).collect();
+    for &i in &revoked {
+        client.lease_revoke(leases[i]).await.expect("revoke");
+    }
+    let before = revision(&mut client).await;
+    cycle_all(&all, 4).await;
+    let writes = revision(&mut client).await - before;
+    assert!(
+        writes < (LOCKERS * 4 * 2) as i64,
+        "no writes went together ({writes} writes), so this test proved nothing"
+    );
+    for (i, locker) in all.iter().enumerate() {
+        if revoked.contains(&i) {
+            continue;
+        }
+        // A refusal passed on to it would have made it drop its lease.
+        assert_eq!(
+            locker.lease_id().await.expect("lease"),
+            leases[i],
+            "locker {i} lost its session lease to another locker's refused write"
+        );
+    }
+    tokio::time::timeout(Duration::from_secs(30), async {
+        for locker in all {
+            locker.close().await.expect("close");
+        }
+    })
+    .await
+    .expect("close in time");
+}
