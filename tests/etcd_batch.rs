@@ -158,3 +158,43 @@ async fn a_refused_write_does_not_fail_the_writes_it_went_with() {
     .await
     .expect("close in time");
 }
+
+/// 32 takes of locks with 60 KiB keys would make a txn far over etcd's
+/// request size limit: writes for long keys go alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_for_long_keys_go_alone() {
+    let server = support::Etcd::start();
+    let mut client = server.client().await;
+    let all = lockers(&server.endpoint, "long", true, LOCKERS).await;
+    warm_up(&all).await;
+    let before = revision(&mut client).await;
+    let long = "x".repeat(60 * 1024);
+    let tasks: Vec<_> = all
+        .iter()
+        .enumerate()
+        .map(|(i, locker)| {
+            let (locker, key) = (locker.clone(), Key::from(format!("{long}{i}")));
+            tokio::spawn(async move {
+                for _ in 0..3 {
+                    let guard = locker
+                        .lock(&Context::background(), &key)
+                        .await
+                        .unwrap_or_else(|e| panic!("lock a 60 KiB key: {e}"));
+                    guard.unlock().await.expect("unlock a 60 KiB key");
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("locker task");
+    }
+    let writes = revision(&mut client).await - before;
+    assert_eq!(
+        writes,
+        (LOCKERS * 3 * 2) as i64,
+        "every take and release of a long key is a request of its own"
+    );
+    for locker in all {
+        locker.close().await.expect("close");
+    }
+}

@@ -3,24 +3,28 @@
 //! In etcd every request that writes costs a raft proposal, and in etcd
 //! 3.4 every txn also opens a read view, which copies the writes not yet
 //! committed to disk. Many lockers on one connection, each locking its own
-//! key, would pay that per take and per release. So while [`IN_FLIGHT`]
-//! writes are on their way, later ones wait and then go together, each as
+//! key, would pay that per take and per release. So the lockers that share
+//! a [`Batcher`] (see `EtcdLocker::another`) send their takes and releases
+//! through it: while fewer than [`IN_FLIGHT`] are on their way, a write goes
+//! out at once, alone, in the caller's task; beyond that, it waits for one
+//! of them to be answered, and the writes waiting then go together, each as
 //! one branch of a single txn (`Txn::and_then([TxnOp::txn(..), ..])`), at
-//! most [`MAX_BATCH`] of them and at most one per lock key. etcd evaluates
+//! most [`MAX_BATCH`] of them and at most one per lock. etcd evaluates
 //! every branch's compares against the state before the txn: since no two
 //! branches touch the same lock's keys (a lock's keys are its lock key and
 //! the keys under its reserved `_OWNERS_` segment), that is the same as
-//! running them one after another. A lone write goes out at once, in the
-//! caller's task.
+//! running them one after another.
 //!
 //! A write waits at most [`HOLD`]: then it goes alone, so that writes stuck
-//! on a member that stopped answering do not hold up the others.
+//! on a member that stopped answering do not hold up the others. A write
+//! for a lock with a long key ([`MAX_SHARED_KEY`]) always goes alone, which
+//! keeps a batch far below etcd's request size limit (1.5 MiB).
 //!
-//! When etcd refuses a batch (for instance one branch's lease has expired:
-//! etcd then applies nothing), each branch is sent again on its own, so
-//! that it gets its own answer. When a batch fails in transport or gets no
-//! answer, every branch gets that failure: like any unanswered request, it
-//! may still have been applied.
+//! When etcd refuses a batch before applying any of it (one branch's lease
+//! has expired, the user lacks a permission), each write is sent again
+//! alone and gets its own answer. Any other failure (no answer, transport)
+//! is every write's failure: like any unanswered request, it may still
+//! have been applied.
 
 use std::ops::Deref;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -39,14 +43,20 @@ use super::request::request;
 /// allowed on their way cost 4 tasks on 4 keys 10-20 % of their cycles).
 const IN_FLIGHT: usize = 4;
 
-/// The most writes sent in one txn (etcd refuses a txn with more than 128
-/// operations by default, counting nested ones).
+/// The most writes sent in one txn. etcd allows 128 operations per level
+/// of a txn by default (`--max-txn-ops`), less the level above's count for
+/// a nested one; a release is 3 levels deep.
 const MAX_BATCH: usize = 32;
 
 /// How long a write waits to go together with others at most; then it goes
 /// alone (the writes on their way may be stuck on a member that stopped
 /// answering).
 const HOLD: Duration = Duration::from_millis(20);
+
+/// The longest lock key whose writes may share a request. A take or a
+/// release names its lock key up to about 10 times (compares, ranges,
+/// queue keys, passed-along waiters): at most about 320 KiB per batch.
+const MAX_SHARED_KEY: usize = 1024;
 
 /// A txn's answer: its response, and the revision etcd was at after it. A
 /// txn sent as a branch of a batch has no header of its own, so its
@@ -71,7 +81,7 @@ impl Deref for Answer {
     }
 }
 
-/// The writes of every locker on one connection (see the module docs).
+/// The writes of the lockers that share it (see the module docs).
 pub(crate) struct Batcher {
     client: Client,
     /// `false`: every write goes out on its own at once.
@@ -93,8 +103,16 @@ struct Waiting {
     op: &'static str,
     lock: Vec<u8>,
     txn: Txn,
-    timeout: Duration,
+    deadline: Instant,
     reply: oneshot::Sender<EtcdResult<Answer>>,
+}
+
+/// What a write does next.
+enum Route {
+    /// Goes out now, with a slot of its own.
+    Now(Txn, Slot),
+    /// Waits under this id for its answer.
+    Wait(u64, oneshot::Receiver<EtcdResult<Answer>>),
 }
 
 impl Batcher {
@@ -128,19 +146,16 @@ impl Batcher {
         timeout: Duration,
     ) -> EtcdResult<Answer> {
         let deadline = Instant::now() + timeout;
-        let (id, answer) = match self.wait_or_go(op, lock, txn, timeout) {
-            Ok(waiting) => waiting,
-            Err(txn) => return self.send(op, txn, timeout, Slot::taken(self)).await,
+        let (id, answer) = match self.route(op, lock, txn, deadline) {
+            Route::Now(txn, slot) => return self.send(op, txn, deadline, slot).await,
+            Route::Wait(id, answer) => (id, answer),
         };
         tokio::pin!(answer);
         let answer = match tokio::time::timeout(HOLD, &mut answer).await {
             Ok(answer) => answer,
             // The writes on their way are slow to answer: it goes alone.
             Err(_) => match self.go_alone(id) {
-                Some(txn) => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    return self.send(op, txn, left, Slot::taken(self)).await;
-                }
+                Some((txn, slot)) => return self.send(op, txn, deadline, slot).await,
                 // Already in a batch.
                 None => match tokio::time::timeout_at(deadline, answer).await {
                     Ok(answer) => answer,
@@ -156,24 +171,23 @@ impl Batcher {
         })
     }
 
-    /// Takes a slot (`Err(txn)`: send it now), or queues the write and
-    /// returns its id and where its answer will come.
-    fn wait_or_go(
-        &self,
+    fn route(
+        self: &Arc<Self>,
         op: &'static str,
         lock: &[u8],
         txn: Txn,
-        timeout: Duration,
-    ) -> Result<(u64, oneshot::Receiver<EtcdResult<Answer>>), Txn> {
+        deadline: Instant,
+    ) -> Route {
         let mut inner = self.inner();
-        // A second write for a lock already waiting goes on its own: one
-        // batch cannot hold both, and it must not wait for two.
+        // A second write for a lock already waiting goes alone: one batch
+        // cannot hold both, and it must not wait for two.
         if !self.enabled
             || inner.in_flight < IN_FLIGHT
+            || lock.len() > MAX_SHARED_KEY
             || inner.waiting.iter().any(|w| w.lock == lock)
         {
             inner.in_flight += 1;
-            return Err(txn);
+            return Route::Now(txn, Slot(Arc::clone(self)));
         }
         let (reply, answer) = oneshot::channel();
         inner.next_id += 1;
@@ -183,31 +197,32 @@ impl Batcher {
             op,
             lock: lock.to_vec(),
             txn,
-            timeout,
+            deadline,
             reply,
         });
-        Ok((id, answer))
+        Route::Wait(id, answer)
     }
 
     /// Takes write `id` back if it is still waiting, with a slot of its own.
-    fn go_alone(&self, id: u64) -> Option<Txn> {
+    fn go_alone(self: &Arc<Self>, id: u64) -> Option<(Txn, Slot)> {
         let mut inner = self.inner();
         let i = inner.waiting.iter().position(|w| w.id == id)?;
         inner.in_flight += 1;
-        Some(inner.waiting.remove(i).txn)
+        Some((inner.waiting.remove(i).txn, Slot(Arc::clone(self))))
     }
 
-    /// Sends `txn` as it is; `slot` comes free when it is answered (or
-    /// this future is dropped).
+    /// Sends `txn` as it is, until `deadline`; `slot` comes free when it
+    /// is answered (or this future is dropped).
     async fn send(
         &self,
         op: &'static str,
         txn: Txn,
-        timeout: Duration,
-        slot: Slot<'_>,
+        deadline: Instant,
+        slot: Slot,
     ) -> EtcdResult<Answer> {
         let mut kv = self.client.kv_client();
-        let answer = request(op, timeout, kv.txn(txn)).await;
+        let left = deadline.saturating_duration_since(Instant::now());
+        let answer = request(op, left, kv.txn(txn)).await;
         drop(slot);
         answer.map(Answer::new)
     }
@@ -226,34 +241,32 @@ impl Batcher {
             let n = inner.waiting.len().min(MAX_BATCH);
             inner.waiting.drain(..n).collect::<Vec<_>>()
         };
-        // Outside a runtime (it is shutting down) the writes are dropped:
-        // their callers get "ended without answering".
+        let slot = Slot(Arc::clone(self));
+        // Outside a runtime (it is shutting down), the batch and its slot
+        // are dropped: its callers get "ended without answering".
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(Arc::clone(self).send_batch(batch));
+            runtime.spawn(Arc::clone(self).send_batch(batch, slot));
         }
     }
 
-    async fn send_batch(self: Arc<Self>, mut batch: Vec<Waiting>) {
-        let slot = Slot::taken(&self);
+    async fn send_batch(self: Arc<Self>, mut batch: Vec<Waiting>, slot: Slot) {
         if batch.len() == 1 {
-            let Waiting {
-                op,
-                txn,
-                timeout,
-                reply,
-                ..
-            } = batch.remove(0);
-            let _ = reply.send(self.send(op, txn, timeout, slot).await);
+            let w = batch.remove(0);
+            let _ = w.reply.send(self.send(w.op, w.txn, w.deadline, slot).await);
             return;
         }
-        let timeout = batch.iter().map(|w| w.timeout).max().unwrap_or_default();
+        let deadline = batch
+            .iter()
+            .map(|w| w.deadline)
+            .max()
+            .unwrap_or_else(Instant::now);
         let txn = Txn::new().and_then(
             batch
                 .iter()
                 .map(|w| TxnOp::txn(w.txn.clone()))
                 .collect::<Vec<_>>(),
         );
-        match self.send("batched writes", txn, timeout, slot).await {
+        match self.send("batched writes", txn, deadline, slot).await {
             Ok(answer) => {
                 let revision = answer.revision;
                 let mut parts = answer.resp.op_responses().into_iter();
@@ -268,25 +281,24 @@ impl Batcher {
                     let _ = w.reply.send(part);
                 }
             }
-            Err(e) if e.is_transient() => {
-                for w in batch {
-                    let _ = w.reply.send(Err(shared(&e, w.op)));
-                }
-            }
-            Err(e) => {
-                // Nothing of it was applied: each write on its own gets its
-                // own answer (only the write at fault is refused again).
+            Err(e) if e.is_refused_before_applying() => {
                 tracing::debug!(
                     error = %crate::Error::from(e),
                     "etcd refused a batch of writes; sending them one by one"
                 );
                 for w in batch {
                     let this = Arc::clone(&self);
+                    this.inner().in_flight += 1;
+                    let slot = Slot(Arc::clone(&this));
                     tokio::spawn(async move {
-                        let mut kv = this.client.kv_client();
-                        let answer = request(w.op, w.timeout, kv.txn(w.txn)).await;
-                        let _ = w.reply.send(answer.map(Answer::new));
+                        let answer = this.send(w.op, w.txn, w.deadline, slot).await;
+                        let _ = w.reply.send(answer);
                     });
+                }
+            }
+            Err(e) => {
+                for w in batch {
+                    let _ = w.reply.send(Err(shared(&e, w.op)));
                 }
             }
         }
@@ -305,45 +317,37 @@ fn shared(e: &EtcdError, op: &'static str) -> EtcdError {
             source: etcd_client::Error::GRpcStatus(status.clone()),
         },
         // A failure to reach etcd: the batch may still have been applied.
-        other => {
-            let why = match other {
-                EtcdError::Request { source, .. } => source.to_string(),
-                _ => "no answer".into(),
-            };
-            EtcdError::Request {
-                op,
-                source: etcd_client::Error::IoError(std::io::Error::other(format!(
-                    "the batch of writes this one went in failed: {why}"
-                ))),
-            }
-        }
+        other if other.is_transient() => EtcdError::Request {
+            op,
+            source: etcd_client::Error::IoError(std::io::Error::other(format!(
+                "the batch of writes this one went in failed: {}",
+                describe(other)
+            ))),
+        },
+        other => EtcdError::Failed {
+            op,
+            why: format!(
+                "the batch of writes this one went in failed: {}",
+                describe(other)
+            )
+            .into(),
+        },
+    }
+}
+
+fn describe(e: &EtcdError) -> String {
+    match e {
+        EtcdError::Request { source, .. } => source.to_string(),
+        _ => "no answer".into(),
     }
 }
 
 /// One of the [`IN_FLIGHT`] places, held by a write (or a batch) on its way
-/// until it is answered.
-struct Slot<'a> {
-    batcher: &'a Arc<Batcher>,
-    held: bool,
-}
+/// until it is answered; dropping it frees it.
+struct Slot(Arc<Batcher>);
 
-impl<'a> Slot<'a> {
-    fn taken(batcher: &'a Arc<Batcher>) -> Self {
-        Slot {
-            batcher,
-            held: true,
-        }
-    }
-
-    fn release(&mut self) {
-        if std::mem::take(&mut self.held) {
-            self.batcher.slot_freed();
-        }
-    }
-}
-
-impl Drop for Slot<'_> {
+impl Drop for Slot {
     fn drop(&mut self) {
-        self.release();
+        self.0.slot_freed();
     }
 }

@@ -15,12 +15,16 @@ pub(crate) type EtcdResult<T> = std::result::Result<T, EtcdError>;
 mod code {
     pub const CANCELLED: i32 = 1;
     pub const UNKNOWN: i32 = 2;
+    pub const INVALID_ARGUMENT: i32 = 3;
     pub const DEADLINE_EXCEEDED: i32 = 4;
     /// etcd's "requested lease not found".
     pub const NOT_FOUND: i32 = 5;
+    pub const PERMISSION_DENIED: i32 = 7;
     pub const RESOURCE_EXHAUSTED: i32 = 8;
+    pub const FAILED_PRECONDITION: i32 = 9;
     pub const ABORTED: i32 = 10;
     pub const UNAVAILABLE: i32 = 14;
+    pub const UNAUTHENTICATED: i32 = 16;
 }
 
 /// What failed in the etcd backend.
@@ -79,6 +83,22 @@ impl EtcdError {
     /// permission the user's role lacks (see [`secure::refusal`]).
     pub fn is_refusal(&self) -> bool {
         matches!(self, EtcdError::Request { source, .. } if secure::refusal(source).is_some())
+    }
+
+    /// `true` if etcd itself refused the request as a whole before
+    /// applying any of it: a bad request (too large, a lease it does not
+    /// have), or credentials or a permission missing.
+    pub fn is_refused_before_applying(&self) -> bool {
+        matches!(self, EtcdError::Request {
+            source: source @ etcd_client::Error::GRpcStatus(status), ..
+        } if is_server_answer(source) && matches!(
+            status.code() as i32,
+            code::INVALID_ARGUMENT
+                | code::NOT_FOUND
+                | code::PERMISSION_DENIED
+                | code::FAILED_PRECONDITION
+                | code::UNAUTHENTICATED
+        ))
     }
 
     /// `true` for [`Error::Timeout`] and [`Error::Cancelled`]: the caller
