@@ -309,7 +309,8 @@ impl LockGuard {
     /// Pass it to the resource you protect and have the resource reject
     /// tokens lower than the highest it has seen: that keeps a holder that
     /// was paused past its lease from doing harm. On etcd it is the revision
-    /// at which this holder was granted the lock key.
+    /// at which this holder was granted the lock key. Tokens of different
+    /// keys are unrelated: two keys may have the same one.
     #[must_use]
     pub fn fencing_token(&self) -> u64 {
         self.token

@@ -116,12 +116,16 @@ impl EtcdConfig {
         self
     }
 
-    /// Whether lockers on one connection send the writes they make at the
-    /// same time together, as the branches of one etcd txn (on by
-    /// default). Each write keeps its own compares and its own answer;
-    /// together they cost etcd one raft proposal instead of one each, which
-    /// matters when many tasks lock different keys. A lone write always
-    /// goes out at once. Off: every write is a request of its own.
+    /// Whether lockers that share a connection (made by
+    /// [`super::EtcdLocker::another`], or returned by `get_locker` after
+    /// one [`super::register`]) send the takes and releases they make at
+    /// the same time together, as the branches of one etcd txn (on by
+    /// default). While fewer than 4 writes are on their way, a write goes
+    /// out at once; beyond that it waits (at most 20 ms) for one of them
+    /// to be answered. Each write keeps its own compares and its own
+    /// answer; together they cost etcd one raft proposal instead of one
+    /// each, which matters when many tasks lock different keys. Off: every
+    /// write is a request of its own.
     #[must_use]
     pub fn with_write_batching(mut self, on: bool) -> Self {
         self.write_batching = on;
