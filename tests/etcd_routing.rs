@@ -114,6 +114,49 @@ async fn requests_pass_over_a_member_that_never_answers() {
     }
 }
 
+/// The same with writes made together (`src/etcd/batch.rs`): 32 lockers
+/// on one connection lock and unlock their own keys at once. A batch that
+/// goes to the black hole holds up every write in it until its timeout:
+/// each must then be retried and succeed, and the black hole must still
+/// get no more than a few requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_made_together_pass_over_a_member_that_never_answers() {
+    let etcd = support::shared();
+    let hole = BlackHole::start().await;
+    let config = EtcdConfig::new([hole.endpoint.clone(), etcd.endpoint.clone()])
+        .with_prefix(support::unique_prefix("routing-batch"))
+        .with_ttl(Duration::from_secs(3))
+        .with_request_timeout(Duration::from_secs(1));
+    let first = EtcdLocker::connect(config, true).await.expect("connect");
+    let mut lockers: Vec<EtcdLocker> = (1..32).map(|i| first.another(i % 2 == 0)).collect();
+    lockers.push(first);
+    let tasks: Vec<_> = lockers
+        .iter()
+        .enumerate()
+        .map(|(i, locker)| {
+            let (locker, key) = (locker.clone(), Key::from(format!("k{i}")));
+            tokio::spawn(async move {
+                for _ in 0..5 {
+                    let guard = locker.lock(&patient(), &key).await.expect("lock");
+                    guard.unlock().await.expect("unlock");
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("locker task");
+    }
+    for locker in lockers {
+        locker.close().await.expect("close");
+    }
+    let lost = hole.requests();
+    assert!(
+        lost <= 3,
+        "{lost} requests went to the member that never answers; at most 3 may \
+         before it is passed over"
+    );
+}
+
 /// A relay to `target` that can go dark: a connection it accepts while
 /// dark is read and never answered nor passed on, as an L4 load balancer
 /// whose backend is gone behaves.
