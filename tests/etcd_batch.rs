@@ -5,11 +5,16 @@
 
 mod support;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use etcd_client::Client;
+use fairlock::conformance::patient;
 use fairlock::etcd::{EtcdConfig, EtcdLocker};
 use fairlock::{Context, Key, Locker};
+use support::cluster::Cluster;
+use tokio::time::Instant;
 
 /// Lockers on the connection, each locking its own key.
 const LOCKERS: usize = 32;
@@ -196,5 +201,107 @@ async fn writes_for_long_keys_go_alone() {
     );
     for locker in all {
         locker.close().await.expect("close");
+    }
+}
+
+/// One holding, as its task saw it.
+struct Held {
+    key: usize,
+    token: u64,
+    from: Instant,
+    to: Instant,
+    /// Still held at `to` (the local lease deadline not passed) and
+    /// released without error: nobody else can have held the key between
+    /// `from` and `to`.
+    kept: bool,
+}
+
+/// 32 lockers on one connection, 4 per key, take turns while the leader of
+/// a 3-member cluster is killed: writes made together get no answer or
+/// fail together, and are retried. No two holdings of a key may overlap
+/// unless the earlier one was lost, and each key's tokens must grow in the
+/// order of the grants.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_made_together_keep_locks_exclusive_when_the_leader_dies() {
+    const KEYS: usize = 8;
+    const ROUNDS: usize = 12;
+    let mut cluster = Cluster::start(3).expect("start a 3-member cluster");
+    let config = EtcdConfig::new(cluster.endpoints())
+        .with_prefix(support::unique_prefix("batch-leader"))
+        .with_ttl(Duration::from_secs(2));
+    let first = EtcdLocker::connect(config.clone(), true)
+        .await
+        .expect("connect");
+    let mut all: Vec<EtcdLocker> = (1..LOCKERS).map(|i| first.another(i % 2 == 0)).collect();
+    all.push(first);
+    let cycles = Arc::new(AtomicUsize::new(0));
+    let started = Arc::new(tokio::sync::Notify::new());
+    let tasks: Vec<_> = all
+        .iter()
+        .enumerate()
+        .map(|(i, locker)| {
+            let (locker, cycles, started) =
+                (locker.clone(), Arc::clone(&cycles), Arc::clone(&started));
+            let key = i % KEYS;
+            tokio::spawn(async move {
+                let mut held = Vec::new();
+                for _ in 0..ROUNDS {
+                    let guard = locker
+                        .lock(&patient(), &Key::from(format!("k{key}")))
+                        .await
+                        .expect("lock");
+                    let (from, token) = (Instant::now(), guard.fencing_token());
+                    tokio::task::yield_now().await;
+                    let still = guard.is_held();
+                    let to = Instant::now();
+                    let kept = guard.unlock().await.is_ok() && still;
+                    held.push(Held {
+                        key,
+                        token,
+                        from,
+                        to,
+                        kept,
+                    });
+                    if cycles.fetch_add(1, Ordering::SeqCst) + 1 == LOCKERS * 2 {
+                        started.notify_one();
+                    }
+                }
+                held
+            })
+        })
+        .collect();
+    started.notified().await;
+    let leader = cluster
+        .wait_leader(Duration::from_secs(30))
+        .await
+        .expect("leader");
+    cluster.kill(leader).expect("kill the leader");
+    let mut held = Vec::new();
+    for task in tasks {
+        held.extend(task.await.expect("locker task"));
+    }
+    cluster.restart(leader).expect("restart");
+    for key in 0..KEYS {
+        let mut turns: Vec<&Held> = held.iter().filter(|h| h.key == key).collect();
+        turns.sort_by_key(|h| h.from);
+        for pair in turns.windows(2) {
+            let (a, b) = (pair[0], pair[1]);
+            assert!(
+                !(a.kept && b.from < a.to),
+                "key k{key}: token {} was granted while token {} was still held",
+                b.token,
+                a.token
+            );
+            assert!(
+                b.token > a.token,
+                "key k{key}: token {} was granted after token {}",
+                b.token,
+                a.token
+            );
+        }
+    }
+    assert_eq!(held.len(), LOCKERS * ROUNDS);
+    for locker in all {
+        let _ = locker.close().await;
     }
 }
