@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::cost;
 use crate::go_peer::{go_run, go_soak};
 use crate::report::Row;
-use crate::workloads::{Res, Run};
+use crate::workloads::{self, Res, Run};
 
 /// The ratios the targets are stated in, from rows of this run.
 pub fn print_summary(summary: &[String], json: bool) {
@@ -134,8 +134,26 @@ pub async fn cost_rows(
     Ok(rows)
 }
 
+/// Compacts etcd to its current revision and defragments it, disarming a
+/// space alarm an earlier run raised: each soak then starts on an empty
+/// history with etcd's whole space quota (etcd keeps every version until
+/// it compacts, and a 30-minute soak writes about 1.5 GiB of them: the Go
+/// soak that followed fairlock's once stopped at etcd's 2 GiB quota,
+/// "database space exceeded"). Nothing is compacted during a soak.
+async fn fresh_history(ep: &str) -> Res<()> {
+    use etcd_client::{AlarmAction, AlarmType, CompactionOptions};
+    let mut c = workloads::connect(ep).await?;
+    let rev = c.get("/", None).await?.header().map_or(0, |h| h.revision());
+    c.compact(rev, Some(CompactionOptions::new().with_physical()))
+        .await?;
+    c.defragment().await?;
+    c.alarm(AlarmAction::Deactivate, AlarmType::Nospace, None)
+        .await?;
+    Ok(())
+}
+
 /// The soak, fairlock fair and the Go recipe, each for `secs` on a fresh
-/// history of its own key names (etcd is not compacted).
+/// history (see [`fresh_history`]; etcd is not compacted during it).
 pub async fn soak_rows(
     (secs, modes): (u64, &[bool]),
     ep: &str,
@@ -151,6 +169,7 @@ pub async fn soak_rows(
     let window = Duration::from_secs(if secs >= 600 { 60 } else { (secs / 6).max(1) });
     let mut rows = Vec::new();
     for &fair in modes {
+        fresh_history(ep).await?;
         let soak = cost::soak(ep, fair, (16, 4), dur, window, &cpu).await?;
         let last = soak.windows.len().saturating_sub(1);
         let mode = if fair { "fair" } else { "unfair" };
@@ -185,6 +204,7 @@ pub async fn soak_rows(
         ));
     }
     if let Some(bin) = go {
+        fresh_history(ep).await?;
         match go_soak(bin, ep, secs, window.as_secs()) {
             Ok((first, last, ops)) => {
                 let run = Run {
