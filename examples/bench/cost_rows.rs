@@ -137,9 +137,11 @@ pub async fn cost_rows(
 /// Compacts etcd to its current revision and defragments it, disarming a
 /// space alarm an earlier run raised: each soak then starts on an empty
 /// history with etcd's whole space quota (etcd keeps every version until
-/// it compacts, and a 30-minute soak writes about 1.5 GiB of them: the Go
-/// soak that followed fairlock's once stopped at etcd's 2 GiB quota,
-/// "database space exceeded"). Nothing is compacted during a soak.
+/// it compacts: the Go soak that followed fairlock's 30-minute one once
+/// stopped after 7 minutes at etcd's 2 GiB quota, "database space
+/// exceeded"). Nothing is compacted during a soak. Only on the etcd the
+/// bench started (`pid` known): a user's etcd (`--endpoints`) is left
+/// alone.
 async fn fresh_history(ep: &str) -> Res<()> {
     use etcd_client::{AlarmAction, AlarmType, CompactionOptions};
     let mut c = workloads::connect(ep).await?;
@@ -168,8 +170,11 @@ pub async fn soak_rows(
     let dur = Duration::from_secs(secs);
     let window = Duration::from_secs(if secs >= 600 { 60 } else { (secs / 6).max(1) });
     let mut rows = Vec::new();
+    let own_etcd = pid.is_some();
     for &fair in modes {
-        fresh_history(ep).await?;
+        if own_etcd {
+            fresh_history(ep).await?;
+        }
         let soak = cost::soak(ep, fair, (16, 4), dur, window, &cpu).await?;
         let last = soak.windows.len().saturating_sub(1);
         let mode = if fair { "fair" } else { "unfair" };
@@ -204,7 +209,9 @@ pub async fn soak_rows(
         ));
     }
     if let Some(bin) = go {
-        fresh_history(ep).await?;
+        if own_etcd {
+            fresh_history(ep).await?;
+        }
         match go_soak(bin, ep, secs, window.as_secs()) {
             Ok((first, last, ops)) => {
                 let run = Run {
