@@ -42,23 +42,24 @@ async fn lockers(endpoint: &str, test: &str, batching: bool, n: usize) -> Vec<Et
     all
 }
 
-/// Every locker locks and unlocks its own key `cycles` times, all at once.
-async fn cycle_all(lockers: &[EtcdLocker], cycles: usize) {
+/// Every locker locks and unlocks its own key (`<name><i>`) `cycles` times,
+/// all at once.
+async fn cycle_all(lockers: &[EtcdLocker], name: &str, cycles: usize) {
     let tasks: Vec<_> = lockers
         .iter()
         .enumerate()
         .map(|(i, locker)| {
-            let (locker, key) = (locker.clone(), Key::from(format!("k{i}")));
+            let (locker, key) = (locker.clone(), Key::from(format!("{name}{i}")));
             tokio::spawn(async move {
                 for _ in 0..cycles {
                     let guard = locker
                         .lock(&Context::background(), &key)
                         .await
-                        .unwrap_or_else(|e| panic!("lock {key}: {e}"));
+                        .unwrap_or_else(|e| panic!("lock (locker {i}): {e}"));
                     guard
                         .unlock()
                         .await
-                        .unwrap_or_else(|e| panic!("unlock {key}: {e}"));
+                        .unwrap_or_else(|e| panic!("unlock (locker {i}): {e}"));
                 }
             })
         })
@@ -83,7 +84,7 @@ async fn writes_made_at_the_same_time_share_requests() {
     let all = lockers(&server.endpoint, "batch", true, LOCKERS).await;
     warm_up(&all).await;
     let before = revision(&mut client).await;
-    cycle_all(&all, CYCLES).await;
+    cycle_all(&all, "k", CYCLES).await;
     let writes = revision(&mut client).await - before;
     let cycles = (LOCKERS * CYCLES) as i64;
     // Alone, each cycle is two writes (take, release): see the next test.
@@ -106,7 +107,7 @@ async fn without_batching_each_write_is_a_request() {
     let all = lockers(&server.endpoint, "alone", false, LOCKERS).await;
     warm_up(&all).await;
     let before = revision(&mut client).await;
-    cycle_all(&all, CYCLES).await;
+    cycle_all(&all, "k", CYCLES).await;
     let writes = revision(&mut client).await - before;
     assert_eq!(
         writes,
@@ -138,7 +139,7 @@ async fn a_refused_write_does_not_fail_the_writes_it_went_with() {
         client.lease_revoke(leases[i]).await.expect("revoke");
     }
     let before = revision(&mut client).await;
-    cycle_all(&all, 4).await;
+    cycle_all(&all, "k", 4).await;
     let writes = revision(&mut client).await - before;
     assert!(
         writes < (LOCKERS * 4 * 2) as i64,
@@ -173,26 +174,7 @@ async fn writes_for_long_keys_go_alone() {
     let all = lockers(&server.endpoint, "long", true, LOCKERS).await;
     warm_up(&all).await;
     let before = revision(&mut client).await;
-    let long = "x".repeat(60 * 1024);
-    let tasks: Vec<_> = all
-        .iter()
-        .enumerate()
-        .map(|(i, locker)| {
-            let (locker, key) = (locker.clone(), Key::from(format!("{long}{i}")));
-            tokio::spawn(async move {
-                for _ in 0..3 {
-                    let guard = locker
-                        .lock(&Context::background(), &key)
-                        .await
-                        .unwrap_or_else(|e| panic!("lock a 60 KiB key: {e}"));
-                    guard.unlock().await.expect("unlock a 60 KiB key");
-                }
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await.expect("locker task");
-    }
+    cycle_all(&all, &"x".repeat(60 * 1024), 3).await;
     let writes = revision(&mut client).await - before;
     assert_eq!(
         writes,
