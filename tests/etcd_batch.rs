@@ -69,12 +69,21 @@ async fn cycle_all(lockers: &[EtcdLocker], name: &str, cycles: usize) {
     }
 }
 
-/// Lease grants and revokes leave the revision as it is; so does a cycle's
-/// first use of a locker's session, done before counting.
-async fn warm_up(lockers: &[EtcdLocker]) {
+/// Grants every locker its session lease, before counting (lease grants
+/// and revokes leave the revision as it is), and returns their ids.
+async fn warm_up(lockers: &[EtcdLocker]) -> Vec<i64> {
+    let mut leases = Vec::new();
     for locker in lockers {
-        locker.lease_id().await.expect("session lease");
+        leases.push(locker.lease_id().await.expect("session lease"));
     }
+    leases
+}
+
+/// The writes (requests that wrote) [`cycle_all`] made.
+async fn writes_of(client: &mut Client, lockers: &[EtcdLocker], name: &str, cycles: usize) -> i64 {
+    let before = revision(client).await;
+    cycle_all(lockers, name, cycles).await;
+    revision(client).await - before
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -83,9 +92,7 @@ async fn writes_made_at_the_same_time_share_requests() {
     let mut client = server.client().await;
     let all = lockers(&server.endpoint, "batch", true, LOCKERS).await;
     warm_up(&all).await;
-    let before = revision(&mut client).await;
-    cycle_all(&all, "k", CYCLES).await;
-    let writes = revision(&mut client).await - before;
+    let writes = writes_of(&mut client, &all, "k", CYCLES).await;
     let cycles = (LOCKERS * CYCLES) as i64;
     // Alone, each cycle is two writes (take, release): see the next test.
     assert!(
@@ -106,9 +113,7 @@ async fn without_batching_each_write_is_a_request() {
     let mut client = server.client().await;
     let all = lockers(&server.endpoint, "alone", false, LOCKERS).await;
     warm_up(&all).await;
-    let before = revision(&mut client).await;
-    cycle_all(&all, "k", CYCLES).await;
-    let writes = revision(&mut client).await - before;
+    let writes = writes_of(&mut client, &all, "k", CYCLES).await;
     assert_eq!(
         writes,
         (LOCKERS * CYCLES * 2) as i64,
@@ -127,20 +132,14 @@ async fn a_refused_write_does_not_fail_the_writes_it_went_with() {
     let server = support::Etcd::start();
     let mut client = server.client().await;
     let all = lockers(&server.endpoint, "refused", true, LOCKERS).await;
-    warm_up(&all).await;
-    let mut leases = Vec::new();
-    for locker in &all {
-        leases.push(locker.lease_id().await.expect("lease"));
-    }
+    let leases = warm_up(&all).await;
     // Every fourth locker's lease ends behind its back: its next take is
     // refused ("lease not found") and then retried with a new lease.
     let revoked: Vec<usize> = (0..LOCKERS).step_by(4).collect();
     for &i in &revoked {
         client.lease_revoke(leases[i]).await.expect("revoke");
     }
-    let before = revision(&mut client).await;
-    cycle_all(&all, "k", 4).await;
-    let writes = revision(&mut client).await - before;
+    let writes = writes_of(&mut client, &all, "k", 4).await;
     assert!(
         writes < (LOCKERS * 4 * 2) as i64,
         "no writes went together ({writes} writes), so this test proved nothing"
@@ -173,9 +172,7 @@ async fn writes_for_long_keys_go_alone() {
     let mut client = server.client().await;
     let all = lockers(&server.endpoint, "long", true, LOCKERS).await;
     warm_up(&all).await;
-    let before = revision(&mut client).await;
-    cycle_all(&all, &"x".repeat(60 * 1024), 3).await;
-    let writes = revision(&mut client).await - before;
+    let writes = writes_of(&mut client, &all, &"x".repeat(60 * 1024), 3).await;
     assert_eq!(
         writes,
         (LOCKERS * 3 * 2) as i64,

@@ -186,8 +186,7 @@ impl Batcher {
             || lock.len() > MAX_SHARED_KEY
             || inner.waiting.iter().any(|w| w.lock == lock)
         {
-            inner.in_flight += 1;
-            return Route::Now(txn, Slot(Arc::clone(self)));
+            return Route::Now(txn, self.take_slot(&mut inner));
         }
         let (reply, answer) = oneshot::channel();
         inner.next_id += 1;
@@ -207,8 +206,15 @@ impl Batcher {
     fn go_alone(self: &Arc<Self>, id: u64) -> Option<(Txn, Slot)> {
         let mut inner = self.inner();
         let i = inner.waiting.iter().position(|w| w.id == id)?;
+        let slot = self.take_slot(&mut inner);
+        Some((inner.waiting.remove(i).txn, slot))
+    }
+
+    /// Counts one more write (or batch) on its way; the slot returned
+    /// uncounts it when dropped.
+    fn take_slot(self: &Arc<Self>, inner: &mut Inner) -> Slot {
         inner.in_flight += 1;
-        Some((inner.waiting.remove(i).txn, Slot(Arc::clone(self))))
+        Slot(Arc::clone(self))
     }
 
     /// Sends `txn` as it is, until `deadline`; `slot` comes free when it
@@ -288,8 +294,7 @@ impl Batcher {
                 );
                 for w in batch {
                     let this = Arc::clone(&self);
-                    this.inner().in_flight += 1;
-                    let slot = Slot(Arc::clone(&this));
+                    let slot = this.take_slot(&mut this.inner());
                     tokio::spawn(async move {
                         let answer = this.send(w.op, w.txn, w.deadline, slot).await;
                         let _ = w.reply.send(answer);

@@ -66,21 +66,12 @@ impl LockerState {
         LockKeys::new(self.config.prefix(), key)
     }
 
+    /// A txn sent alone, within the request timeout.
     pub async fn txn(&self, op: &'static str, txn: Txn) -> EtcdResult<Answer> {
-        self.txn_within(op, txn, self.config.request_timeout())
-            .await
-    }
-
-    /// A txn that gives up after `timeout` (for requests that are safe to
-    /// repeat and that others wait for, such as a release).
-    pub async fn txn_within(
-        &self,
-        op: &'static str,
-        txn: Txn,
-        timeout: Duration,
-    ) -> EtcdResult<Answer> {
         let mut kv = self.client.kv_client();
-        request(op, timeout, kv.txn(txn)).await.map(Answer::new)
+        request(op, self.config.request_timeout(), kv.txn(txn))
+            .await
+            .map(Answer::new)
     }
 
     /// A write that touches only the keys of the lock whose lock key is
