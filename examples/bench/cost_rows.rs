@@ -34,6 +34,7 @@ pub async fn cost_rows(
     let cpu = cost::EtcdCpu::new(pid);
     let mut rows = Vec::new();
     let before = rows.len();
+    let mut go_per_s = Vec::new();
     for tasks in [4, 32, 128] {
         let mut mine = Vec::new();
         // The third run shows what sending writes together saves.
@@ -62,6 +63,7 @@ pub async fn cost_rows(
         let go_run = go_run(bin, ep, "keys", tasks, n)?;
         let row = go_run.named("cost: Go concurrency.Mutex, own key per task", tasks);
         rows.push(meter.finish(row, go_run.ops)?);
+        go_per_s.push((tasks, go_run.ops_per_s));
         for (mode, per_s, _) in mine {
             summary.push(format!(
                 "many keys, {tasks} tasks: fairlock {mode} / Go Mutex = {:.2} cycles/s",
@@ -90,30 +92,43 @@ pub async fn cost_rows(
         }
     }
     // Where the gap to the Go recipe comes from: the same raw cycle freed
-    // by a plain delete and by a guarded txn, at 32 tasks.
-    let mut raw = Vec::new();
-    for (release, name) in [
-        (
-            cost::Release::Delete,
-            "floor: raw txn create + plain delete, own key",
-        ),
-        (
-            cost::Release::GuardedTxn,
-            "floor: raw txn create + guarded txn delete, own key",
-        ),
-    ] {
-        let meter = cost::Meter::start(&cpu, ep)?;
-        let run = cost::raw_cycles(ep, release, 32, dur).await?;
-        let row = meter.finish(Row::of(name, "-", 32, 32, &run), run.ops())?;
-        raw.push(row.cpu_us_per_op);
-        rows.push(row);
-    }
-    if let [Some(delete), Some(guarded)] = raw[..] {
-        summary.push(format!(
-            "etcd CPU per raw cycle, 32 keys: freed by a plain delete {delete:.0} us, by a \
-             guarded txn {guarded:.0} us ({:+.0} us: the price of a txn in etcd 3.4)",
-            guarded - delete
-        ));
+    // by a plain delete (the Go recipe's shape, and a per-holder lock
+    // entry's) and by a guarded txn (fairlock's shape), at 4 and 32 tasks.
+    for tasks in [4, 32] {
+        let mut raw = Vec::new();
+        for (release, name) in [
+            (
+                cost::Release::Delete,
+                "floor: raw txn create + plain delete, own key",
+            ),
+            (
+                cost::Release::GuardedTxn,
+                "floor: raw txn create + guarded txn delete, own key",
+            ),
+        ] {
+            let meter = cost::Meter::start(&cpu, ep)?;
+            let run = cost::raw_cycles(ep, release, tasks, dur).await?;
+            let row = meter.finish(Row::of(name, "-", tasks, tasks, &run), run.ops())?;
+            raw.push((run.per_s(), row.cpu_us_per_op));
+            rows.push(row);
+        }
+        if let [(_, Some(delete)), (_, Some(guarded))] = raw[..] {
+            summary.push(format!(
+                "etcd CPU per raw cycle, {tasks} keys: freed by a plain delete {delete:.0} us, \
+                 by a guarded txn {guarded:.0} us ({:+.0} us: the price of a txn in etcd 3.4)",
+                guarded - delete
+            ));
+        }
+        if let (Some(&(_, go)), [(delete, _), (guarded, _)]) =
+            (go_per_s.iter().find(|(t, _)| *t == tasks), &raw[..])
+        {
+            summary.push(format!(
+                "raw cycles/s, {tasks} keys / Go Mutex: freed by a plain delete {:.2}, by a \
+                 guarded txn {:.2}",
+                delete / go.max(1e-9),
+                guarded / go.max(1e-9)
+            ));
+        }
     }
     for &(clients, fair) in fair_handoffs {
         let meter = cost::Meter::start(&cpu, ep)?;
