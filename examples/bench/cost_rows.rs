@@ -33,8 +33,6 @@ pub async fn cost_rows(
 ) -> Res<Vec<Row>> {
     let cpu = cost::EtcdCpu::new(pid);
     let mut rows = Vec::new();
-    let before = rows.len();
-    let mut go_per_s = Vec::new();
     for tasks in [4, 32, 128] {
         let mut mine = Vec::new();
         // The third run shows what sending writes together saves.
@@ -63,7 +61,6 @@ pub async fn cost_rows(
         let go_run = go_run(bin, ep, "keys", tasks, n)?;
         let row = go_run.named("cost: Go concurrency.Mutex, own key per task", tasks);
         rows.push(meter.finish(row, go_run.ops)?);
-        go_per_s.push((tasks, go_run.ops_per_s));
         for (mode, per_s, _) in mine {
             summary.push(format!(
                 "many keys, {tasks} tasks: fairlock {mode} / Go Mutex = {:.2} cycles/s",
@@ -72,17 +69,14 @@ pub async fn cost_rows(
         }
     }
     let cpu_of = |rows: &[Row], name: &str, mode: &str, tasks: usize| {
-        rows.iter()
-            .find(|r| r.name.starts_with(name) && r.mode == mode && r.clients == tasks)
-            .and_then(|r| r.cpu_us_per_op)
+        row_of(rows, name, mode, tasks).and_then(|r| r.cpu_us_per_op)
     };
     for tasks in [4, 32, 128] {
-        let go_cpu = cpu_of(&rows[before..], "cost: Go", "fair", tasks);
+        let go_cpu = cpu_of(&rows, "cost: Go", "fair", tasks);
         for mode in ["fair", "unfair", "fair, writes not batched"] {
-            if let (Some(ours), Some(go_cpu)) = (
-                cpu_of(&rows[before..], "cost: fairlock", mode, tasks),
-                go_cpu,
-            ) {
+            if let (Some(ours), Some(go_cpu)) =
+                (cpu_of(&rows, "cost: fairlock", mode, tasks), go_cpu)
+            {
                 summary.push(format!(
                     "etcd CPU per cycle, {tasks} keys: fairlock {mode} {ours:.0} us, Go Mutex \
                      {go_cpu:.0} us ({:.2}x)",
@@ -119,9 +113,8 @@ pub async fn cost_rows(
                 guarded - delete
             ));
         }
-        if let (Some(&(_, go)), [(delete, _), (guarded, _)]) =
-            (go_per_s.iter().find(|(t, _)| *t == tasks), &raw[..])
-        {
+        let go = row_of(&rows, "cost: Go", "fair", tasks).map(|r| r.ops_per_s);
+        if let (Some(go), [(delete, _), (guarded, _)]) = (go, &raw[..]) {
             summary.push(format!(
                 "raw cycles/s, {tasks} keys / Go Mutex: freed by a plain delete {:.2}, by a \
                  guarded txn {:.2}",
@@ -147,6 +140,13 @@ pub async fn cost_rows(
         ));
     }
     Ok(rows)
+}
+
+/// The row of this run named starting with `name`, in `mode`, with `tasks`
+/// clients.
+fn row_of<'a>(rows: &'a [Row], name: &str, mode: &str, tasks: usize) -> Option<&'a Row> {
+    rows.iter()
+        .find(|r| r.name.starts_with(name) && r.mode == mode && r.clients == tasks)
 }
 
 /// Compacts etcd to its current revision and defragments it, disarming a
