@@ -94,6 +94,53 @@ async fn unlock_after_loss_reports_it_and_spares_the_new_holder() {
     b.wait_clean().await;
 }
 
+/// A fair grantee keeps its queue key while it holds. If its lock key is
+/// taken away (here deleted by hand, its lease still alive), its unlock
+/// reports `LockLost` and still removes that queue key: left behind, it
+/// would sit at the head of the queue for as long as the lease lives.
+#[tokio::test]
+async fn lost_grantee_unlock_removes_its_queue_key() {
+    let b = etcd("lost-grantee").await;
+    let key = Key::from("k");
+    let holder = b.locker(true);
+    let held = holder
+        .try_lock(&key)
+        .await
+        .expect("try_lock")
+        .expect("free");
+    let grantee = b.locker(true);
+    let wait = {
+        let (grantee, key) = (grantee.clone(), key.clone());
+        tokio::spawn(async move { grantee.lock(&patient(), &key).await })
+    };
+    b.wait_queued(&key, 1).await;
+    held.unlock().await.expect("unlock");
+    let guard = wait.await.expect("task").expect("granted");
+    let lost = guard.lost_token();
+    let lock_key = format!("{}k", b.config.prefix());
+    b.client
+        .clone()
+        .delete(lock_key, None)
+        .await
+        .expect("delete");
+    tokio::time::timeout(Duration::from_secs(120), lost.cancelled())
+        .await
+        .expect("the loss signal never fired");
+    let err = guard.unlock().await.expect_err("lost");
+    assert!(matches!(err, Error::LockLost { .. }), "{err}");
+    let queue = format!("{}k/_OWNERS_/", b.config.prefix());
+    let left = b
+        .client
+        .clone()
+        .get(
+            queue,
+            Some(GetOptions::new().with_prefix().with_keys_only()),
+        )
+        .await
+        .expect("get");
+    assert!(left.kvs().is_empty(), "queue keys left: {:?}", left.kvs());
+}
+
 /// A session lease etcd no longer knows (revoked behind the locker's back)
 /// is replaced on the next write, transparently: etcd's "lease not found"
 /// is told by its gRPC code.

@@ -45,7 +45,7 @@ const IN_FLIGHT: usize = 4;
 
 /// The most writes sent in one txn. etcd allows 128 operations per level
 /// of a txn by default (`--max-txn-ops`), less the level above's count for
-/// a nested one; a release is 3 levels deep.
+/// a nested one; a batch is 2 levels deep (each write is one txn inside).
 const MAX_BATCH: usize = 32;
 
 /// How long a write waits to go together with others at most; then it goes
@@ -266,12 +266,21 @@ impl Batcher {
             .map(|w| w.deadline)
             .max()
             .unwrap_or_else(Instant::now);
-        let txn = Txn::new().and_then(
-            batch
-                .iter()
-                .map(|w| TxnOp::txn(w.txn.clone()))
-                .collect::<Vec<_>>(),
-        );
+        // etcd prices a txn for its space quota by the puts at its top
+        // level only, the larger branch's: the writes inside would pass an
+        // etcd out of space that refuses each of them alone. A put in the
+        // else branch, which never runs (no compares: the txn succeeds),
+        // gives the batch a price, so that etcd refuses it then; its writes
+        // then go alone (below) and get their own answers.
+        let price = TxnOp::put(batch[0].lock.clone(), Vec::new(), None);
+        let txn = Txn::new()
+            .and_then(
+                batch
+                    .iter()
+                    .map(|w| TxnOp::txn(w.txn.clone()))
+                    .collect::<Vec<_>>(),
+            )
+            .or_else([price]);
         match self.send("batched writes", txn, deadline, slot).await {
             Ok(answer) => {
                 let revision = answer.revision;

@@ -87,18 +87,20 @@ impl EtcdError {
 
     /// `true` if etcd itself refused the request as a whole before
     /// applying any of it: a bad request (too large, a lease it does not
-    /// have), or credentials or a permission missing.
+    /// have), credentials or a permission missing, or etcd out of space
+    /// (it refuses a txn that puts; one that only deletes passes).
     pub fn is_refused_before_applying(&self) -> bool {
-        matches!(self, EtcdError::Request {
-            source: source @ etcd_client::Error::GRpcStatus(status), ..
-        } if is_server_answer(source) && matches!(
-            status.code() as i32,
-            code::INVALID_ARGUMENT
-                | code::NOT_FOUND
-                | code::PERMISSION_DENIED
-                | code::FAILED_PRECONDITION
-                | code::UNAUTHENTICATED
-        ))
+        self.is_no_space()
+            || matches!(self, EtcdError::Request {
+                source: source @ etcd_client::Error::GRpcStatus(status), ..
+            } if is_server_answer(source) && matches!(
+                status.code() as i32,
+                code::INVALID_ARGUMENT
+                    | code::NOT_FOUND
+                    | code::PERMISSION_DENIED
+                    | code::FAILED_PRECONDITION
+                    | code::UNAUTHENTICATED
+            ))
     }
 
     /// `true` for [`Error::Timeout`] and [`Error::Cancelled`]: the caller
@@ -116,22 +118,55 @@ impl EtcdError {
     pub fn is_session_lost(&self) -> bool {
         matches!(self, EtcdError::Public(Error::SessionLost { .. }))
     }
+
+    /// `true` if etcd refused a write because it is out of space (see
+    /// [`is_no_space`]).
+    pub fn is_no_space(&self) -> bool {
+        matches!(self, EtcdError::Request { source, .. } if is_no_space(source))
+    }
 }
+
+/// etcd's answer to a write (a put, a txn that puts, a lease grant) while
+/// its NOSPACE alarm is raised: its database reached `--quota-backend-bytes`.
+/// gRPC calls that "resource exhausted", as it does etcd's "too many
+/// requests", which passes by itself; this does not, so it is told apart by
+/// etcd's message.
+const NO_SPACE: &str = "database space exceeded";
+
+/// `true` if `err` is etcd refusing a write for lack of space: no use
+/// sending it again until an operator frees space.
+pub(crate) fn is_no_space(err: &etcd_client::Error) -> bool {
+    matches!(err, etcd_client::Error::GRpcStatus(status)
+        if status.code() as i32 == code::RESOURCE_EXHAUSTED
+            && status.message().contains(NO_SPACE))
+}
+
+/// What the caller is told when etcd is out of space.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "etcd is out of space and refuses writes (its NOSPACE alarm is raised: the database \
+     reached --quota-backend-bytes, 2 GiB by default). Free space, then clear the alarm: \
+     `etcdctl compact <current revision>`, `etcdctl defrag`, `etcdctl alarm disarm`; run etcd \
+     with --auto-compaction-retention so that it does not fill up again ({0})"
+)]
+struct NoSpace(etcd_client::Error);
 
 /// [`EtcdError::is_transient`] for an etcd-client error.
 pub(crate) fn is_transient(err: &etcd_client::Error) -> bool {
     use etcd_client::Error as E;
     match err {
         E::TransportError(_) | E::IoError(_) => true,
-        E::GRpcStatus(status) => matches!(
-            status.code() as i32,
-            code::CANCELLED
-                | code::UNKNOWN
-                | code::DEADLINE_EXCEEDED
-                | code::RESOURCE_EXHAUSTED
-                | code::ABORTED
-                | code::UNAVAILABLE
-        ),
+        E::GRpcStatus(status) => {
+            matches!(
+                status.code() as i32,
+                code::CANCELLED
+                    | code::UNKNOWN
+                    | code::DEADLINE_EXCEEDED
+                    | code::RESOURCE_EXHAUSTED
+                    | code::ABORTED
+                    | code::UNAVAILABLE
+            ) && !is_no_space(err)
+        }
         _ => false,
     }
 }
@@ -184,6 +219,9 @@ impl From<EtcdError> for Error {
             source,
         };
         match err {
+            EtcdError::Request { op, source } if is_no_space(&source) => {
+                backend(op, Box::new(NoSpace(source)))
+            }
             EtcdError::Request { op, source } => {
                 secure::refused(op, source).unwrap_or_else(|e| backend(op, Box::new(e)))
             }
