@@ -111,6 +111,11 @@ impl Etcd {
         Etcd::start_with(None, &[])
     }
 
+    /// [`Etcd::start`] with `extra` arguments for etcd.
+    pub fn start_args(extra: &[&str]) -> Etcd {
+        Etcd::start_with(None, extra)
+    }
+
     /// Starts a fresh single-member etcd serving clients over TLS
     /// (`https://127.0.0.1:port`) with the certificate and key `server`,
     /// trusting `ca` for client certificates, and `extra` arguments (e.g.
