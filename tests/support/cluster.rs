@@ -8,6 +8,9 @@
 //! start a new wrapper on the same data dir and ports with
 //! `--initial-cluster-state existing`.
 //!
+//! The wrapper leaves the log pipe to etcd once it started it, so a member
+//! that dies before it serves ends the wait for it at once.
+//!
 //! Timing: etcd's defaults, heartbeat 100 ms and election timeout 1000 ms
 //! ([`ELECTION_TIMEOUT`]); the liveness bounds of the fault harness use them.
 
@@ -20,7 +23,7 @@ use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions};
 
-use super::{etcd_bin, free_port};
+use super::{ADDRESS_IN_USE, etcd_bin, free_port};
 
 /// etcd's default election timeout, which this cluster keeps.
 pub const ELECTION_TIMEOUT: Duration = Duration::from_millis(1000);
@@ -88,6 +91,7 @@ pub struct Cluster {
 const WRAPPER: &str = r#"
     "$ETCD" "$@" & pid=$!
     echo "pid $pid" >&2
+    exec 2>/dev/null
     read -r what || what=
     kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
     [ "$what" = keep ] || rm -rf "$DATA"
@@ -99,6 +103,18 @@ impl Cluster {
     /// # Errors
     /// When etcd is missing or a member does not become ready.
     pub fn start(n: usize) -> Result<Cluster, ClusterError> {
+        // A port can still be taken between `free_port` and a member's bind
+        // (by another process's explicit bind): then start over on new ones.
+        for attempt in 1.. {
+            match Cluster::start_on_free_ports(n) {
+                Err(e) if attempt < 3 && e.to_string().contains(ADDRESS_IN_USE) => continue,
+                done => return done,
+            }
+        }
+        unreachable!("the loop returns")
+    }
+
+    fn start_on_free_ports(n: usize) -> Result<Cluster, ClusterError> {
         let dir = tempfile::Builder::new()
             .prefix("fairlock-faults-etcd-")
             .tempdir()?

@@ -6,6 +6,7 @@
 //! server outlives the tests even when one fails.
 #![allow(dead_code)]
 
+use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::path::Path;
@@ -40,12 +41,51 @@ pub struct Etcd {
 
 type LogTap = std::sync::Arc<Mutex<Vec<mpsc::Sender<String>>>>;
 
-/// A loopback port that was free a moment ago.
+/// A loopback port that was free a moment ago, never handed out twice by
+/// this process.
+///
+/// It comes from below the kernel's ephemeral range
+/// (`net.ipv4.ip_local_port_range`, 32768-60999 by default), not from
+/// `bind(0)`, which picks inside that range: there an outgoing connection,
+/// of the thousands the tests open, can take the port between this check
+/// and the server's own bind, and the server then fails with "address
+/// already in use". Below the range only an explicit bind takes a port.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
+    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    const LOW: u16 = 20_000;
+    let high = ephemeral_low().unwrap_or(32_768);
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    if high > LOW {
+        let span = u128::from(high - LOW);
+        for _ in 0..1_000 {
+            let offset = u16::try_from(uuid::Uuid::new_v4().as_u128() % span).unwrap_or(0);
+            let port = LOW + offset;
+            if !given.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                given.insert(port);
+                return port;
+            }
+        }
+    }
+    // No room below the range: the kernel's pick.
+    let port = TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
-        .expect("no free loopback port")
+        .expect("no free loopback port");
+    given.insert(port);
+    port
+}
+
+/// What etcd and redis-server log when a port is taken.
+pub const ADDRESS_IN_USE: &str = "address already in use";
+
+/// The first port of the kernel's ephemeral range.
+fn ephemeral_low() -> Option<u16> {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// The server binary named by the environment variable `var`, else
@@ -125,6 +165,20 @@ impl Etcd {
     }
 
     fn start_with(tls: Option<((&Path, &Path), &Path)>, extra: &[&str]) -> Etcd {
+        // A port can still be taken between `free_port` and etcd's bind (by
+        // another process's explicit bind): then try again on new ports.
+        for attempt in 1.. {
+            match Etcd::try_start(tls, extra) {
+                Ok(etcd) => return etcd,
+                Err(log) if attempt < 3 && log.to_lowercase().contains(ADDRESS_IN_USE) => continue,
+                Err(log) => panic!("etcd exited before serving clients:\n{log}"),
+            }
+        }
+        unreachable!("the loop returns or panics")
+    }
+
+    /// Starts etcd; `Err` holds its log when it exits before serving.
+    fn try_start(tls: Option<((&Path, &Path), &Path)>, extra: &[&str]) -> Result<Etcd, String> {
         let bin = etcd_bin();
         let (client, peer) = (free_port(), free_port());
         let dir = tempfile::Builder::new()
@@ -144,6 +198,7 @@ impl Etcd {
         let script = r#"
             "$ETCD" "$@" & pid=$!
             echo "pid $pid" >&2
+            exec 2>/dev/null
             read -r _ || true
             kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
             rm -rf "$DATA"
@@ -179,6 +234,8 @@ impl Etcd {
             .expect("spawn etcd wrapper");
         let stdin = child.stdin.take().expect("wrapper stdin");
         let stderr = BufReader::new(child.stderr.take().expect("wrapper stderr"));
+        // Dropped on an early return: kills etcd and removes its data.
+        let wrapper = Wrapper::new(child, stdin);
         // Read etcd's log until it says it serves clients; keep draining it
         // afterwards so etcd never blocks on a full pipe.
         let (tx, rx) = mpsc::channel();
@@ -205,21 +262,23 @@ impl Etcd {
             }
             let _ = tx.send(Err(tail.join("\n")));
         });
+        // The wrapper leaves the log pipe to etcd alone once it started
+        // it, so an etcd that dies closes the pipe and ends the wait.
         let pid = match rx.recv_timeout(Duration::from_secs(60)) {
             Ok(Ok(pid)) => pid,
-            Ok(Err(log)) => panic!("etcd exited before serving clients:\n{log}"),
+            Ok(Err(log)) => return Err(log),
             Err(_) => panic!("etcd did not report readiness within 60 s"),
         };
         let endpoint = match tls {
             Some(_) => curl,
             None => format!("127.0.0.1:{client}"),
         };
-        Etcd {
+        Ok(Etcd {
             endpoint,
             pid,
-            wrapper: Wrapper::new(child, stdin),
+            wrapper,
             log,
-        }
+        })
     }
 
     /// A receiver of every log line etcd writes from now on.

@@ -50,9 +50,26 @@ impl RedisServer {
     }
 
     fn start_with(tls: Option<Vec<OsString>>) -> RedisServer {
+        // A port can still be taken between `free_port` and the server's
+        // bind (by another process's explicit bind): then try a new one.
+        for attempt in 1.. {
+            match RedisServer::try_start(tls.as_deref()) {
+                Ok(server) => return server,
+                Err(log) if attempt < 3 && log.to_lowercase().contains(super::ADDRESS_IN_USE) => {
+                    continue;
+                }
+                Err(log) => panic!("redis-server exited before accepting connections:\n{log}"),
+            }
+        }
+        unreachable!("the loop returns or panics")
+    }
+
+    /// Starts a server; `Err` holds its log when it exits before it is
+    /// ready.
+    fn try_start(tls: Option<&[OsString]>) -> Result<RedisServer, String> {
         let bin = redis_bin();
         let port = super::free_port();
-        let (scheme, port_args): (&str, Vec<OsString>) = match &tls {
+        let (scheme, port_args): (&str, Vec<OsString>) = match tls {
             Some(extra) => {
                 let mut a: Vec<OsString> = vec!["--port".into(), "0".into()];
                 a.extend(["--tls-port".into(), port.to_string().into()]);
@@ -69,6 +86,7 @@ impl RedisServer {
         let script = r#"
             "$REDIS" "$@" & pid=$!
             echo "pid $pid" >&2
+            exec >/dev/null 2>/dev/null
             read -r _ || true
             kill -CONT "$pid" 2>/dev/null; kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
             rm -rf "$DATA"
@@ -93,6 +111,8 @@ impl RedisServer {
         let stdin = child.stdin.take().expect("wrapper stdin");
         let stdout = BufReader::new(child.stdout.take().expect("wrapper stdout"));
         let stderr = BufReader::new(child.stderr.take().expect("wrapper stderr"));
+        // Dropped on an early return: kills the server and removes its dir.
+        let wrapper = Wrapper::new(child, stdin);
         let (tx, rx) = mpsc::channel();
         let pid_tx = tx.clone();
         std::thread::spawn(move || {
@@ -114,21 +134,23 @@ impl RedisServer {
             }
             let _ = tx.send(Err(tail.join("\n")));
         });
+        // The wrapper leaves the output pipes to the server alone once it
+        // started it, so a server that dies closes them and ends the wait.
         let (mut pid, mut ready) = (None, false);
         while pid.is_none() || !ready {
             match rx.recv_timeout(Duration::from_secs(60)) {
                 Ok(Ok(Some(p))) => pid = Some(p),
                 Ok(Ok(None)) => ready = true,
-                Ok(Err(log)) => panic!("redis-server exited before accepting connections:\n{log}"),
+                Ok(Err(log)) => return Err(log),
                 Err(_) => panic!("redis-server did not report readiness within 60 s"),
             }
         }
-        RedisServer {
+        Ok(RedisServer {
             url: format!("{scheme}://127.0.0.1:{port}"),
             port,
             pid: pid.unwrap_or_default(),
-            wrapper: Wrapper::new(child, stdin),
-        }
+            wrapper,
+        })
     }
 
     /// The redis-server process id.
