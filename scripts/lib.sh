@@ -49,13 +49,30 @@ ensure_prereqs() {
   return 0
 }
 
-# Print N distinct free TCP ports on 127.0.0.1 (all bound at once, so distinct).
+# Print N distinct free TCP ports on 127.0.0.1 (all bound at once, so
+# distinct), from below the kernel's ephemeral range: a port there is taken
+# only by an explicit bind, never by an outgoing connection before etcd binds
+# it (as tests/support/mod.rs picks them).
 free_ports() {
   python3 - "$1" <<'EOF'
-import socket, sys
-socks = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
+import random, socket, sys
+try:
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        high = int(f.read().split()[0])
+except (OSError, ValueError, IndexError):
+    high = 32768
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket()
+    for _ in range(1000 if high > 21000 else 0):
+        try:
+            s.bind(("127.0.0.1", random.randrange(20000, high)))
+            break
+        except OSError:
+            pass
+    else:
+        s.bind(("127.0.0.1", 0))
+    socks.append(s)
 print(*(s.getsockname()[1] for s in socks))
 EOF
 }
