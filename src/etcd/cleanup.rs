@@ -63,7 +63,7 @@ pub(crate) async fn abandon(
     // the slot is retired rather than reused.
     let mut uncertain = unanswered;
     loop {
-        match abandon_once(&state, &written, &mut slot, &lease).await {
+        match abandon_once(&state, &written, &mut slot, uncertain, &lease).await {
             Ok(()) => {
                 if let Some(slot) = slot.filter(|_| !uncertain) {
                     slot.free();
@@ -89,11 +89,14 @@ pub(crate) async fn abandon(
 }
 
 /// One cleanup txn: delete our queue key unless the lock key holds our
-/// value; if it does, release the lock.
+/// value; if it does, release the lock. `uncertain`: a write of this
+/// attempt got no answer, so the slot must be retired, not freed: the
+/// release then does not get it.
 async fn abandon_once(
     state: &Arc<LockerState>,
     written: &Written,
     slot: &mut Option<Slot>,
+    uncertain: bool,
     lease: &Arc<Lease>,
 ) -> EtcdResult<()> {
     let Written {
@@ -140,7 +143,7 @@ async fn abandon_once(
         keys.clone(),
         queue_key.clone(),
         grant,
-        slot.take(),
+        slot.take().filter(|_| !uncertain),
     );
     match release::release(held).await {
         Err(e) if !e.is_lock_lost() => Err(e),
