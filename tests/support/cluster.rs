@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions};
 
-use super::{ADDRESS_IN_USE, etcd_bin, free_port};
+use super::{etcd_bin, free_port, on_free_ports};
 
 /// etcd's default election timeout, which this cluster keeps.
 pub const ELECTION_TIMEOUT: Duration = Duration::from_millis(1000);
@@ -103,15 +103,7 @@ impl Cluster {
     /// # Errors
     /// When etcd is missing or a member does not become ready.
     pub fn start(n: usize) -> Result<Cluster, ClusterError> {
-        // A port can still be taken between `free_port` and a member's bind
-        // (by another process's explicit bind): then start over on new ones.
-        for attempt in 1.. {
-            match Cluster::start_on_free_ports(n) {
-                Err(e) if attempt < 3 && e.to_string().contains(ADDRESS_IN_USE) => continue,
-                done => return done,
-            }
-        }
-        unreachable!("the loop returns")
+        on_free_ports(|| Cluster::start_on_free_ports(n))
     }
 
     fn start_on_free_ports(n: usize) -> Result<Cluster, ClusterError> {

@@ -76,7 +76,22 @@ pub fn free_port() -> u16 {
 }
 
 /// What etcd and redis-server log when a port is taken.
-pub const ADDRESS_IN_USE: &str = "address already in use";
+const ADDRESS_IN_USE: &str = "address already in use";
+
+/// Runs `start` again, 3 tries in all, while it fails because a port it
+/// got from [`free_port`] was taken before the server bound it (by another
+/// process's explicit bind); otherwise its result.
+pub fn on_free_ports<T, E: std::fmt::Display>(
+    mut start: impl FnMut() -> Result<T, E>,
+) -> Result<T, E> {
+    for _ in 1..3 {
+        match start() {
+            Err(e) if e.to_string().to_lowercase().contains(ADDRESS_IN_USE) => {}
+            done => return done,
+        }
+    }
+    start()
+}
 
 /// The first port of the kernel's ephemeral range.
 fn ephemeral_low() -> Option<u16> {
@@ -165,16 +180,8 @@ impl Etcd {
     }
 
     fn start_with(tls: Option<((&Path, &Path), &Path)>, extra: &[&str]) -> Etcd {
-        // A port can still be taken between `free_port` and etcd's bind (by
-        // another process's explicit bind): then try again on new ports.
-        for attempt in 1.. {
-            match Etcd::try_start(tls, extra) {
-                Ok(etcd) => return etcd,
-                Err(log) if attempt < 3 && log.to_lowercase().contains(ADDRESS_IN_USE) => continue,
-                Err(log) => panic!("etcd exited before serving clients:\n{log}"),
-            }
-        }
-        unreachable!("the loop returns or panics")
+        on_free_ports(|| Etcd::try_start(tls, extra))
+            .unwrap_or_else(|log| panic!("etcd exited before serving clients:\n{log}"))
     }
 
     /// Starts etcd; `Err` holds its log when it exits before serving.

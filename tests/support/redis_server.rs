@@ -50,18 +50,9 @@ impl RedisServer {
     }
 
     fn start_with(tls: Option<Vec<OsString>>) -> RedisServer {
-        // A port can still be taken between `free_port` and the server's
-        // bind (by another process's explicit bind): then try a new one.
-        for attempt in 1.. {
-            match RedisServer::try_start(tls.as_deref()) {
-                Ok(server) => return server,
-                Err(log) if attempt < 3 && log.to_lowercase().contains(super::ADDRESS_IN_USE) => {
-                    continue;
-                }
-                Err(log) => panic!("redis-server exited before accepting connections:\n{log}"),
-            }
-        }
-        unreachable!("the loop returns or panics")
+        super::on_free_ports(|| RedisServer::try_start(tls.as_deref())).unwrap_or_else(|log| {
+            panic!("redis-server exited before accepting connections:\n{log}")
+        })
     }
 
     /// Starts a server; `Err` holds its log when it exits before it is
