@@ -19,9 +19,11 @@
 //! failure in a row (from `cooldown`, at most 32 times that; requests that
 //! fail together count once) and is tried again after it; its first good
 //! answer clears it. A request given up on a member also replaces the
-//! member's connection: a connect that never ends (a TLS handshake with a
-//! load balancer whose backend is gone has no timeout) would otherwise
-//! hold every later request to it. With every member failing, the least
+//! connection it was sent on (once: copies given up on it together make
+//! one new connection), also while the member is failing already: a
+//! connect that never ends (a TLS handshake with a load balancer whose
+//! backend is gone has no timeout) would otherwise hold every later
+//! request to it. With every member failing, the least
 //! loaded is used: requests never wait for a member to recover. Ties go
 //! round the members in turn. `health.rs` keeps the score.
 //!
@@ -157,8 +159,9 @@ impl Service<Request> for Balancer {
             let Some(member) = member else {
                 return Err("no etcd endpoint to send the request to".into());
             };
-            let pending = Pending::start(&member);
-            let result = match member.channel().ready().await {
+            let (connection, mut channel) = member.channel();
+            let pending = Pending::start(&member, connection);
+            let result = match channel.ready().await {
                 Ok(channel) => channel.call(request).await,
                 Err(e) => Err(e),
             };
@@ -181,7 +184,8 @@ struct Member(Arc<Link>);
 
 struct Link {
     endpoint: Endpoint,
-    channel: Mutex<tonic::transport::Channel>,
+    /// The connection, and how many were replaced before it.
+    channel: Mutex<(u64, tonic::transport::Channel)>,
     health: Health,
 }
 
@@ -189,7 +193,7 @@ impl Member {
     fn new(endpoint: &Endpoint, routing: Routing) -> Self {
         Member(Arc::new(Link {
             endpoint: endpoint.clone(),
-            channel: Mutex::new(endpoint.connect_lazy()),
+            channel: Mutex::new((0, endpoint.connect_lazy())),
             health: Health::new(routing),
         }))
     }
@@ -198,7 +202,8 @@ impl Member {
         &self.0.health
     }
 
-    fn channel(&self) -> tonic::transport::Channel {
+    /// The connection to send on, with its number.
+    fn channel(&self) -> (u64, tonic::transport::Channel) {
         self.0
             .channel
             .lock()
@@ -206,14 +211,18 @@ impl Member {
             .clone()
     }
 
-    /// Replaces the connection with a fresh one: a request given up on it
-    /// may be stuck in a connect that never ends (a TLS handshake with a
-    /// load balancer whose backend is gone has no timeout of its own).
-    /// Requests still on the old one keep it until they end.
-    fn reconnect(&self) {
-        if tokio::runtime::Handle::try_current().is_ok() {
-            let fresh = self.0.endpoint.connect_lazy();
-            *self.0.channel.lock().unwrap_or_else(|p| p.into_inner()) = fresh;
+    /// Replaces connection number `given_up` with a fresh one, unless that
+    /// was done already: a request given up on it may be stuck in a
+    /// connect that never ends (a TLS handshake with a load balancer whose
+    /// backend is gone has no timeout of its own). Requests still on the
+    /// old one keep it until they end.
+    fn reconnect(&self, given_up: u64) {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        let mut channel = self.0.channel.lock().unwrap_or_else(|p| p.into_inner());
+        if channel.0 == given_up {
+            *channel = (channel.0 + 1, self.0.endpoint.connect_lazy());
         }
     }
 }
@@ -222,14 +231,17 @@ impl Member {
 struct Pending {
     member: Member,
     id: u64,
+    /// The number of the connection it was sent on.
+    connection: u64,
     done: bool,
 }
 
 impl Pending {
-    fn start(member: &Member) -> Self {
+    fn start(member: &Member, connection: u64) -> Self {
         Pending {
             member: member.clone(),
             id: member.health().sent(Instant::now()),
+            connection,
             done: false,
         }
     }
@@ -252,7 +264,48 @@ impl Drop for Pending {
                 .health()
                 .ended(self.id, Instant::now(), false, false)
         {
-            self.member.reconnect();
+            self.member.reconnect(self.connection);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tonic::transport::Endpoint;
+
+    use super::{Member, Pending, Routing};
+
+    fn member() -> Member {
+        let routing = Routing {
+            slow: Duration::from_millis(300),
+            cooldown: Duration::from_secs(10),
+        };
+        Member::new(&Endpoint::from_static("http://127.0.0.1:1"), routing)
+    }
+
+    /// The connection broke under a request (the member is failing for
+    /// the cooldown), and its replacement hangs in its handshake: giving
+    /// up on it must replace it even so, or every retry queues behind it
+    /// until the cooldown ends.
+    #[tokio::test(start_paused = true)]
+    async fn a_request_given_up_replaces_its_connection_while_the_member_is_failing() {
+        let member = member();
+        let (first, _) = member.channel();
+        Pending::start(&member, first).finish(true);
+        // A request and its hedged copy, stuck on the same connection.
+        let stuck = [
+            Pending::start(&member, first),
+            Pending::start(&member, first),
+        ];
+        tokio::time::advance(Duration::from_secs(1)).await;
+        drop(stuck);
+        let (second, _) = member.channel();
+        assert_eq!(second, first + 1, "replaced once, not once per copy");
+        // A hedge's losing copy dropped early is no sign of a stuck
+        // connection.
+        drop(Pending::start(&member, second));
+        assert_eq!(member.channel().0, second);
     }
 }

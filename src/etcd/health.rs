@@ -82,9 +82,11 @@ impl Health {
     }
 
     /// Request `id` ended: answered (`failed` tells how), or given up
-    /// (`answered` false). `true` if that starts a failure: the member was
-    /// not failing already (requests failing together, as when a
-    /// connection breaks under several, count once).
+    /// (`answered` false). `true` if it failed: a failed answer, or given
+    /// up after waiting `slow` or longer (a hedge's losing copy dropped
+    /// sooner is no failure). A failure starts a pause only if the member
+    /// was not failing already: requests failing together, as when a
+    /// connection breaks under several, count once.
     pub(crate) fn ended(&self, id: u64, now: Instant, answered: bool, failed: bool) -> bool {
         let mut state = self.state();
         let Some(sent) = state.waiting.remove(&id) else {
@@ -92,20 +94,17 @@ impl Health {
         };
         let failed = failed || (!answered && now.duration_since(sent) >= self.routing.slow);
         if failed {
-            if state.failing_until.is_some_and(|until| now < until) {
-                return false;
+            if state.failing_until.is_none_or(|until| now >= until) {
+                state.failures = state.failures.saturating_add(1);
+                let doubled = 1u32 << state.failures.saturating_sub(1).min(5);
+                let pause = self.routing.cooldown * doubled.min(MAX_BACKOFF);
+                state.failing_until = Some(now + pause);
             }
-            state.failures = state.failures.saturating_add(1);
-            let doubled = 1u32 << state.failures.saturating_sub(1).min(5);
-            let pause = self.routing.cooldown * doubled.min(MAX_BACKOFF);
-            state.failing_until = Some(now + pause);
-            return true;
-        }
-        if answered {
+        } else if answered {
             state.failures = 0;
             state.failing_until = None;
         }
-        false
+        failed
     }
 }
 
@@ -146,7 +145,7 @@ mod tests {
         assert_eq!(h.weight(t + Duration::from_millis(299)), ok(1));
         assert_eq!(h.weight(t + Duration::from_millis(300)), failing(1));
         // Given up after that long: failing for the cooldown.
-        h.ended(id, t + Duration::from_millis(400), false, false);
+        assert!(h.ended(id, t + Duration::from_millis(400), false, false));
         assert_eq!(h.weight(t + Duration::from_millis(1399)), failing(0));
         assert_eq!(h.weight(t + Duration::from_millis(1400)), ok(0));
         // Failing members always weigh more than healthy ones.
@@ -159,10 +158,10 @@ mod tests {
         let t = Instant::now();
         // A hedge's losing copy, dropped soon after it was sent.
         let id = h.sent(t);
-        h.ended(id, t + Duration::from_millis(100), false, false);
+        assert!(!h.ended(id, t + Duration::from_millis(100), false, false));
         assert_eq!(h.weight(t + Duration::from_millis(100)), ok(0));
         let id = h.sent(t);
-        h.ended(id, t + Duration::from_secs(5), true, false);
+        assert!(!h.ended(id, t + Duration::from_secs(5), true, false));
         assert_eq!(h.weight(t + Duration::from_secs(5)), ok(0));
     }
 
@@ -191,12 +190,9 @@ mod tests {
         let h = health();
         let t = Instant::now();
         let ids: Vec<u64> = (0..8).map(|_| h.sent(t)).collect();
-        let starts: Vec<bool> = ids.iter().map(|&id| h.ended(id, t, true, true)).collect();
-        assert_eq!(
-            starts.iter().filter(|&&s| s).count(),
-            1,
-            "one failure starts"
-        );
+        for id in ids {
+            assert!(h.ended(id, t, true, true), "each request failed");
+        }
         // Passed over for the first pause only, not 2^7 of them.
         assert_eq!(h.weight(t + Duration::from_millis(999)), failing(0));
         assert_eq!(h.weight(t + Duration::from_secs(1)), ok(0));
