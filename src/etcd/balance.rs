@@ -46,6 +46,7 @@ use tower::{BoxError, Service, ServiceExt};
 
 use super::health::Health;
 pub(crate) use super::health::Routing;
+use super::request_body::LookAhead;
 
 type Request = http::Request<tonic::body::Body>;
 type Response = http::Response<tonic::body::Body>;
@@ -155,6 +156,7 @@ impl Service<Request> for Balancer {
 
     fn call(&mut self, request: Request) -> Self::Future {
         let member = self.members.pick();
+        let request = request.map(|body| tonic::body::Body::new(LookAhead::new(body)));
         Box::pin(async move {
             let Some(member) = member else {
                 return Err("no etcd endpoint to send the request to".into());

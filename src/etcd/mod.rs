@@ -33,8 +33,9 @@
 //! - `error.rs`: the backend's private error type, told apart by gRPC code
 //!   and mapped into [`crate::Error`];
 //! - `request.rs`: one request with its timeout, txn part builders, the
-//!   retry backoff; `batch.rs`: writes of one connection that go together
-//!   in one txn while others are on their way;
+//!   retry backoff; `request_body.rs`: request bodies whose message ends
+//!   its HTTP/2 stream; `batch.rs`: writes of one connection that go
+//!   together in one txn while others are on their way;
 //! - `keys.rs`: every etcd wire format: key layout, mode tags, owner
 //!   values, the passed-along successor list;
 //! - `health.rs`: how a member has been answering; `balance.rs`: which
@@ -80,6 +81,7 @@ mod queue;
 mod release;
 mod renewal;
 mod request;
+mod request_body;
 mod retry;
 mod revival;
 mod secure;
