@@ -49,11 +49,12 @@ async fn pass_on(client: TcpStream, upstream: TcpStream, ends: Arc<Mutex<StreamE
     let mut parsed = PREFACE;
     let mut chunk = vec![0; 16 * 1024];
     while let Ok(n) = from_client.read(&mut chunk).await {
-        if n == 0 || to_etcd.write_all(&chunk[..n]).await.is_err() {
+        if n == 0 {
             return;
         }
+        // Every complete frame after the preface, counted before etcd can
+        // answer it.
         seen.extend_from_slice(&chunk[..n]);
-        // Every complete frame after the preface.
         while seen.len() >= parsed + 9 {
             let header = &seen[parsed..parsed + 9];
             let length = u32::from_be_bytes([0, header[0], header[1], header[2]]) as usize;
@@ -72,6 +73,9 @@ async fn pass_on(client: TcpStream, upstream: TcpStream, ends: Arc<Mutex<StreamE
         let done = parsed.min(seen.len());
         seen.drain(..done);
         parsed -= done;
+        if to_etcd.write_all(&chunk[..n]).await.is_err() {
+            return;
+        }
     }
 }
 

@@ -19,11 +19,13 @@
 //! failure in a row (from `cooldown`, at most 32 times that; requests that
 //! fail together count once) and is tried again after it; its first good
 //! answer clears it. A request given up on a member also replaces the
-//! connection it was sent on (once: copies given up on it together make
-//! one new connection), also while the member is failing already: a
-//! connect that never ends (a TLS handshake with a load balancer whose
-//! backend is gone has no timeout) would otherwise hold every later
-//! request to it. With every member failing, the least
+//! connection it was sent on, also while the member is failing already,
+//! unless that connection answered another request since this one was
+//! sent: a connect that never ends (a TLS handshake with a load balancer
+//! whose backend is gone has no timeout) would otherwise hold every later
+//! request to it, while a new connection to a slow member that still
+//! answers would only add to its load. Copies given up on one connection
+//! together make one new connection. With every member failing, the least
 //! loaded is used: requests never wait for a member to recover. Ties go
 //! round the members in turn. `health.rs` keeps the score.
 //!
@@ -167,6 +169,7 @@ impl Service<Request> for Balancer {
                 Ok(channel) => channel.call(request).await,
                 Err(e) => Err(e),
             };
+            let answered = result.is_ok();
             let failed = match &result {
                 Ok(response) => response
                     .headers()
@@ -174,7 +177,7 @@ impl Service<Request> for Balancer {
                     .is_some_and(|code| code.as_bytes() == UNAVAILABLE),
                 Err(_) => true,
             };
-            pending.finish(failed);
+            pending.finish(answered, failed);
             result.map_err(Into::into)
         })
     }
@@ -186,16 +189,28 @@ struct Member(Arc<Link>);
 
 struct Link {
     endpoint: Endpoint,
-    /// The connection, and how many were replaced before it.
-    channel: Mutex<(u64, tonic::transport::Channel)>,
+    connection: Mutex<Connection>,
     health: Health,
+}
+
+/// A member's current connection.
+struct Connection {
+    /// How many were replaced before it.
+    number: u64,
+    channel: tonic::transport::Channel,
+    /// When it last brought an answer (any answer: it is alive).
+    answered: Option<Instant>,
 }
 
 impl Member {
     fn new(endpoint: &Endpoint, routing: Routing) -> Self {
         Member(Arc::new(Link {
             endpoint: endpoint.clone(),
-            channel: Mutex::new((0, endpoint.connect_lazy())),
+            connection: Mutex::new(Connection {
+                number: 0,
+                channel: endpoint.connect_lazy(),
+                answered: None,
+            }),
             health: Health::new(routing),
         }))
     }
@@ -204,27 +219,41 @@ impl Member {
         &self.0.health
     }
 
-    /// The connection to send on, with its number.
-    fn channel(&self) -> (u64, tonic::transport::Channel) {
-        self.0
-            .channel
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+    fn connection(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.0.connection.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Replaces connection number `given_up` with a fresh one, unless that
-    /// was done already: a request given up on it may be stuck in a
-    /// connect that never ends (a TLS handshake with a load balancer whose
-    /// backend is gone has no timeout of its own). Requests still on the
-    /// old one keep it until they end.
-    fn reconnect(&self, given_up: u64) {
+    /// The connection to send on, with its number.
+    fn channel(&self) -> (u64, tonic::transport::Channel) {
+        let connection = self.connection();
+        (connection.number, connection.channel.clone())
+    }
+
+    /// Connection number `number` brought an answer at `now`.
+    fn answered(&self, number: u64, now: Instant) {
+        let mut connection = self.connection();
+        if connection.number == number {
+            connection.answered = Some(now);
+        }
+    }
+
+    /// A request sent on connection number `number` at `sent` was given
+    /// up: replaces that connection with a fresh one, unless that was done
+    /// already or it answered since. A request given up there may be stuck
+    /// in a connect that never ends (a TLS handshake with a load balancer
+    /// whose backend is gone has no timeout of its own). Requests still on
+    /// the old one keep it until they end.
+    fn given_up(&self, number: u64, sent: Instant) {
         if tokio::runtime::Handle::try_current().is_err() {
             return;
         }
-        let mut channel = self.0.channel.lock().unwrap_or_else(|p| p.into_inner());
-        if channel.0 == given_up {
-            *channel = (channel.0 + 1, self.0.endpoint.connect_lazy());
+        let mut connection = self.connection();
+        if connection.number == number && connection.answered.is_none_or(|at| at < sent) {
+            *connection = Connection {
+                number: number + 1,
+                channel: self.0.endpoint.connect_lazy(),
+                answered: None,
+            };
         }
     }
 }
@@ -235,26 +264,32 @@ struct Pending {
     id: u64,
     /// The number of the connection it was sent on.
     connection: u64,
+    sent: Instant,
     done: bool,
 }
 
 impl Pending {
     fn start(member: &Member, connection: u64) -> Self {
+        let sent = Instant::now();
         Pending {
             member: member.clone(),
-            id: member.health().sent(Instant::now()),
+            id: member.health().sent(sent),
             connection,
+            sent,
             done: false,
         }
     }
 
-    fn finish(mut self, failed: bool) {
+    /// Ended with an answer from the server (`answered`, which `failed`
+    /// tells as "unavailable"), or with a transport error: tonic's
+    /// connection recovers (or reconnects) by itself.
+    fn finish(mut self, answered: bool, failed: bool) {
         self.done = true;
-        // A failed answer or transport error: tonic's connection recovers
-        // (or reconnects) by itself.
-        self.member
-            .health()
-            .ended(self.id, Instant::now(), true, failed);
+        let now = Instant::now();
+        if answered {
+            self.member.answered(self.connection, now);
+        }
+        self.member.health().ended(self.id, now, true, failed);
     }
 }
 
@@ -266,7 +301,7 @@ impl Drop for Pending {
                 .health()
                 .ended(self.id, Instant::now(), false, false)
         {
-            self.member.reconnect(self.connection);
+            self.member.given_up(self.connection, self.sent);
         }
     }
 }
@@ -295,7 +330,7 @@ mod tests {
     async fn a_request_given_up_replaces_its_connection_while_the_member_is_failing() {
         let member = member();
         let (first, _) = member.channel();
-        Pending::start(&member, first).finish(true);
+        Pending::start(&member, first).finish(false, true);
         // A request and its hedged copy, stuck on the same connection.
         let stuck = [
             Pending::start(&member, first),
@@ -309,5 +344,24 @@ mod tests {
         // connection.
         drop(Pending::start(&member, second));
         assert_eq!(member.channel().0, second);
+    }
+
+    /// A connection that answers other requests is slow, not stuck:
+    /// giving up on a request there keeps it.
+    #[tokio::test(start_paused = true)]
+    async fn a_request_given_up_keeps_a_connection_that_answers_others() {
+        let member = member();
+        let (first, _) = member.channel();
+        let slow = Pending::start(&member, first);
+        tokio::time::advance(Duration::from_millis(500)).await;
+        Pending::start(&member, first).finish(true, false);
+        tokio::time::advance(Duration::from_millis(500)).await;
+        drop(slow);
+        assert_eq!(member.channel().0, first, "kept");
+        // An answer from before the request was sent says nothing of it.
+        let stuck = Pending::start(&member, first);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        drop(stuck);
+        assert_eq!(member.channel().0, first + 1, "replaced");
     }
 }

@@ -64,7 +64,9 @@ impl<B: Body + Unpin> Body for LookAhead<B> {
                 None => return Poll::Ready(None),
             },
         };
-        if frame.is_ok()
+        // Only data can be followed by the end: trailers end a body
+        // themselves.
+        if frame.as_ref().is_ok_and(Frame::is_data)
             && let Poll::Ready(Some(next)) = this.poll_inner(cx)
         {
             this.next = Some(next);
