@@ -94,7 +94,7 @@ pub async fn run(o: &SoakOpts) -> Result<usize, BoxError> {
                         continue;
                     };
                     n += 1;
-                    if leak && n % 50 == 0 {
+                    if leak && n.is_multiple_of(50) {
                         std::mem::forget(guard);
                     } else {
                         let _ = guard.unlock().await;

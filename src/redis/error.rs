@@ -110,10 +110,10 @@ impl NodeError {
     /// Names the key of a [`Failure::Foreign`] from the keys of the script
     /// that failed.
     pub fn name_key(mut self, keys: &[&str]) -> Self {
-        if let Failure::Foreign { slot, key, .. } = &mut self.failure {
-            if let Some(name) = slot.checked_sub(1).and_then(|i| keys.get(i)) {
-                (*name).clone_into(key);
-            }
+        if let Failure::Foreign { slot, key, .. } = &mut self.failure
+            && let Some(name) = slot.checked_sub(1).and_then(|i| keys.get(i))
+        {
+            (*name).clone_into(key);
         }
         self
     }

@@ -87,15 +87,15 @@ pub fn edges(files: &BTreeMap<String, String>, roots: &[&str]) -> Vec<Edge> {
         let Some(abs) = c.absolute(&r.module, &r.segs, 0) else {
             continue;
         };
-        if let Some(to) = c.resolve(r.module.0, &abs, 0) {
-            if to != r.file {
-                edges.push(Edge {
-                    from: r.file.clone(),
-                    to,
-                    line: r.line,
-                    what: r.what.clone(),
-                });
-            }
+        if let Some(to) = c.resolve(r.module.0, &abs, 0)
+            && to != r.file
+        {
+            edges.push(Edge {
+                from: r.file.clone(),
+                to,
+                line: r.line,
+                what: r.what.clone(),
+            });
         }
     }
     edges
