@@ -3,11 +3,13 @@
 # Source this file; do not run it.
 #
 #   ensure_prereqs  make sure etcd, etcdctl, redis-server, protoc, python3,
-#                   openssl and cargo exist (as root also ip and nft, for the
-#                   network fault tests)
+#                   openssl, curl, gpgv, xz and cargo exist (as root also ip
+#                   and nft, for the network fault tests)
 #                   (installs the Debian packages when running as root)
 #   start_etcd      start a throwaway single-node etcd on free loopback ports,
 #                   export FAIRLOCK_ENDPOINTS, and stop/clean it up on EXIT
+#   ensure_etcd35   fetch Debian trixie's etcd 3.5 server once (checked
+#                   against Debian's signatures) and print its path
 
 # rustup installs cargo in ~/.cargo/bin, which non-login shells (CI) may miss.
 if [[ -d "${HOME:-}/.cargo/bin" && ":$PATH:" != *":$HOME/.cargo/bin:"* ]]; then
@@ -22,9 +24,9 @@ ensure_prereqs() {
   local -A pkg_of=(
     [etcd]=etcd-server [etcdctl]=etcd-client [redis-server]=redis-server
     [protoc]=protobuf-compiler [python3]=python3 [openssl]=openssl
-    [ip]=iproute2 [nft]=nftables
+    [ip]=iproute2 [nft]=nftables [curl]=curl [gpgv]=gpgv [xz]=xz-utils
   )
-  local cmd pkgs=() cmds=(etcd etcdctl redis-server protoc python3 openssl)
+  local cmd pkgs=() cmds=(etcd etcdctl redis-server protoc python3 openssl curl gpgv xz)
   # The network fault tests (namespaces) run only as root, and need these.
   [[ $(id -u) -ne 0 ]] || cmds+=(ip nft)
   for cmd in "${cmds[@]}"; do
@@ -134,4 +136,60 @@ start_etcd() {
 
   export FAIRLOCK_ENDPOINTS="$endpoint"
   log "etcd ready: FAIRLOCK_ENDPOINTS=$FAIRLOCK_ENDPOINTS"
+}
+
+# etcd 3.5 for the second run of the etcd tests (scripts/test.sh). Debian
+# bookworm's package, which ensure_prereqs installs, is etcd 3.4; most
+# clusters run 3.5 (Kubernetes ships it). Debian trixie (stable since 2025)
+# packages 3.5, and its etcd binary is static, so it runs here unpacked,
+# without installing the package or adding trixie to apt's sources.
+#
+# The pinned package is fetched first and checked against its SHA-256.
+# When trixie has replaced it (a point release), the current one is found
+# the way apt finds it: trixie's InRelease, checked with gpgv against the
+# Debian archive keyring, gives the SHA-256 of the package index, which
+# gives the package's. The binary stays under target/ for the next run.
+ETCD35_PIN="3.5.16-4 0875921bb0d023f2af9b8e15cdfbe417a03e65731345fb832c40f9c2dd72967b"
+ensure_etcd35() {
+  local mirror=https://deb.debian.org/debian arch version sha file dir tmp
+  arch=$(dpkg --print-architecture 2>/dev/null) || die "dpkg not found: the etcd 3.5 run needs Debian (or FAIRLOCK_ETCD35=0 to skip it)"
+  local found
+  found=$(compgen -G "$PWD/target/etcd35/*/$arch/usr/bin/etcd" | tail -n 1) || true
+  if [[ -n "$found" ]] && "$found" --version >/dev/null 2>&1; then
+    printf '%s\n' "$found"
+    return 0
+  fi
+  tmp=$(mktemp -d "${TMPDIR:-/tmp}/fairlock-etcd35.XXXXXX")
+  read -r version sha <<<"$ETCD35_PIN"
+  file="pool/main/e/etcd/etcd-server_${version}_${arch}.deb"
+  if [[ "$arch" != amd64 ]] ||
+    ! curl -fsS --retry 3 -o "$tmp/etcd.deb" "$mirror/$file" 2>/dev/null; then
+    log "etcd-server $version ($arch) is not on $mirror; looking up trixie's current one"
+    curl -fsS --retry 3 -o "$tmp/InRelease" "$mirror/dists/trixie/InRelease" ||
+      { rm -rf "$tmp"; die "could not fetch $mirror/dists/trixie/InRelease (FAIRLOCK_ETCD35=0 skips the etcd 3.5 run)"; }
+    gpgv --keyring /usr/share/keyrings/debian-archive-keyring.gpg \
+      --output "$tmp/Release" "$tmp/InRelease" 2>/dev/null ||
+      { rm -rf "$tmp"; die "trixie's InRelease failed its signature check (is debian-archive-keyring installed?)"; }
+    sha=$(awk -v f="main/binary-$arch/Packages.xz" '/^SHA256:/ {s = 1; next} /^[^ ]/ {s = 0}
+      s && $3 == f {print $1}' "$tmp/Release")
+    curl -fsS --retry 3 -o "$tmp/Packages.xz" "$mirror/dists/trixie/main/binary-$arch/Packages.xz" &&
+      echo "$sha  $tmp/Packages.xz" | sha256sum -c --quiet - >/dev/null 2>&1 ||
+      { rm -rf "$tmp"; die "trixie's package index did not match its signed checksum"; }
+    read -r version file sha < <(xz -dc "$tmp/Packages.xz" | awk '
+      /^Package: / {p = ($2 == "etcd-server")} p && /^Version: / {v = $2}
+      p && /^Filename: / {f = $2} p && /^SHA256: / {s = $2}
+      /^$/ && p && v ~ /^3\.5\./ {print v, f, s; exit}')
+    [[ -n "${sha:-}" ]] || { rm -rf "$tmp"; die "trixie has no etcd-server 3.5 package for $arch"; }
+    curl -fsS --retry 3 -o "$tmp/etcd.deb" "$mirror/$file" ||
+      { rm -rf "$tmp"; die "could not fetch $mirror/$file"; }
+  fi
+  echo "$sha  $tmp/etcd.deb" | sha256sum -c --quiet - >/dev/null 2>&1 ||
+    { rm -rf "$tmp"; die "etcd-server $version: the package does not match its SHA-256"; }
+  dir="$PWD/target/etcd35/$version/$arch"
+  mkdir -p "$dir" && dpkg-deb -x "$tmp/etcd.deb" "$dir" && rm -rf "$tmp" ||
+    { rm -rf "$tmp" "$dir"; die "could not unpack etcd-server $version into $dir"; }
+  "$dir/usr/bin/etcd" --version >/dev/null 2>&1 ||
+    die "the unpacked $dir/usr/bin/etcd does not run"
+  log "etcd-server $version unpacked in $dir"
+  printf '%s\n' "$dir/usr/bin/etcd"
 }

@@ -221,14 +221,22 @@ pub fn etcdctl(etcd: &super::Etcd, args: &[&str]) -> String {
 /// An etcd serving clients over TLS that demands client certificates
 /// (`--client-cert-auth`), with auth enabled: a root user, and
 /// [`ETCD_USER`] whose role `locks` may only read and write under
-/// [`ETCD_PREFIX`]. Unused auth tokens expire after [`TOKEN_TTL`] seconds.
+/// [`ETCD_PREFIX`]. Unused auth tokens expire after [`TOKEN_TTL`] seconds,
+/// and etcd logs each expiry ("deleted a simple token"): at info level in
+/// etcd 3.4, at debug level in 3.5, so this etcd logs at debug level.
 pub fn start_secure_etcd() -> super::Etcd {
     let c = certs();
     let (cert, key) = c.server();
     let etcd = super::Etcd::start_tls(
         (&cert, &key),
         &c.ca(),
-        &["--client-cert-auth", "--auth-token-ttl", TOKEN_TTL],
+        &[
+            "--client-cert-auth",
+            "--auth-token-ttl",
+            TOKEN_TTL,
+            "--log-level",
+            "debug",
+        ],
     );
     let (user, password) = ETCD_USER;
     for args in [
