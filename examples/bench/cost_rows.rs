@@ -113,7 +113,7 @@ pub async fn cost_rows(
         if let [(_, Some(delete)), (_, Some(guarded))] = raw[..] {
             summary.push(format!(
                 "etcd CPU per raw cycle, {tasks} keys: freed by a plain delete {delete:.0} us, \
-                 by a guarded txn {guarded:.0} us ({:+.0} us: the price of a txn in etcd 3.4)",
+                 by a guarded txn {guarded:.0} us ({:+.0} us: the price of a txn)",
                 guarded - delete
             ));
         }

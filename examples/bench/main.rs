@@ -200,6 +200,14 @@ async fn run(o: &Opts) -> Res<()> {
             (Some(etcd), ep)
         }
     };
+    let version = server::Metrics::scrape(&ep).ok();
+    eprintln!(
+        "bench: etcd {ep}, version {}",
+        version
+            .as_ref()
+            .and_then(Metrics::version)
+            .unwrap_or("unknown")
+    );
     if o.trace {
         print(&trace::rows(&ep, o.quick).await?, o.json);
         return Ok(());

@@ -27,6 +27,14 @@ impl Metrics {
         Ok(Metrics(m))
     }
 
+    /// The server's version (`etcd_server_version{server_version="3.5.16"}`).
+    pub fn version(&self) -> Option<&str> {
+        self.0.keys().find_map(|k| {
+            k.strip_prefix("etcd_server_version{server_version=\"")?
+                .strip_suffix("\"}")
+        })
+    }
+
     /// Raft proposals committed: every etcd write.
     pub fn writes(&self) -> f64 {
         self.sum(|k| k == "etcd_server_proposals_committed_total")
