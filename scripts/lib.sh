@@ -150,46 +150,47 @@ start_etcd() {
 # Debian archive keyring, gives the SHA-256 of the package index, which
 # gives the package's. The binary stays under target/ for the next run.
 ETCD35_PIN="3.5.16-4 0875921bb0d023f2af9b8e15cdfbe417a03e65731345fb832c40f9c2dd72967b"
-ensure_etcd35() {
-  local mirror=https://deb.debian.org/debian arch version sha file dir tmp
+# A subshell, so that its EXIT trap removes the download directory however
+# it ends (die included), without touching the caller's traps.
+ensure_etcd35() (
+  local mirror=https://deb.debian.org/debian arch version sha file dir found
   arch=$(dpkg --print-architecture 2>/dev/null) || die "dpkg not found: the etcd 3.5 run needs Debian (or FAIRLOCK_ETCD35=0 to skip it)"
-  local found
   found=$(compgen -G "$PWD/target/etcd35/*/$arch/usr/bin/etcd" | tail -n 1) || true
   if [[ -n "$found" ]] && "$found" --version >/dev/null 2>&1; then
     printf '%s\n' "$found"
-    return 0
+    exit 0
   fi
   tmp=$(mktemp -d "${TMPDIR:-/tmp}/fairlock-etcd35.XXXXXX")
+  trap 'rm -rf "$tmp"' EXIT
   read -r version sha <<<"$ETCD35_PIN"
   file="pool/main/e/etcd/etcd-server_${version}_${arch}.deb"
   if [[ "$arch" != amd64 ]] ||
     ! curl -fsS --retry 3 -o "$tmp/etcd.deb" "$mirror/$file" 2>/dev/null; then
     log "etcd-server $version ($arch) is not on $mirror; looking up trixie's current one"
     curl -fsS --retry 3 -o "$tmp/InRelease" "$mirror/dists/trixie/InRelease" ||
-      { rm -rf "$tmp"; die "could not fetch $mirror/dists/trixie/InRelease (FAIRLOCK_ETCD35=0 skips the etcd 3.5 run)"; }
+      die "could not fetch $mirror/dists/trixie/InRelease (FAIRLOCK_ETCD35=0 skips the etcd 3.5 run)"
     gpgv --keyring /usr/share/keyrings/debian-archive-keyring.gpg \
       --output "$tmp/Release" "$tmp/InRelease" 2>/dev/null ||
-      { rm -rf "$tmp"; die "trixie's InRelease failed its signature check (is debian-archive-keyring installed?)"; }
+      die "trixie's InRelease failed its signature check (is debian-archive-keyring installed?)"
     sha=$(awk -v f="main/binary-$arch/Packages.xz" '/^SHA256:/ {s = 1; next} /^[^ ]/ {s = 0}
       s && $3 == f {print $1}' "$tmp/Release")
     curl -fsS --retry 3 -o "$tmp/Packages.xz" "$mirror/dists/trixie/main/binary-$arch/Packages.xz" &&
       echo "$sha  $tmp/Packages.xz" | sha256sum -c --quiet - >/dev/null 2>&1 ||
-      { rm -rf "$tmp"; die "trixie's package index did not match its signed checksum"; }
+      die "trixie's package index did not match its signed checksum"
     read -r version file sha < <(xz -dc "$tmp/Packages.xz" | awk '
       /^Package: / {p = ($2 == "etcd-server")} p && /^Version: / {v = $2}
       p && /^Filename: / {f = $2} p && /^SHA256: / {s = $2}
       /^$/ && p && v ~ /^3\.5\./ {print v, f, s; exit}')
-    [[ -n "${sha:-}" ]] || { rm -rf "$tmp"; die "trixie has no etcd-server 3.5 package for $arch"; }
-    curl -fsS --retry 3 -o "$tmp/etcd.deb" "$mirror/$file" ||
-      { rm -rf "$tmp"; die "could not fetch $mirror/$file"; }
+    [[ -n "${sha:-}" ]] || die "trixie has no etcd-server 3.5 package for $arch"
+    curl -fsS --retry 3 -o "$tmp/etcd.deb" "$mirror/$file" || die "could not fetch $mirror/$file"
   fi
   echo "$sha  $tmp/etcd.deb" | sha256sum -c --quiet - >/dev/null 2>&1 ||
-    { rm -rf "$tmp"; die "etcd-server $version: the package does not match its SHA-256"; }
+    die "etcd-server $version: the package does not match its SHA-256"
   dir="$PWD/target/etcd35/$version/$arch"
-  mkdir -p "$dir" && dpkg-deb -x "$tmp/etcd.deb" "$dir" && rm -rf "$tmp" ||
-    { rm -rf "$tmp" "$dir"; die "could not unpack etcd-server $version into $dir"; }
+  mkdir -p "$dir" && dpkg-deb -x "$tmp/etcd.deb" "$dir" ||
+    { rm -rf "$dir"; die "could not unpack etcd-server $version into $dir"; }
   "$dir/usr/bin/etcd" --version >/dev/null 2>&1 ||
-    die "the unpacked $dir/usr/bin/etcd does not run"
+    { rm -rf "$dir"; die "the unpacked $dir/usr/bin/etcd does not run"; }
   log "etcd-server $version unpacked in $dir"
   printf '%s\n' "$dir/usr/bin/etcd"
-}
+)

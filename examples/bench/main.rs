@@ -200,7 +200,7 @@ async fn run(o: &Opts) -> Res<()> {
             (Some(etcd), ep)
         }
     };
-    let version = server::Metrics::scrape(&ep).ok();
+    let version = Metrics::scrape(&ep).ok();
     eprintln!(
         "bench: etcd {ep}, version {}",
         version
