@@ -120,6 +120,7 @@ mod serialize;
 mod status;
 #[cfg(any(feature = "etcd", feature = "redis"))]
 mod tls;
+mod unstoppable;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;

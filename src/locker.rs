@@ -10,6 +10,7 @@ use tracing::Instrument;
 
 use crate::loss::LossCell;
 use crate::observe::{self, Granted, Holding, Site};
+use crate::unstoppable::Unstoppable;
 use crate::{Context, Expiry, Key, LossCause, Result};
 
 /// A source of distributed locks: one backend, one mode (fair or unfair).
@@ -343,23 +344,11 @@ impl LockGuard {
         result
     }
 
-    /// Runs a backend's release.
+    /// Runs a backend's release in the caller's task; if the caller drops
+    /// this future (a timeout, a `select!`), the release goes on in a task
+    /// of its own rather than stopping half way.
     async fn run_release(release: Box<dyn GuardRelease>) -> Result<()> {
-        // Run the release as its own task, so that dropping this future (a
-        // caller's timeout, a select!) does not stop it half way.
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => rt
-                .spawn(release.release().instrument(tracing::Span::current()))
-                .await
-                .unwrap_or_else(|e| {
-                    Err(crate::Error::Backend {
-                        backend: "fairlock",
-                        op: "unlock",
-                        source: Box::new(e),
-                    })
-                }),
-            Err(_) => release.release().await,
-        }
+        Unstoppable::new(release.release().instrument(tracing::Span::current())).await
     }
 }
 

@@ -2,14 +2,14 @@
 //! writes it sends, and the cleanup that giving up (error, cancel or drop)
 //! starts, so that an attempt leaves nothing behind.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use etcd_client::Txn;
 use tokio::task::JoinHandle;
 
 use super::batch::Answer;
-use super::cleanup::{self, Written};
-use super::error::{EtcdError, EtcdResult};
+use super::cleanup::{self, InflightWrite, Written};
+use super::error::EtcdResult;
 use super::held::{Grant, HeldLock};
 use super::keys::{LockKeys, owner_value};
 use super::session::Lease;
@@ -38,8 +38,11 @@ pub(crate) struct LockAttempt {
     slot: Option<Slot>,
     /// The lease its writes used; none means nothing was written.
     lease: Option<Arc<Lease>>,
-    /// A write whose outcome is not known yet.
-    inflight: Option<JoinHandle<EtcdResult<Answer>>>,
+    /// A write whose outcome is not known yet. The caller polls it; if the
+    /// caller gives up meanwhile, the cleanup finishes it first. (In a
+    /// mutex only to make the attempt `Sync`: it is reached through
+    /// `&mut self`, which needs no locking.)
+    inflight: Mutex<Option<InflightWrite>>,
     /// A write failed in a way that does not tell whether etcd applied it
     /// (no answer, connection lost): it may still land later.
     unanswered: bool,
@@ -52,7 +55,7 @@ pub(crate) struct LockAttempt {
 impl LockAttempt {
     /// An attempt of `try_lock`: it never queues.
     pub fn direct(state: &Arc<LockerState>, key: &Key) -> Self {
-        LockAttempt::new(state, key, None)
+        LockAttempt::new(state, key, state.keys(key), None)
     }
 
     /// An attempt of `lock`, and the queue key it waits under (in a slot
@@ -61,11 +64,16 @@ impl LockAttempt {
         let keys = state.keys(key);
         let slot = state.slots.take(&keys.lock);
         let queue_key = keys.waiter(&state.id, state.fairness, slot.number());
-        let attempt = LockAttempt::new(state, key, Some((queue_key.clone(), slot)));
+        let attempt = LockAttempt::new(state, key, keys, Some((queue_key.clone(), slot)));
         (attempt, queue_key)
     }
 
-    fn new(state: &Arc<LockerState>, key: &Key, queue: Option<(Vec<u8>, Slot)>) -> Self {
+    fn new(
+        state: &Arc<LockerState>,
+        key: &Key,
+        keys: LockKeys,
+        queue: Option<(Vec<u8>, Slot)>,
+    ) -> Self {
         let (queue_key, slot) = queue.unzip();
         LockAttempt {
             queue_key,
@@ -73,9 +81,9 @@ impl LockAttempt {
             value: owner_value(state.fairness),
             state: Arc::clone(state),
             key: key.clone(),
-            keys: state.keys(key),
+            keys,
             lease: None,
-            inflight: None,
+            inflight: Mutex::new(None),
             unanswered: false,
             revived: false,
             armed: true,
@@ -104,9 +112,10 @@ impl LockAttempt {
         }
     }
 
-    /// Sends a txn that may write this attempt's keys with `lease`. It runs
-    /// as its own task: if the attempt is abandoned meanwhile, the cleanup
-    /// first waits for it, so the write cannot land after the cleanup.
+    /// Sends a txn that may write this attempt's keys with `lease`. If the
+    /// attempt is abandoned before the answer came, the write is finished
+    /// by the cleanup, which waits for it first: it cannot land after the
+    /// cleanup.
     pub async fn write(
         &mut self,
         op: &'static str,
@@ -138,7 +147,15 @@ impl LockAttempt {
         self.lease = Some(Arc::clone(lease));
         let state = Arc::clone(&self.state);
         let lock = self.keys.lock.clone();
-        let task = self.inflight.insert(tokio::spawn(async move {
+        // Polled here, in the caller's task (a task of its own per write
+        // cost a cross-thread hop each way), but kept in the attempt, not
+        // in this future: if this future is dropped, the write stays for
+        // the cleanup to finish (see `start_abandon`).
+        let inflight = self
+            .inflight
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        let write = inflight.insert(Box::pin(async move {
             match copies {
                 Copies::One => {
                     let timeout = state.config.request_timeout();
@@ -147,13 +164,8 @@ impl LockAttempt {
                 Copies::Hedged => state.write_hedged(op, &lock, txn).await,
             }
         }));
-        let result = task.await.unwrap_or_else(|e| {
-            Err(EtcdError::Failed {
-                op,
-                why: e.to_string().into(),
-            })
-        });
-        self.inflight = None;
+        let result = write.await;
+        *inflight = None;
         match result {
             Err(e) => {
                 self.unanswered |= e.is_transient();
@@ -234,12 +246,17 @@ impl LockAttempt {
             slot: self.slot.take(),
             lease: self.lease.take(),
         };
-        Some(rt.spawn(cleanup::abandon(
-            Arc::clone(&self.state),
-            written,
-            self.inflight.take(),
-            self.unanswered,
-        )))
+        Some(
+            rt.spawn(cleanup::abandon(
+                Arc::clone(&self.state),
+                written,
+                self.inflight
+                    .get_mut()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .take(),
+                self.unanswered,
+            )),
+        )
     }
 }
 

@@ -2,10 +2,11 @@
 //! lock was granted to it meanwhile, the lock itself (released properly,
 //! handed on to the next waiter).
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
-use tokio::task::JoinHandle;
 
 use super::batch::Answer;
 use super::error::EtcdResult;
@@ -17,6 +18,10 @@ use super::session::{Lease, LeaseEnd};
 use super::slots::Slot;
 use super::state::LockerState;
 use crate::Key;
+
+/// A write of an attempt sent but not answered yet, as the attempt's
+/// caller left it (see `LockAttempt::send`).
+pub(crate) type InflightWrite = Pin<Box<dyn Future<Output = EtcdResult<Answer>> + Send>>;
 
 /// What an abandoned attempt may have written.
 pub(crate) struct Written {
@@ -35,13 +40,13 @@ pub(crate) struct Written {
 pub(crate) async fn abandon(
     state: Arc<LockerState>,
     mut written: Written,
-    inflight: Option<JoinHandle<EtcdResult<Answer>>>,
+    inflight: Option<InflightWrite>,
     unanswered: bool,
 ) -> EtcdResult<()> {
     // Wait for a write still in flight: its outcome is what we clean up.
     let unanswered = unanswered
         || match inflight {
-            Some(write) => !matches!(write.await, Ok(Ok(_))),
+            Some(write) => write.await.is_err(),
             None => false,
         };
     let mut slot = written.slot.take();
