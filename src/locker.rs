@@ -205,6 +205,34 @@ impl LockGuard {
         true
     }
 
+    /// Until when the lock is known held, on this process's monotonic
+    /// clock: the lease's local deadline, which each acknowledged renewal
+    /// moves to when that renewal was sent plus the TTL less a safety
+    /// margin, so never past the server's own expiry. `None` once the lock
+    /// is known lost, or if the backend keeps no deadline (the in-memory
+    /// one). Like [`LockGuard::is_held`] it promises nothing about the next
+    /// moment; it tells how much work may still fit before a renewal must
+    /// have been acknowledged.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # fn demo(guard: &fairlock::LockGuard) {
+    /// use std::time::{Duration, Instant};
+    ///
+    /// let left = guard.valid_until().map(|t| t.saturating_duration_since(Instant::now()));
+    /// if left.is_some_and(|left| left > Duration::from_secs(1)) {
+    ///     // ... start another batch ...
+    /// }
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn valid_until(&self) -> Option<std::time::Instant> {
+        if !self.is_held() {
+            return None;
+        }
+        self.expiry.as_ref().map(Expiry::deadline)
+    }
+
     /// Resolves when the lock is lost: the lease's local deadline passed,
     /// the session ended, or the lock key was deleted or taken over by
     /// someone else. Never resolves while the lock stays held.

@@ -259,6 +259,7 @@ async fn fenced_txn_applies_only_while_held() {
         .await
         .expect("the loss signal never fired");
     assert!(!guard.is_held());
+    assert_eq!(guard.valid_until(), None, "no deadline once lost");
     assert_eq!(guard.loss_cause(), Some(fairlock::LossCause::KeyChanged));
     guard.lost().await;
     let err = guard.fenced_txn(put("2")).await.expect_err("rejected");
@@ -311,6 +312,13 @@ async fn a_held_lock_outlives_its_ttl_while_renewed() {
         .await
         .expect("lock");
     let lost = guard.lost_token();
+    // The deadline lies within a TTL from now, and renewals move it on.
+    let first = guard.valid_until().expect("a deadline while held");
+    let now = std::time::Instant::now();
+    assert!(
+        first > now && first <= now + ttl,
+        "{first:?} against {now:?}"
+    );
     let held_on = tokio::time::timeout(ttl * 3, lost.cancelled()).await;
     assert!(
         held_on.is_err(),
@@ -318,6 +326,11 @@ async fn a_held_lock_outlives_its_ttl_while_renewed() {
         guard.loss_cause()
     );
     assert!(guard.is_held());
+    let later = guard.valid_until().expect("a deadline while held");
+    assert!(
+        later >= first + ttl * 2,
+        "renewals did not move the deadline on"
+    );
     guard.unlock().await.expect("unlock");
     locker.close().await.expect("close");
     b.wait_clean().await;
