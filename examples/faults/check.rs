@@ -407,7 +407,7 @@ fn exclusion(
     v: &mut Vec<Violation>,
     notes: &mut Vec<String>,
 ) {
-    let mut excused = 0;
+    let (mut excused, mut etcd_ended) = (0, 0);
     for (i, a) in intervals.iter().enumerate() {
         // One finding per earlier section, naming every later one it overlaps.
         let later: Vec<&Interval> = intervals[i + 1..]
@@ -440,21 +440,65 @@ fn exclusion(
                     ),
                 }),
             },
-            None => v.push(Violation {
-                checker: 2,
-                t: Some(first.acq),
-                text: format!(
-                    "{overlap}, and it was not paused\n{}",
-                    explain(inp, a, first)
-                ),
-            }),
+            None => match etcd_ended_lease(inp, a, first) {
+                Some(early) => {
+                    etcd_ended += 1;
+                    notes.push(format!(
+                        "ETCD LEASE FAULT (not counted): {overlap}: etcd ended the holder's lease \
+                         {early:.1} ms before the deadline its last acknowledged renewal \
+                         guaranteed, and every write the holder tried after the later grant was \
+                         refused (see docs/faults.md)\n{}",
+                        explain(inp, a, first)
+                    ));
+                }
+                None => v.push(Violation {
+                    checker: 2,
+                    t: Some(first.acq),
+                    text: format!(
+                        "{overlap}, and it was not paused\n{}",
+                        explain(inp, a, first)
+                    ),
+                }),
+            },
         }
     }
     notes.push(format!(
         "critical sections: {} in all; {excused} overlapped later ones, each held by a holder \
-         paused past its TTL that saw the loss and had its writes refused",
+         paused past its TTL that saw the loss and had its writes refused; {etcd_ended} \
+         overlapped because etcd ended a lease early",
         intervals.len()
     ));
+}
+
+/// Section `a` overlaps the later section `b` because etcd ended `a`'s
+/// lease early: `b` was granted before the deadline `a`'s lease had at
+/// its grant (`until=` on its ACQ line: the local deadline, which a
+/// renewal moves only once etcd acknowledged it, to the renewal's send
+/// time plus the TTL less a margin, never past etcd's own expiry), etcd no
+/// longer knew the lease when the holder asked after its loss (`lease=gone`
+/// on its REL line; a key deleted by anyone else leaves the lease alive),
+/// and no write the holder tried after `b`'s grant was accepted. A correct
+/// etcd cannot do that; etcd 3.5.16 did, when a paused leader resumed and
+/// revoked leases the new leader had extended (etcd issues 12528, 15247).
+/// Returns by how many ms the lease ended early (at least).
+fn etcd_ended_lease(inp: &Input<'_>, a: &Interval, b: &Interval) -> Option<f64> {
+    let events = inp.log.procs.get(&a.proc)?.events.iter();
+    let mine: Vec<&Ev> = events.filter(|e| e.token == a.token).collect();
+    let until: u64 = mine
+        .iter()
+        .find(|e| e.kind == Kind::Acq)?
+        .detail
+        .split(' ')
+        .find_map(|f| f.strip_prefix("until="))?
+        .parse()
+        .ok()?;
+    let gone = mine
+        .iter()
+        .any(|e| e.kind == Kind::Rel && e.detail == "lease=gone");
+    let refused = !mine
+        .iter()
+        .any(|e| matches!(e.kind, Kind::Write | Kind::Probe) && e.t > b.acq && e.detail == "ok");
+    (gone && refused && b.acq < until).then(|| ms(until - b.acq))
 }
 
 /// What a post-mortem of an overlap needs, without `--dump`: for the

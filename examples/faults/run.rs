@@ -23,6 +23,8 @@ const SETTLE: Duration = Duration::from_millis(1500);
 const BASELINE: Duration = Duration::from_secs(3);
 /// A holder is paused (or cut off) this much longer than its TTL.
 pub const PAST_TTL: Duration = Duration::from_millis(1500);
+/// How long the holder stays stopped after its lease was revoked.
+const REVOKED_PAUSE: Duration = Duration::from_millis(800);
 /// How often a holder fault is retried when its target had already
 /// released the lock when the signal landed.
 const HOLDER_TRIES: usize = 3;
@@ -36,6 +38,10 @@ pub enum Fault {
     LeaderKill,
     HolderPause,
     HolderKill,
+    /// The holder's lease revoked while it is stopped for less than the
+    /// TTL: what an etcd that ends a live lease early does (see
+    /// `check::etcd_ended_lease`).
+    HolderRevoke,
     /// The network faults (`net_phases.rs`).
     HolderCut,
     WaiterCut,
@@ -56,6 +62,10 @@ impl Fault {
                 format!("SIGSTOP holder {:.1}s", (ttl + PAST_TTL).as_secs_f64())
             }
             Fault::HolderKill => "kill -9 holder".into(),
+            Fault::HolderRevoke => format!(
+                "lease revoked, holder stopped {:.1}s",
+                REVOKED_PAUSE.as_secs_f64()
+            ),
             net => crate::net_phases::label(net, ttl),
         }
     }
@@ -67,6 +77,7 @@ impl Fault {
             self,
             Fault::HolderPause
                 | Fault::HolderKill
+                | Fault::HolderRevoke
                 | Fault::HolderCut
                 | Fault::WaiterCut
                 | Fault::LeaderMinority
@@ -154,6 +165,7 @@ pub async fn run(o: &Opts) -> Result<usize, BoxError> {
             Fault::HolderKill,
             Fault::HolderPause,
             Fault::HolderKill,
+            Fault::HolderRevoke,
         ]);
     }
     let reports = phases(o, &mut cluster, None, &schedule).await?;
@@ -425,6 +437,22 @@ impl<'a> Phase<'a> {
                 tokio::task::block_in_place(|| cluster.restart(member))?;
                 inj.measure_from = mono_ns();
             }
+            Fault::HolderRevoke => {
+                let (proc, token) = self.fresh_holder().await?;
+                let pid = self.shared.lock().procs.get(&proc).map_or(0, |p| p.pid);
+                inj.target = Some(proc);
+                // Stopped, so that it cannot see the loss before the next
+                // holder is granted: the sections overlap, as when etcd
+                // ends a lease early, and the fence must refuse its write.
+                let stop = mono_ns();
+                send_signal(pid, libc::SIGSTOP)?;
+                let revoked = self.revoke_lock_lease().await;
+                tokio::time::sleep(REVOKED_PAUSE).await;
+                send_signal(pid, libc::SIGCONT)?;
+                revoked?;
+                inj.measure_from = stop;
+                inj.missed = self.released_before(proc, token, stop);
+            }
             Fault::HolderPause | Fault::HolderKill => {
                 let (proc, token) = self.fresh_holder().await?;
                 let pid = self.shared.lock().procs.get(&proc).map_or(0, |p| p.pid);
@@ -451,6 +479,18 @@ impl<'a> Phase<'a> {
         }
         inj.recovery = self.await_recovery(&inj).await;
         Ok(inj)
+    }
+
+    /// Revokes the lease the lock key is bound to, as an operator's
+    /// `etcdctl lease revoke` would.
+    async fn revoke_lock_lease(&self) -> Result<(), BoxError> {
+        let key = format!("{}{}", self.locks(), worker::LOCK_KEY);
+        let mut client = self.client.clone();
+        let held = client.get(key, None).await?;
+        if let Some(lease) = held.kvs().first().map(|kv| kv.lease()) {
+            client.lease_revoke(lease).await?;
+        }
+        Ok(())
     }
 
     /// The next process to take the lock from now on, and its token: it is

@@ -199,7 +199,21 @@ pub async fn run(a: Args) -> Result<(), BoxError> {
 /// One critical section and unlock.
 async fn cycle(a: &Args, locker: &EtcdLocker, lock_key: &str, guard: LockGuard, seq: &mut u64) {
     let token = guard.fencing_token();
-    Ev::new(Kind::Acq, token, 0, "").emit();
+    // The lease's local deadline (CLOCK_MONOTONIC ns, 0 if none) and id:
+    // the checker tells a lease etcd ended before that deadline (an etcd
+    // fault, see `check::etcd_ended_lease`) from anything else.
+    let until = guard.valid_until().map_or(0, |d| {
+        let left = d.saturating_duration_since(std::time::Instant::now());
+        crate::mono_ns() + u64::try_from(left.as_nanos()).unwrap_or(u64::MAX / 2)
+    });
+    let lease = locker.session_lease().await.unwrap_or(0);
+    Ev::new(
+        Kind::Acq,
+        token,
+        0,
+        format!("until={until} lease={lease:x}"),
+    )
+    .emit();
     let lost = guard.lost_token();
     let watcher = tokio::spawn(async move {
         lost.cancelled().await;
@@ -222,8 +236,11 @@ async fn cycle(a: &Args, locker: &EtcdLocker, lock_key: &str, guard: LockGuard, 
             .and_then(|v| v.split(' ').next())
             .and_then(|n| n.parse::<u64>().ok())
             .unwrap_or(0),
-        Ok(Err(e)) => return finish(guard, watcher, token, &format!("counter read: {e}")).await,
-        Err(_) => return finish(guard, watcher, token, "counter read: no answer").await,
+        Ok(Err(e)) => {
+            let why = format!("counter read: {e}");
+            return finish(guard, watcher, token, &why, "").await;
+        }
+        Err(_) => return finish(guard, watcher, token, "counter read: no answer", "").await,
     };
     let next = current + 1;
 
@@ -256,6 +273,7 @@ async fn cycle(a: &Args, locker: &EtcdLocker, lock_key: &str, guard: LockGuard, 
     };
     Ev::new(Kind::Write, token, *seq, outcome).emit();
 
+    let mut ended = "";
     if (lost_now || !held) && !a.unfenced {
         // The library may refuse locally (past the lease's deadline) without
         // asking etcd. Send the same write guarded by nothing but etcd's
@@ -277,16 +295,38 @@ async fn cycle(a: &Args, locker: &EtcdLocker, lock_key: &str, guard: LockGuard, 
             Err(_) => "err no answer".to_string(),
         };
         Ev::new(Kind::Probe, token, *seq, outcome).emit();
+        ended = lease_state(a, locker, lease).await;
     }
-    finish(guard, watcher, token, "").await;
+    finish(guard, watcher, token, "", ended).await;
 }
 
-/// Ends the critical section: `Rel` (with why, if it ended early), unlock.
-async fn finish(guard: LockGuard, watcher: tokio::task::JoinHandle<()>, token: u64, why: &str) {
+/// After a loss: `lease=gone` if etcd no longer knows lease `id`,
+/// `lease=alive` if it does, `lease=?` if it did not answer.
+async fn lease_state(a: &Args, locker: &EtcdLocker, id: i64) -> &'static str {
+    let mut client = locker.client().clone();
+    let asked = tokio::time::timeout(a.request_timeout, client.lease_time_to_live(id, None)).await;
+    match asked {
+        // etcd answers an expired or revoked lease with TTL -1.
+        Ok(Ok(answer)) if answer.ttl() >= 0 => "lease=alive",
+        Ok(Ok(_)) => "lease=gone",
+        Ok(Err(e)) if e.to_string().contains("lease not found") => "lease=gone",
+        _ => "lease=?",
+    }
+}
+
+/// Ends the critical section: `Rel` (with what became of the lease after a
+/// loss, and why, if it ended early), unlock.
+async fn finish(
+    guard: LockGuard,
+    watcher: tokio::task::JoinHandle<()>,
+    token: u64,
+    why: &str,
+    lease: &str,
+) {
     if !why.is_empty() {
         Ev::new(Kind::Err, token, 0, why).emit();
     }
-    Ev::new(Kind::Rel, token, 0, "").emit();
+    Ev::new(Kind::Rel, token, 0, lease).emit();
     // The loss watcher runs until unlock returns: a holder cut off from
     // etcd may end its section on a request timeout and be told of the
     // loss while its unlock still tries.
