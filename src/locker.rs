@@ -72,7 +72,8 @@ pub trait Locker: Send + Sync + 'static {
     /// errors.
     ///
     /// # Cancel safety
-    /// If the future is dropped the release goes on in the background.
+    /// If the future is dropped (within a tokio runtime) the release goes
+    /// on in the background.
     async fn unlock(&self, guard: LockGuard) -> Result<()> {
         guard.unlock().await
     }
@@ -352,7 +353,8 @@ impl LockGuard {
     /// its lease expired); backend errors.
     ///
     /// # Cancel safety
-    /// If the future is dropped the release goes on in the background.
+    /// If the future is dropped (within a tokio runtime) the release goes
+    /// on in the background.
     pub async fn unlock(mut self) -> Result<()> {
         let Some(release) = self.release.take() else {
             return Ok(());
@@ -376,7 +378,15 @@ impl LockGuard {
     /// this future (a timeout, a `select!`), the release goes on in a task
     /// of its own rather than stopping half way.
     async fn run_release(release: Box<dyn GuardRelease>) -> Result<()> {
-        Unstoppable::new(release.release().instrument(tracing::Span::current())).await
+        let release = release.release().instrument(tracing::Span::current());
+        Unstoppable::new(release, || {
+            Err(crate::Error::Backend {
+                backend: "fairlock",
+                op: "unlock",
+                source: "the release panicked (a bug in fairlock or its backend)".into(),
+            })
+        })
+        .await
     }
 }
 

@@ -1,24 +1,27 @@
 //! [`Unstoppable`]: a future its caller may drop without stopping it.
 
 use std::future::Future;
+use std::panic::{self, AssertUnwindSafe};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 /// Runs `F` in the caller's task while the caller polls it; if the caller
 /// drops it before it finished (a timeout, a `select!`), what is left of
-/// `F` goes on in a task of its own on the current runtime. Outside a
-/// runtime (it is shutting down) the rest is dropped.
+/// `F` goes on in a task of its own on the current runtime (dropped
+/// outside one, as when the runtime shuts down). A panic inside `F`, as
+/// in a spawned task, does not reach the caller: the panicked future is
+/// dropped and the caller gets `if_panicked()`.
 ///
-/// This is what a spawned task awaited through its `JoinHandle` gives,
-/// without the task and its two cross-thread wakeups per call when the
-/// caller does wait.
+/// What a spawned task awaited through its `JoinHandle` gives, without the
+/// task and its cross-thread wakeups when the caller does wait.
 pub(crate) struct Unstoppable<F>
 where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    /// `None` once it finished.
+    /// `None` once it finished (or panicked).
     rest: Option<Pin<Box<F>>>,
+    if_panicked: fn() -> F::Output,
 }
 
 impl<F> Unstoppable<F>
@@ -26,9 +29,10 @@ where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    pub fn new(future: F) -> Self {
+    pub fn new(future: F, if_panicked: fn() -> F::Output) -> Self {
         Unstoppable {
             rest: Some(Box::pin(future)),
+            if_panicked,
         }
     }
 }
@@ -46,11 +50,18 @@ where
         let Some(rest) = this.rest.as_mut() else {
             return Poll::Pending;
         };
-        let output = rest.as_mut().poll(cx);
-        if output.is_ready() {
-            this.rest = None;
+        match panic::catch_unwind(AssertUnwindSafe(|| rest.as_mut().poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(ready) => {
+                this.rest = None;
+                ready
+            }
+            // Never polled again, nor handed to a task by `drop`.
+            Err(_) => {
+                this.rest = None;
+                Poll::Ready((this.if_panicked)())
+            }
         }
-        output
     }
 }
 
@@ -83,7 +94,7 @@ mod tests {
             let caller = tokio::task::try_id();
             (
                 caller,
-                Unstoppable::new(async { tokio::task::try_id() }).await,
+                Unstoppable::new(async { tokio::task::try_id() }, || None).await,
             )
         })
         .await
@@ -98,11 +109,14 @@ mod tests {
         let (done_tx, done) = oneshot::channel();
         let finished = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&finished);
-        let mut future = Unstoppable::new(async move {
-            let _ = wait.await;
-            flag.store(true, Ordering::SeqCst);
-            let _ = done_tx.send(());
-        });
+        let mut future = Unstoppable::new(
+            async move {
+                let _ = wait.await;
+                flag.store(true, Ordering::SeqCst);
+                let _ = done_tx.send(());
+            },
+            || (),
+        );
         // Polled once (it waits on `wait`), then dropped, as by a timeout.
         let polled = futures_poll_once(&mut future).await;
         assert!(polled.is_pending());
@@ -111,6 +125,24 @@ mod tests {
         go_on.send(()).expect("the rest still waits");
         done.await.expect("the rest finished on its own");
         assert!(finished.load(Ordering::SeqCst));
+    }
+
+    #[tokio::test]
+    async fn a_panic_becomes_the_fallback_and_is_not_polled_again() {
+        let mut future = Unstoppable::new(
+            async {
+                tokio::task::yield_now().await;
+                panic!("inside the future");
+            },
+            || "panicked",
+        );
+        assert!(futures_poll_once(&mut future).await.is_pending());
+        assert_eq!(
+            futures_poll_once(&mut future).await,
+            Poll::Ready("panicked")
+        );
+        assert!(future.rest.is_none(), "the panicked future is gone");
+        drop(future); // nothing left to spawn
     }
 
     async fn futures_poll_once<F: Future + Unpin>(f: &mut F) -> Poll<F::Output> {

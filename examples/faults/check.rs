@@ -444,10 +444,10 @@ fn exclusion(
                 Some(early) => {
                     etcd_ended += 1;
                     notes.push(format!(
-                        "ETCD LEASE FAULT (not counted): {overlap}: etcd ended the holder's lease \
-                         {early:.1} ms before the deadline its last acknowledged renewal \
-                         guaranteed, and every write the holder tried after the later grant was \
-                         refused (see docs/faults.md)\n{}",
+                        "ETCD LEASE FAULT (not counted): {overlap}: the later grant came \
+                         {early:.1} ms before the deadline the holder's lease had at its grant, \
+                         etcd said that lease was gone before that deadline, and every write the \
+                         holder tried after the later grant was refused (see docs/faults.md)\n{}",
                         explain(inp, a, first)
                     ));
                 }
@@ -474,13 +474,16 @@ fn exclusion(
 /// lease early: `b` was granted before the deadline `a`'s lease had at
 /// its grant (`until=` on its ACQ line: the local deadline, which a
 /// renewal moves only once etcd acknowledged it, to the renewal's send
-/// time plus the TTL less a margin, never past etcd's own expiry), etcd no
-/// longer knew the lease when the holder asked after its loss (`lease=gone`
-/// on its REL line; a key deleted by anyone else leaves the lease alive),
-/// and no write the holder tried after `b`'s grant was accepted. A correct
-/// etcd cannot do that; etcd 3.5.16 did, when a paused leader resumed and
-/// revoked leases the new leader had extended (etcd issues 12528, 15247).
-/// Returns by how many ms the lease ended early (at least).
+/// time plus the TTL less a margin, never past etcd's own expiry); etcd
+/// said the lease was gone when the holder asked after its loss, and that
+/// answer came before the deadline too (`lease=gone` on its REL line,
+/// written after the answer; a key deleted by anyone else leaves the lease
+/// alive, and no lease expires on its own before that deadline); and no
+/// write the holder tried after `b`'s grant was accepted. A correct etcd
+/// ends a lease that early only when told to (a revoke); etcd 3.5.16 did
+/// it on its own, when a paused leader resumed and revoked leases the new
+/// leader had extended (etcd issues 12528, 15247). Returns how long before
+/// the deadline `b` was granted, in ms.
 fn etcd_ended_lease(inp: &Input<'_>, a: &Interval, b: &Interval) -> Option<f64> {
     let events = inp.log.procs.get(&a.proc)?.events.iter();
     let mine: Vec<&Ev> = events.filter(|e| e.token == a.token).collect();
@@ -494,7 +497,7 @@ fn etcd_ended_lease(inp: &Input<'_>, a: &Interval, b: &Interval) -> Option<f64> 
         .ok()?;
     let gone = mine
         .iter()
-        .any(|e| e.kind == Kind::Rel && e.detail == "lease=gone");
+        .any(|e| e.kind == Kind::Rel && e.detail == "lease=gone" && e.t < until);
     let refused = !mine
         .iter()
         .any(|e| matches!(e.kind, Kind::Write | Kind::Probe) && e.t > b.acq && e.detail == "ok");

@@ -1,6 +1,6 @@
 //! Checks only the network faults need, on top of the five in `check.rs`
 //! (which apply to them unchanged: no overlap is excused by a cut, only by
-//! a pause).
+//! a pause or by a lease etcd ended early).
 //!
 //! - A holder cut off (alone, or with an isolated leader) is told before
 //!   any other process is granted the lock: its guard's loss signal

@@ -24,7 +24,7 @@ const BASELINE: Duration = Duration::from_secs(3);
 /// A holder is paused (or cut off) this much longer than its TTL.
 pub const PAST_TTL: Duration = Duration::from_millis(1500);
 /// How long the holder stays stopped after its lease was revoked.
-const REVOKED_PAUSE: Duration = Duration::from_millis(800);
+const REVOKED_PAUSE: Duration = Duration::from_millis(500);
 /// How often a holder fault is retried when its target had already
 /// released the lock when the signal landed.
 const HOLDER_TRIES: usize = 3;
@@ -446,7 +446,7 @@ impl<'a> Phase<'a> {
                 // ends a lease early, and the fence must refuse its write.
                 let stop = mono_ns();
                 send_signal(pid, libc::SIGSTOP)?;
-                let revoked = self.revoke_lock_lease().await;
+                let revoked = self.revoke_lock_lease(token).await;
                 tokio::time::sleep(REVOKED_PAUSE).await;
                 send_signal(pid, libc::SIGCONT)?;
                 revoked?;
@@ -482,12 +482,19 @@ impl<'a> Phase<'a> {
     }
 
     /// Revokes the lease the lock key is bound to, as an operator's
-    /// `etcdctl lease revoke` would.
-    async fn revoke_lock_lease(&self) -> Result<(), BoxError> {
+    /// `etcdctl lease revoke` would, if the key is still the grant at
+    /// `token` (else the target released already: the injection counts as
+    /// missed, and no other worker's lease is touched).
+    async fn revoke_lock_lease(&self, token: u64) -> Result<(), BoxError> {
         let key = format!("{}{}", self.locks(), worker::LOCK_KEY);
         let mut client = self.client.clone();
         let held = client.get(key, None).await?;
-        if let Some(lease) = held.kvs().first().map(|kv| kv.lease()) {
+        let lease = held
+            .kvs()
+            .first()
+            .filter(|kv| u64::try_from(kv.mod_revision()).ok() == Some(token))
+            .map(|kv| kv.lease());
+        if let Some(lease) = lease {
             client.lease_revoke(lease).await?;
         }
         Ok(())

@@ -201,19 +201,16 @@ async fn cycle(a: &Args, locker: &EtcdLocker, lock_key: &str, guard: LockGuard, 
     let token = guard.fencing_token();
     // The lease's local deadline (CLOCK_MONOTONIC ns, 0 if none) and id:
     // the checker tells a lease etcd ended before that deadline (an etcd
-    // fault, see `check::etcd_ended_lease`) from anything else.
+    // fault, see `check::etcd_ended_lease`) from anything else. The event
+    // is stamped before asking the session for the id (which may wait).
+    let mut acq = Ev::new(Kind::Acq, token, 0, "");
     let until = guard.valid_until().map_or(0, |d| {
         let left = d.saturating_duration_since(std::time::Instant::now());
         crate::mono_ns() + u64::try_from(left.as_nanos()).unwrap_or(u64::MAX / 2)
     });
     let lease = locker.session_lease().await.unwrap_or(0);
-    Ev::new(
-        Kind::Acq,
-        token,
-        0,
-        format!("until={until} lease={lease:x}"),
-    )
-    .emit();
+    acq.detail = format!("until={until} lease={lease:x}");
+    acq.emit();
     let lost = guard.lost_token();
     let watcher = tokio::spawn(async move {
         lost.cancelled().await;

@@ -9,12 +9,13 @@ use tokio::task::JoinHandle;
 
 use super::batch::Answer;
 use super::cleanup::{self, InflightWrite, Written};
-use super::error::EtcdResult;
+use super::error::{EtcdError, EtcdResult};
 use super::held::{Grant, HeldLock};
 use super::keys::{LockKeys, owner_value};
 use super::session::Lease;
 use super::slots::Slot;
 use super::state::LockerState;
+use crate::unstoppable::Unstoppable;
 use crate::{Key, LockGuard};
 
 /// How many copies of a write may be sent.
@@ -150,20 +151,31 @@ impl LockAttempt {
         // Polled here, in the caller's task (a task of its own per write
         // cost a cross-thread hop each way), but kept in the attempt, not
         // in this future: if this future is dropped, the write stays for
-        // the cleanup to finish (see `start_abandon`).
+        // the cleanup to finish (see `start_abandon`). A write left over
+        // from an earlier, dropped call is finished by a task of its own
+        // (`Unstoppable`) and counts as unanswered.
         let inflight = self
             .inflight
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner);
-        let write = inflight.insert(Box::pin(async move {
-            match copies {
-                Copies::One => {
-                    let timeout = state.config.request_timeout();
-                    state.write(op, &lock, txn, timeout).await
+        self.unanswered |= inflight.is_some();
+        let write = inflight.insert(Box::pin(Unstoppable::new(
+            async move {
+                match copies {
+                    Copies::One => {
+                        let timeout = state.config.request_timeout();
+                        state.write(op, &lock, txn, timeout).await
+                    }
+                    Copies::Hedged => state.write_hedged(op, &lock, txn).await,
                 }
-                Copies::Hedged => state.write_hedged(op, &lock, txn).await,
-            }
-        }));
+            },
+            || {
+                Err(EtcdError::Failed {
+                    op: "write",
+                    why: "the write panicked (a bug in fairlock or etcd-client)".into(),
+                })
+            },
+        )));
         let result = write.await;
         *inflight = None;
         match result {
