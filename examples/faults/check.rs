@@ -485,8 +485,7 @@ fn exclusion(
 /// leader had extended (etcd issues 12528, 15247). Returns how long before
 /// the deadline `b` was granted, in ms.
 fn etcd_ended_lease(inp: &Input<'_>, a: &Interval, b: &Interval) -> Option<f64> {
-    let events = inp.log.procs.get(&a.proc)?.events.iter();
-    let mine: Vec<&Ev> = events.filter(|e| e.token == a.token).collect();
+    let mine = after(&inp.log, a.proc, a.token, 0);
     let until: u64 = mine
         .iter()
         .find(|e| e.kind == Kind::Acq)?
@@ -498,9 +497,9 @@ fn etcd_ended_lease(inp: &Input<'_>, a: &Interval, b: &Interval) -> Option<f64> 
     let gone = mine
         .iter()
         .any(|e| e.kind == Kind::Rel && e.detail == "lease=gone" && e.t < until);
-    let refused = !mine
+    let refused = !after(&inp.log, a.proc, a.token, b.acq)
         .iter()
-        .any(|e| matches!(e.kind, Kind::Write | Kind::Probe) && e.t > b.acq && e.detail == "ok");
+        .any(|e| matches!(e.kind, Kind::Write | Kind::Probe) && e.detail == "ok");
     (gone && refused && b.acq < until).then(|| ms(until - b.acq))
 }
 

@@ -437,23 +437,7 @@ impl<'a> Phase<'a> {
                 tokio::task::block_in_place(|| cluster.restart(member))?;
                 inj.measure_from = mono_ns();
             }
-            Fault::HolderRevoke => {
-                let (proc, token) = self.fresh_holder().await?;
-                let pid = self.shared.lock().procs.get(&proc).map_or(0, |p| p.pid);
-                inj.target = Some(proc);
-                // Stopped, so that it cannot see the loss before the next
-                // holder is granted: the sections overlap, as when etcd
-                // ends a lease early, and the fence must refuse its write.
-                let stop = mono_ns();
-                send_signal(pid, libc::SIGSTOP)?;
-                let revoked = self.revoke_lock_lease(token).await;
-                tokio::time::sleep(REVOKED_PAUSE).await;
-                send_signal(pid, libc::SIGCONT)?;
-                revoked?;
-                inj.measure_from = stop;
-                inj.missed = self.released_before(proc, token, stop);
-            }
-            Fault::HolderPause | Fault::HolderKill => {
+            Fault::HolderPause | Fault::HolderKill | Fault::HolderRevoke => {
                 let (proc, token) = self.fresh_holder().await?;
                 let pid = self.shared.lock().procs.get(&proc).map_or(0, |p| p.pid);
                 inj.target = Some(proc);
@@ -463,6 +447,18 @@ impl<'a> Phase<'a> {
                     tokio::time::sleep(self.o.ttl + PAST_TTL).await;
                     send_signal(pid, libc::SIGCONT)?;
                     inj.pause = Some((stop, mono_ns()));
+                    inj.measure_from = stop;
+                } else if fault == Fault::HolderRevoke {
+                    // Stopped, so that it cannot see the loss before the
+                    // next holder is granted: the sections overlap, as when
+                    // etcd ends a lease early, and the fence must refuse
+                    // its write.
+                    let stop = mono_ns();
+                    send_signal(pid, libc::SIGSTOP)?;
+                    let revoked = self.revoke_lock_lease(token).await;
+                    tokio::time::sleep(REVOKED_PAUSE).await;
+                    send_signal(pid, libc::SIGCONT)?;
+                    revoked?;
                     inj.measure_from = stop;
                 } else {
                     let kill = mono_ns();
