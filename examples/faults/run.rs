@@ -480,20 +480,31 @@ impl<'a> Phase<'a> {
     /// Revokes the lease the lock key is bound to, as an operator's
     /// `etcdctl lease revoke` would, if the key is still the grant at
     /// `token` (else the target released already: the injection counts as
-    /// missed, and no other worker's lease is touched).
+    /// missed, and no other worker's lease is touched). Retried like the
+    /// orchestrator's other requests: its connection to a member that was
+    /// killed and restarted before may fail once.
     async fn revoke_lock_lease(&self, token: u64) -> Result<(), BoxError> {
         let key = format!("{}{}", self.locks(), worker::LOCK_KEY);
-        let mut client = self.client.clone();
-        let held = client.get(key, None).await?;
-        let lease = held
-            .kvs()
-            .first()
-            .filter(|kv| u64::try_from(kv.mod_revision()).ok() == Some(token))
-            .map(|kv| kv.lease());
-        if let Some(lease) = lease {
-            client.lease_revoke(lease).await?;
-        }
-        Ok(())
+        retrying("lease revoke", || {
+            let (mut client, key) = (self.client.clone(), key.clone());
+            async move {
+                let held = client.get(key, None).await?;
+                let lease = held
+                    .kvs()
+                    .first()
+                    .filter(|kv| u64::try_from(kv.mod_revision()).ok() == Some(token))
+                    .map(|kv| kv.lease());
+                match lease {
+                    Some(lease) => match client.lease_revoke(lease).await {
+                        // An earlier try's revoke was applied after all.
+                        Err(e) if e.to_string().contains("lease not found") => Ok(()),
+                        done => done.map(drop).map_err(Into::into),
+                    },
+                    None => Ok(()),
+                }
+            }
+        })
+        .await
     }
 
     /// The next process to take the lock from now on, and its token: it is
