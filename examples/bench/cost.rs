@@ -139,6 +139,12 @@ pub enum Release {
     /// A txn guarded by the key's revision, as fairlock must free the
     /// shared lock key (a plain delete could remove the next holder's).
     GuardedTxn,
+    /// fairlock fair's own two txns, uncontended, made by hand: the take
+    /// also compares the queue range empty and would queue in its else
+    /// branch; the release also compares the queue range and would read
+    /// the lock key and the queue head in its else branch; values are
+    /// owner strings. What fairlock's client adds is the gap to this.
+    FairlockShape,
 }
 
 /// The floor of the many-keys cycle on raw etcd: `tasks` tasks over one
@@ -158,25 +164,25 @@ pub async fn raw_cycles(ep: &str, release: Release, tasks: usize, dur: Duration)
         workers.push(move || {
             let (mut c, key) = (client.clone(), key.clone());
             Box::pin(async move {
-                let take = Txn::new()
+                let leased = Some(PutOptions::new().with_lease(lease));
+                let mut take = Txn::new()
                     .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-                    .and_then([TxnOp::put(
-                        key.clone(),
-                        "raw floor",
-                        Some(PutOptions::new().with_lease(lease)),
-                    )]);
+                    .and_then([TxnOp::put(key.clone(), "raw floor", leased.clone())]);
+                if release == Release::FairlockShape {
+                    take = fairlock_take(&key, leased);
+                }
                 let token = c.txn(take).await?.header().map_or(0, |h| h.revision());
-                match release {
+                let free = match release {
                     Release::Delete => {
                         c.delete(key, None).await?;
+                        return Ok(());
                     }
-                    Release::GuardedTxn => {
-                        let free = Txn::new()
-                            .when([Compare::mod_revision(key.clone(), CompareOp::Equal, token)])
-                            .and_then([TxnOp::delete(key, None)]);
-                        c.txn(free).await?;
-                    }
-                }
+                    Release::GuardedTxn => Txn::new()
+                        .when([Compare::mod_revision(key.clone(), CompareOp::Equal, token)])
+                        .and_then([TxnOp::delete(key, None)]),
+                    Release::FairlockShape => fairlock_release(&key, token),
+                };
+                c.txn(free).await?;
                 Ok(())
             }) as Fut2<()>
         });
@@ -186,6 +192,51 @@ pub async fn raw_cycles(ep: &str, release: Release, tasks: usize, dur: Duration)
         client.clone().lease_revoke(lease).await?;
     }
     run
+}
+
+/// An owner string as fairlock writes it (`src/owner.rs`), for
+/// [`Release::FairlockShape`].
+const OWNER: &str = "f0123456789abcdef0123456789abcdef pid=12345 host=bench-host at=1763950000000";
+
+/// fairlock fair's take of a free lock key (`src/etcd/queue.rs`,
+/// `enqueue`): free and nobody queued, else queue.
+fn fairlock_take(key: &str, leased: Option<etcd_client::PutOptions>) -> etcd_client::Txn {
+    use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+    let queue = format!("{key}/_OWNERS_/");
+    Txn::new()
+        .when([
+            Compare::create_revision(key, CompareOp::Equal, 0),
+            Compare::create_revision(queue.clone(), CompareOp::Equal, 0).with_prefix(),
+        ])
+        .and_then([TxnOp::put(key, OWNER, leased.clone())])
+        .or_else([TxnOp::put(
+            format!("{queue}0123456789abcdef/f0"),
+            OWNER,
+            leased,
+        )])
+}
+
+/// fairlock fair's release when nobody waits (`src/etcd/release.rs`,
+/// `release_once`): still ours and nobody queued, else read the lock key
+/// and the queue head.
+fn fairlock_release(key: &str, token: i64) -> etcd_client::Txn {
+    use etcd_client::{Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
+    let queue = format!("{key}/_OWNERS_/");
+    let head = GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend)
+        .with_limit(4)
+        .with_min_create_revision(1);
+    Txn::new()
+        .when([
+            Compare::mod_revision(key, CompareOp::Equal, token),
+            Compare::create_revision(queue.clone(), CompareOp::Less, 1).with_prefix(),
+        ])
+        .and_then([TxnOp::delete(key, None)])
+        .or_else([
+            TxnOp::get(key, Some(GetOptions::new().with_keys_only())),
+            TxnOp::get(queue, Some(head)),
+        ])
 }
 
 /// The fair handoff floor on raw etcd: `clients` connections pass a token

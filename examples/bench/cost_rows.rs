@@ -146,10 +146,14 @@ pub async fn cost_rows(
     Ok(rows)
 }
 
-/// 4 tasks on 4 keys, fairlock fair and the Go recipe taking turns, a few
-/// seconds each: at 4 tasks two single runs of the same code differ by
-/// more (10-20 %, see performance.md) than fairlock and the Go recipe do,
-/// so the 4-task target is read from the median of these rounds' ratios.
+/// 4 tasks on 4 keys, fairlock fair, the Go recipe and two raw floors
+/// taking turns, a few seconds each: at 4 tasks two single runs of the
+/// same code differ by more (10-20 %, see performance.md) than fairlock
+/// and the Go recipe do, so the 4-task target is read from the median of
+/// these rounds' ratios. The floors split fairlock's gap to the Go recipe:
+/// the guarded-txn cycle is the least any shared lock key with a fenced
+/// release costs; fairlock's own txns made by hand add what its queue
+/// costs (compares and else branches); the rest is fairlock's client.
 async fn alternating(
     ep: &str,
     cpu: &cost::EtcdCpu,
@@ -159,33 +163,51 @@ async fn alternating(
     summary: &mut Vec<String>,
 ) -> Res<()> {
     let (rounds, secs) = if quick { (4, 3.0) } else { (8, 8.0) };
-    let (mut speed, mut cost) = (Vec::new(), Vec::new());
+    let dur = Duration::from_secs_f64(secs);
+    // Per round, against the Go recipe: [fairlock fair, guarded floor,
+    // fairlock's shape], each (cycles/s, etcd CPU per cycle).
+    let mut ratios: [Vec<(f64, Option<f64>)>; 3] = Default::default();
     for _ in 0..rounds {
         let meter = cost::Meter::start(cpu, ep)?;
-        let run = cost::many_keys(ep, true, true, 4, Duration::from_secs_f64(secs)).await?;
+        let run = cost::many_keys(ep, true, true, 4, dur).await?;
         let ours = meter.finish(Row::of("-", "fair", 4, 4, &run), run.ops())?;
         let meter = cost::Meter::start(cpu, ep)?;
         let go_run = go_run(bin, ep, "keys", 4, (go_per_s * secs) as usize)?;
         let go = meter.finish(go_run.named("-", 4), go_run.ops)?;
-        speed.push(ours.ops_per_s / go.ops_per_s.max(1e-9));
-        if let (Some(a), Some(b)) = (ours.cpu_us_per_op, go.cpu_us_per_op) {
-            cost.push(a / b);
+        let mut rows = vec![ours];
+        for release in [cost::Release::GuardedTxn, cost::Release::FairlockShape] {
+            let meter = cost::Meter::start(cpu, ep)?;
+            let run = cost::raw_cycles(ep, release, 4, dur).await?;
+            rows.push(meter.finish(Row::of("-", "-", 4, 4, &run), run.ops())?);
+        }
+        for (list, row) in ratios.iter_mut().zip(&rows) {
+            let cost = row.cpu_us_per_op.zip(go.cpu_us_per_op).map(|(a, b)| a / b);
+            list.push((row.ops_per_s / go.ops_per_s.max(1e-9), cost));
         }
     }
-    let list = |v: &[f64]| {
+    let list = |v: Vec<f64>| {
         let each: Vec<String> = v.iter().map(|x| format!("{x:.2}")).collect();
-        format!("{} (median {:.2})", each.join(" "), median(v.to_vec()))
+        format!("{} (median {:.2})", each.join(" "), median(v))
     };
-    summary.push(format!(
-        "4 keys, fairlock fair and Go Mutex taking turns, {rounds} rounds of {secs} s: \
-         cycles/s ratio {}",
-        list(&speed)
-    ));
-    if !cost.is_empty() {
+    let names = [
+        "fairlock fair",
+        "raw guarded-txn cycle",
+        "raw cycle of fairlock's own txns",
+    ];
+    for (name, v) in names.iter().zip(ratios) {
+        let speed: Vec<f64> = v.iter().map(|r| r.0).collect();
+        let cost: Vec<f64> = v.iter().filter_map(|r| r.1).collect();
         summary.push(format!(
-            "4 keys, taking turns: etcd CPU per cycle ratio {}",
-            list(&cost)
+            "4 keys, taking turns with Go Mutex, {rounds} rounds of {secs} s: {name} / Go \
+             cycles/s {}",
+            list(speed)
         ));
+        if !cost.is_empty() {
+            summary.push(format!(
+                "4 keys, taking turns: {name} / Go etcd CPU per cycle {}",
+                list(cost)
+            ));
+        }
     }
     Ok(())
 }
