@@ -360,7 +360,7 @@ async fn a_fair_handoff_sends_one_watch_event() {
     let queue = "/handoff-events/k/_OWNERS_/";
     let mut held = lockers[0].lock(&patient(), &key).await.expect("first lock");
     let handoffs = 20;
-    let before = events_sent(&server.endpoint);
+    let before = events_sent(&server.direct);
     for round in 0..handoffs {
         let next = lockers[(round + 1) % 2].clone();
         let (key2, ctx) = (key.clone(), patient());
@@ -373,7 +373,7 @@ async fn a_fair_handoff_sends_one_watch_event() {
         held.unlock().await.expect("unlock");
         held = waiter.await.expect("task").expect("handed the lock");
     }
-    let events = events_sent(&server.endpoint) - before;
+    let events = events_sent(&server.direct) - before;
     held.unlock().await.expect("unlock");
     for l in lockers {
         l.close().await.expect("close");

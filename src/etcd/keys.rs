@@ -111,6 +111,10 @@ pub(crate) fn entry_name<'a>(queue: &[u8], key: &'a [u8]) -> Option<EntryName<'a
 /// `true` if queue key `key` (bound to `lease`) is a fairlock waiter: named
 /// as fairlock names them and bound to a lease, so it vanishes when its
 /// owner does. Anything else under the queue is someone else's data.
+///
+/// The lease must come from a read of whole entries: etcd 3.7 answers
+/// keys-only ranges from its index, with lease 0 for every key, which
+/// would make every waiter look like someone else's data.
 pub(crate) fn is_waiter(queue: &[u8], key: &[u8], lease: i64) -> bool {
     lease != 0 && entry_name(queue, key).is_some()
 }

@@ -224,8 +224,7 @@ impl EtcdLocker {
                         GetOptions::new()
                             .with_prefix()
                             .with_sort(SortTarget::Create, SortOrder::Ascend)
-                            .with_limit(FOREIGN_SCAN)
-                            .with_keys_only(),
+                            .with_limit(FOREIGN_SCAN),
                     ),
                 ),
             ]

@@ -61,15 +61,15 @@ impl Place<'_> {
             .await
     }
 
-    /// The queue entries created before `below`, nearest first, names
-    /// and leases only.
+    /// The queue entries created before `below`, nearest first. Whole
+    /// entries, not keys only: telling a waiter needs its lease, which
+    /// etcd 3.7 leaves out of keys-only answers (see `keys::is_waiter`).
     fn ahead(&self, below: i64) -> (Vec<u8>, GetOptions) {
         let opts = GetOptions::new()
             .with_prefix()
             .with_max_create_revision((below - 1).max(1))
             .with_sort(SortTarget::Create, SortOrder::Descend)
-            .with_limit(AHEAD_BATCH)
-            .with_keys_only();
+            .with_limit(AHEAD_BATCH);
         (self.attempt.keys.queue.clone(), opts)
     }
 

@@ -21,6 +21,7 @@ use etcd_client::{Client, GetOptions, WatchOptions};
 #[cfg(all(test, feature = "cli"))]
 pub mod cli;
 pub mod cluster;
+pub mod emulate;
 pub mod etcd_backend;
 pub mod net;
 pub mod proxy;
@@ -32,7 +33,13 @@ pub mod tls;
 
 /// A running etcd.
 pub struct Etcd {
+    /// Where clients connect: etcd itself, or the relay that answers as a
+    /// newer etcd when `FAIRLOCK_ETCD_EMULATE` names one (see `emulate.rs`).
     pub endpoint: String,
+    /// etcd's own client address, never relayed (for its `/metrics`).
+    pub direct: String,
+    /// The relay behind `endpoint`, when emulating.
+    relay: Option<emulate::Relay>,
     pid: u32,
     wrapper: Wrapper,
     /// Receivers of every log line etcd writes after it serves clients.
@@ -276,12 +283,20 @@ impl Etcd {
             Ok(Err(log)) => return Err(log),
             Err(_) => panic!("etcd did not report readiness within 60 s"),
         };
-        let endpoint = match tls {
+        let direct = match tls {
             Some(_) => curl,
             None => format!("127.0.0.1:{client}"),
         };
+        // The relay speaks plain HTTP/2: servers with TLS answer directly.
+        let relay = emulate::Version::from_env()
+            .filter(|_| tls.is_none())
+            .map(|version| emulate::Relay::start(&direct, version));
         Ok(Etcd {
-            endpoint,
+            endpoint: relay
+                .as_ref()
+                .map_or_else(|| direct.clone(), |r| r.endpoint.clone()),
+            direct,
+            relay,
             pid,
             wrapper,
             log,
@@ -293,6 +308,11 @@ impl Etcd {
         let (tx, rx) = mpsc::channel();
         self.log.lock().unwrap().push(tx);
         rx
+    }
+
+    /// The relay in front of etcd, when the tests emulate a newer etcd.
+    pub fn relay(&self) -> Option<&emulate::Relay> {
+        self.relay.as_ref()
     }
 
     /// The etcd process id (for signals).
