@@ -4,7 +4,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use etcd_client::{Client, ConnectOptions};
+use etcd_client::{Client, ConnectOptions, GetOptions};
 
 use super::balance::Routing;
 use super::config::EtcdConfig;
@@ -91,7 +91,7 @@ pub(crate) async fn connect(config: &EtcdConfig) -> Result<Client> {
         let mut backoff = retry_backoff();
         let mut only_refused = true;
         loop {
-            match client.status().await {
+            match probe(&mut client, config).await {
                 Ok(_) => return Ok(client),
                 // A failed handshake fails the same way on every retry.
                 Err(e) if is_transient(&e) && tls_failure(config, &e).is_none() => {
@@ -125,6 +125,16 @@ pub(crate) async fn connect(config: &EtcdConfig) -> Result<Client> {
             None => Err(unreachable(config, timeout, "no answer".into())),
         },
     }
+}
+
+/// One request that shows a member answers: a serializable count of the
+/// prefix key, which the member answers from its own data, with or
+/// without a leader, as `Maintenance.Status` does. Unlike `Status`, any
+/// user whose role covers the prefix may make it: etcd 3.5.28 to 3.5.31
+/// and 3.6.0 to 3.6.11 answer `Status` to root alone.
+async fn probe(client: &mut Client, config: &EtcdConfig) -> Result<(), etcd_client::Error> {
+    let count = GetOptions::new().with_count_only().with_serializable();
+    client.get(config.prefix(), Some(count)).await.map(drop)
 }
 
 /// The error for a failed connect: a refusal or a TLS failure as such,
