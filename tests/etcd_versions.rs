@@ -120,6 +120,35 @@ async fn relay_answers_keys_only_ranges_as_etcd_3_7() {
     direct.lease_revoke(lease).await.expect("revoke");
 }
 
+/// A round of the tests with `FAIRLOCK_ETCD_EMULATE` set (scripts/test.sh
+/// runs one) reaches every etcd through a relay that answers as the named
+/// version: here, the shared one.
+#[tokio::test]
+async fn an_emulating_round_reaches_etcd_through_the_relay() {
+    let Some(version) = Version::from_env() else {
+        return; // an ordinary round: etcd answers as itself
+    };
+    assert_eq!(version, Version::V3_7);
+    let server = support::shared();
+    let relay = server
+        .relay()
+        .expect("the shared etcd answers through a relay");
+    assert_eq!(server.endpoint, relay.endpoint);
+    let prefix = support::unique_prefix("round");
+    let mut c = client(&server.endpoint).await;
+    let lease = c.lease_grant(30, None).await.expect("grant").id();
+    let key = format!("{prefix}k");
+    c.put(key.as_str(), "v", Some(PutOptions::new().with_lease(lease)))
+        .await
+        .expect("put");
+    let resp = c
+        .get(key.as_str(), Some(GetOptions::new().with_keys_only()))
+        .await
+        .expect("get");
+    assert_eq!(first(resp.kvs()).0, 0, "a keys-only read tells no lease");
+    c.lease_revoke(lease).await.expect("revoke");
+}
+
 /// A waiter of another process, as fairlock writes one: named
 /// `<locker id>/f<slot>` under the lock's queue, bound to a live lease.
 /// Written by hand so that it stays first in line, not acting, until the

@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions};
 
+use super::emulate::{Relay, Version};
 use super::{etcd_bin, free_port, on_free_ports};
 
 /// etcd's default election timeout, which this cluster keeps.
@@ -84,6 +85,9 @@ pub struct Cluster {
     members: Vec<Member>,
     initial_cluster: String,
     dir: PathBuf,
+    /// The relays clients reach the members through when the tests
+    /// emulate a newer etcd (loopback clusters only; see `emulate.rs`).
+    relays: Vec<Relay>,
 }
 
 /// Kills etcd when we close the pipe (or exit); removes its data unless we
@@ -126,7 +130,15 @@ impl Cluster {
                 }
             })
             .collect();
-        Cluster::launch_all(members, dir)
+        let mut cluster = Cluster::launch_all(members, dir)?;
+        if let Some(version) = Version::from_env() {
+            for m in &mut cluster.members {
+                let relay = Relay::start(&m.access, version);
+                m.access.clone_from(&relay.endpoint);
+                cluster.relays.push(relay);
+            }
+        }
+        Ok(cluster)
     }
 
     /// Starts one member per placement, each in its network namespace,
@@ -197,6 +209,7 @@ impl Cluster {
             members,
             initial_cluster,
             dir,
+            relays: Vec::new(),
         };
         // All members must be launched before any can finish starting: a new
         // cluster needs a quorum to publish its members.

@@ -145,20 +145,25 @@ async fn accept(
                 return; // dropping `inbound` tells the client
             };
             let _ = outbound.set_nodelay(true);
-            let Ok((sender, conn)) =
+            let Ok((sender, upstream)) =
                 hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(outbound))
                     .await
             else {
                 return;
             };
-            tokio::spawn(conn);
             let service = hyper::service::service_fn(move |req: Request<Incoming>| {
                 let (sender, count) = (sender.clone(), Arc::clone(&count));
                 async move { Ok::<_, Infallible>(relay(sender, req, version, &count).await) }
             });
-            let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(inbound), service)
-                .await;
+            let client = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(inbound), service);
+            // The two connections end together: a client whose etcd went
+            // away (killed, restarted) sees its connection break, as it
+            // would without the relay, and connects again.
+            tokio::select! {
+                _ = upstream => {}
+                _ = client => {}
+            }
         });
     }
 }
