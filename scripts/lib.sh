@@ -8,7 +8,7 @@
 #                   (installs the Debian packages when running as root)
 #   start_etcd      start a throwaway single-node etcd on free loopback ports,
 #                   export FAIRLOCK_ENDPOINTS, and stop/clean it up on EXIT
-#   ensure_etcd35   fetch Debian trixie's etcd 3.5 server once (checked
+#   ensure_debian_etcd RELEASE  fetch Debian RELEASE's etcd server once (checked
 #                   against Debian's signatures) and print its path
 
 # rustup installs cargo in ~/.cargo/bin, which non-login shells (CI) may miss.
@@ -138,59 +138,81 @@ start_etcd() {
   log "etcd ready: FAIRLOCK_ENDPOINTS=$FAIRLOCK_ENDPOINTS"
 }
 
-# etcd 3.5 for the second run of the etcd tests (scripts/test.sh). Debian
-# bookworm's package, which ensure_prereqs installs, is etcd 3.4; most
-# clusters run 3.5 (Kubernetes ships it). Debian trixie (stable since 2025)
-# packages 3.5, and its etcd binary is static, so it runs here unpacked,
-# without installing the package or adding trixie to apt's sources.
+# The URI of Debian's main archive in this machine's apt sources: the
+# mirror apt itself uses (none is written into this repository). apt reads
+# both source formats; `indextargets` lists what `apt-get update` fetches,
+# with the release each entry names, so pick the entry of this release.
+debian_mirror() {
+  local codename uri
+  codename=$(. /etc/os-release 2>/dev/null && printf '%s' "${VERSION_CODENAME:-}")
+  # shellcheck disable=SC2016 # apt's own $(FIELD) placeholders
+  uri=$(apt-get indextargets --format '$(RELEASE) $(REPO_URI)' 'Identifier: Packages' 2>/dev/null |
+    awk -v c="$codename" '$1 == c {print $2; exit}')
+  [[ -n "$uri" ]] ||
+    die "no Debian archive for release '${codename:-unknown}' in apt's sources (apt-get indextargets); the etcd 3.5 runs need one (FAIRLOCK_ETCD35=0 skips them)"
+  printf '%s\n' "${uri%/}"
+}
+
+# etcd 3.5 servers for the runs of scripts/test.sh beyond Debian bookworm's
+# etcd 3.4 (which ensure_prereqs installs): Debian trixie's 3.5.16 and
+# forky's 3.5.30, the newest 3.5 Debian has (with etcd's March 2026 auth
+# changes: Maintenance.Status is for root only there). Their etcd binary is
+# static, so it runs here unpacked, without installing the package or
+# adding the release to apt's sources.
 #
 # The pinned package is fetched first and checked against its SHA-256.
-# When trixie has replaced it (a point release), the current one is found
-# the way apt finds it: trixie's InRelease, checked with gpgv against the
-# Debian archive keyring, gives the SHA-256 of the package index, which
-# gives the package's. The binary stays under target/ for the next run.
-ETCD35_PIN="3.5.16-4 0875921bb0d023f2af9b8e15cdfbe417a03e65731345fb832c40f9c2dd72967b"
+# When the release has replaced it, its current one is found the way apt
+# finds it: the release's InRelease, checked with gpgv against the Debian
+# archive keyring, gives the SHA-256 of the package index, which gives the
+# package's. The binary stays under target/etcd/ for the next run.
+declare -A ETCD_PIN=(
+  [trixie]="3.5.16-4 0875921bb0d023f2af9b8e15cdfbe417a03e65731345fb832c40f9c2dd72967b"
+  [forky]="3.5.30-2 11a4f7e350c5020b83edff5160a6063d4e56ac9cd014d21ce8916378bf96de79"
+)
+# ensure_debian_etcd RELEASE prints the path of that release's etcd.
 # A subshell, so that its EXIT trap removes the download directory however
 # it ends (die included), without touching the caller's traps.
-ensure_etcd35() (
-  local mirror=https://deb.debian.org/debian arch version sha file dir found
-  arch=$(dpkg --print-architecture 2>/dev/null) || die "dpkg not found: the etcd 3.5 run needs Debian (or FAIRLOCK_ETCD35=0 to skip it)"
-  found=$(compgen -G "$PWD/target/etcd35/*/$arch/usr/bin/etcd" | tail -n 1) || true
+ensure_debian_etcd() (
+  local release=$1 mirror arch version sha file dir found
+  [[ -n "${ETCD_PIN[$release]:-}" ]] || die "no etcd pinned for Debian '$release'"
+  arch=$(dpkg --print-architecture 2>/dev/null) || die "dpkg not found: the etcd 3.5 runs need Debian (or FAIRLOCK_ETCD35=0 to skip them)"
+  found=$(compgen -G "$PWD/target/etcd/$release/*/$arch/usr/bin/etcd" | tail -n 1) || true
   if [[ -n "$found" ]] && "$found" --version >/dev/null 2>&1; then
     printf '%s\n' "$found"
     exit 0
   fi
-  tmp=$(mktemp -d "${TMPDIR:-/tmp}/fairlock-etcd35.XXXXXX")
+  mirror=$(debian_mirror)
+  tmp=$(mktemp -d "${TMPDIR:-/tmp}/fairlock-etcd.XXXXXX")
   trap 'rm -rf "$tmp"' EXIT
-  read -r version sha <<<"$ETCD35_PIN"
+  read -r version sha <<<"${ETCD_PIN[$release]}"
   file="pool/main/e/etcd/etcd-server_${version}_${arch}.deb"
   if [[ "$arch" != amd64 ]] ||
     ! curl -fsS --retry 3 -o "$tmp/etcd.deb" "$mirror/$file" 2>/dev/null; then
-    log "etcd-server $version ($arch) is not on $mirror; looking up trixie's current one"
-    curl -fsS --retry 3 -o "$tmp/InRelease" "$mirror/dists/trixie/InRelease" ||
-      die "could not fetch $mirror/dists/trixie/InRelease (FAIRLOCK_ETCD35=0 skips the etcd 3.5 run)"
+    log "etcd-server $version ($arch) is not on $mirror; looking up $release's current one"
+    curl -fsS --retry 3 -o "$tmp/InRelease" "$mirror/dists/$release/InRelease" ||
+      die "could not fetch $mirror/dists/$release/InRelease (FAIRLOCK_ETCD35=0 skips the etcd 3.5 runs)"
     gpgv --keyring /usr/share/keyrings/debian-archive-keyring.gpg \
       --output "$tmp/Release" "$tmp/InRelease" 2>/dev/null ||
-      die "trixie's InRelease failed its signature check (is debian-archive-keyring installed?)"
+      die "$release's InRelease failed its signature check (is debian-archive-keyring installed?)"
     sha=$(awk -v f="main/binary-$arch/Packages.xz" '/^SHA256:/ {s = 1; next} /^[^ ]/ {s = 0}
       s && $3 == f {print $1}' "$tmp/Release")
-    curl -fsS --retry 3 -o "$tmp/Packages.xz" "$mirror/dists/trixie/main/binary-$arch/Packages.xz" &&
+    curl -fsS --retry 3 -o "$tmp/Packages.xz" "$mirror/dists/$release/main/binary-$arch/Packages.xz" &&
       echo "$sha  $tmp/Packages.xz" | sha256sum -c --quiet - >/dev/null 2>&1 ||
-      die "trixie's package index did not match its signed checksum"
+      die "$release's package index did not match its signed checksum"
     read -r version file sha < <(xz -dc "$tmp/Packages.xz" | awk '
       /^Package: / {p = ($2 == "etcd-server")} p && /^Version: / {v = $2}
       p && /^Filename: / {f = $2} p && /^SHA256: / {s = $2}
-      /^$/ && p && v ~ /^3\.5\./ {print v, f, s; exit}')
-    [[ -n "${sha:-}" ]] || die "trixie has no etcd-server 3.5 package for $arch"
+      /^$/ && p && v ~ /^3\./ {print v, f, s; exit}')
+    [[ -n "${sha:-}" ]] || die "$release has no etcd-server 3.x package for $arch"
     curl -fsS --retry 3 -o "$tmp/etcd.deb" "$mirror/$file" || die "could not fetch $mirror/$file"
   fi
   echo "$sha  $tmp/etcd.deb" | sha256sum -c --quiet - >/dev/null 2>&1 ||
     die "etcd-server $version: the package does not match its SHA-256"
-  dir="$PWD/target/etcd35/$version/$arch"
+  dir="$PWD/target/etcd/$release/$version/$arch"
   mkdir -p "$dir" && dpkg-deb -x "$tmp/etcd.deb" "$dir" ||
     { rm -rf "$dir"; die "could not unpack etcd-server $version into $dir"; }
   "$dir/usr/bin/etcd" --version >/dev/null 2>&1 ||
     { rm -rf "$dir"; die "the unpacked $dir/usr/bin/etcd does not run"; }
-  log "etcd-server $version unpacked in $dir"
+  log "etcd-server $version ($release) unpacked in $dir"
   printf '%s\n' "$dir/usr/bin/etcd"
 )
