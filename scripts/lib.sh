@@ -10,6 +10,8 @@
 #                   export FAIRLOCK_ENDPOINTS, and stop/clean it up on EXIT
 #   ensure_etcd35   fetch Debian trixie's etcd 3.5 server once (checked
 #                   against Debian's signatures) and print its path
+#   ensure_valkey   install Valkey 8 (server, cli, sentinel) from Debian
+#                   bookworm-backports and print valkey-server's path
 
 # rustup installs cargo in ~/.cargo/bin, which non-login shells (CI) may miss.
 if [[ -d "${HOME:-}/.cargo/bin" && ":$PATH:" != *":$HOME/.cargo/bin:"* ]]; then
@@ -25,8 +27,10 @@ ensure_prereqs() {
     [etcd]=etcd-server [etcdctl]=etcd-client [redis-server]=redis-server
     [protoc]=protobuf-compiler [python3]=python3 [openssl]=openssl
     [ip]=iproute2 [nft]=nftables [curl]=curl [gpgv]=gpgv [xz]=xz-utils
+    [redis-cli]=redis-tools [redis-sentinel]=redis-sentinel
   )
-  local cmd pkgs=() cmds=(etcd etcdctl redis-server protoc python3 openssl curl gpgv xz)
+  local cmd pkgs=() cmds=(etcd etcdctl redis-server redis-cli redis-sentinel protoc python3
+    openssl curl gpgv xz)
   # The network fault tests (namespaces) run only as root, and need these.
   [[ $(id -u) -ne 0 ]] || cmds+=(ip nft)
   for cmd in "${cmds[@]}"; do
@@ -194,3 +198,62 @@ ensure_etcd35() (
   log "etcd-server $version unpacked in $dir"
   printf '%s\n' "$dir/usr/bin/etcd"
 )
+
+# The URI of the machine's own Debian archive source for suite $1 (e.g.
+# bookworm): from deb822 files in /etc/apt/sources.list.d/*.sources (a
+# stanza whose Suites list $1) or from one-line entries in
+# /etc/apt/sources.list and sources.list.d/*.list (`deb [opts] URI $1 ...`).
+debian_uri() {
+  local suite=$1 f uri
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [[ -r "$f" ]] || continue
+    uri=$(awk -v suite="$suite" '
+      function flush() { if (deb && has_suite && uri != "") { print uri; found = 1; exit } }
+      /^[ \t]*$/ { flush(); deb = 0; has_suite = 0; uri = ""; next }
+      /^[ \t]*#/ { next }
+      tolower($1) == "types:" { deb = 0; for (i = 2; i <= NF; i++) if ($i == "deb") deb = 1 }
+      tolower($1) == "uris:" { uri = $2 }
+      tolower($1) == "suites:" { for (i = 2; i <= NF; i++) if ($i == suite) has_suite = 1 }
+      END { if (!found) flush() }' "$f")
+    [[ -n "$uri" ]] && { printf '%s\n' "$uri"; return 0; }
+  done
+  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+    [[ -r "$f" ]] || continue
+    uri=$(awk -v suite="$suite" '$1 == "deb" {
+        i = 2; if ($i ~ /^\[/) { while (i <= NF && $i !~ /\]$/) i++; i++ }
+        if ($(i + 1) == suite) { print $i; exit } }' "$f")
+    [[ -n "$uri" ]] && { printf '%s\n' "$uri"; return 0; }
+  done
+  return 1
+}
+
+# Valkey 8 for the Valkey round of scripts/test.sh: valkey-server,
+# valkey-tools (valkey-cli) and valkey-sentinel from Debian's
+# <codename>-backports, whose apt source (added once, as
+# /etc/apt/sources.list.d/fairlock-backports.sources) reuses the URI of the
+# machine's own Debian source: no mirror is named here. Prints the path of
+# valkey-server.
+ensure_valkey() {
+  local codename uri list=/etc/apt/sources.list.d/fairlock-backports.sources
+  if ! command -v valkey-server >/dev/null 2>&1 || ! command -v valkey-cli >/dev/null 2>&1 ||
+    ! command -v valkey-sentinel >/dev/null 2>&1; then
+    [[ $(id -u) -eq 0 ]] ||
+      die "Valkey is missing; as root, add Debian's backports to apt's sources and run: apt-get install -t <codename>-backports valkey-server valkey-tools valkey-sentinel (FAIRLOCK_VALKEY=0 skips the Valkey round)"
+    codename=$(. /etc/os-release && printf '%s' "${VERSION_CODENAME:-}")
+    [[ -n "$codename" ]] || die "cannot tell the Debian release (no VERSION_CODENAME in /etc/os-release)"
+    if ! grep -rqsE "^[^#]*[[:space:]]${codename}-backports([[:space:]]|\$)" \
+      /etc/apt/sources.list /etc/apt/sources.list.d/; then
+      uri=$(debian_uri "$codename") ||
+        die "no Debian apt source for $codename found in /etc/apt/sources.list(.d) to reuse for $codename-backports"
+      log "adding $codename-backports from $uri to apt's sources ($list)"
+      printf 'Types: deb\nURIs: %s\nSuites: %s-backports\nComponents: main\nSigned-By: %s\n' \
+        "$uri" "$codename" /usr/share/keyrings/debian-archive-keyring.gpg >"$list"
+    fi
+    log "installing valkey-server valkey-tools valkey-sentinel from $codename-backports"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -t "$codename-backports" \
+      valkey-server valkey-tools valkey-sentinel </dev/null >&2 ||
+      die "could not install Valkey from $codename-backports"
+  fi
+  command -v valkey-server
+}
