@@ -180,13 +180,16 @@ impl RedisServer {
     }
 }
 
+/// Makes the arguments that go first from a server's directory and port.
+pub type FirstArgs = Box<dyn Fn(&Path, u16) -> Vec<OsString>>;
+
 /// How to start a server: [`Spec::default`] is a plain one.
 pub struct Spec {
     /// TLS arguments (see [`RedisServer::start_tls`]).
     pub tls: Option<Vec<OsString>>,
     /// Arguments that go first, made from the server's own directory and
     /// port (a config file written there).
-    pub first: Option<Box<dyn Fn(&Path, u16) -> Vec<OsString>>>,
+    pub first: Option<FirstArgs>,
     /// More arguments (`--cluster-enabled yes`, `--sentinel`, ...).
     pub extra: Vec<OsString>,
     /// The log line that says the server is ready.
@@ -211,9 +214,9 @@ pub fn cli_bin() -> String {
         return cli;
     }
     let server = redis_bin();
-    match server.rsplit_once("-server") {
-        Some((head, tail)) if tail.is_empty() => format!("{head}-cli"),
-        _ => "redis-cli".into(),
+    match server.strip_suffix("-server") {
+        Some(head) => format!("{head}-cli"),
+        None => "redis-cli".into(),
     }
 }
 
