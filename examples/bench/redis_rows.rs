@@ -162,8 +162,14 @@ pub async fn rows(quick: bool, dur: Duration) -> Res<Vec<Row>> {
             .ratio(set_del.mean().as_secs_f64() / (2.0 * rt_s), "x 2 RT"),
     );
     rows.push(
-        Row::of("redis floor: SET NX PX + Lua compare-and-del", "-", 1, 1, &set_cad)
-            .ratio(floor_s / (2.0 * rt_s), "x 2 RT"),
+        Row::of(
+            "redis floor: SET NX PX + Lua compare-and-del",
+            "-",
+            1,
+            1,
+            &set_cad,
+        )
+        .ratio(floor_s / (2.0 * rt_s), "x 2 RT"),
     );
 
     // Uncontended, one instance.

@@ -41,6 +41,9 @@ impl RedisCluster {
                             "yes",
                             "--cluster-node-timeout",
                             "1000",
+                            // A replica takes over however long ago it
+                            // last heard from its master (without it, the
+                            // replicas here never started a failover).
                             "--cluster-replica-validity-factor",
                             "0",
                             "--cluster-port",
