@@ -2,14 +2,19 @@
 # Shared helpers for scripts/test.sh, scripts/demo.sh and .ci/run.
 # Source this file; do not run it.
 #
-#   ensure_prereqs  make sure etcd, etcdctl, redis-server, protoc, python3,
-#                   openssl, curl, gpgv, xz and cargo exist (as root also ip
+#   ensure_prereqs  make sure etcd, etcdctl, redis-server, redis-cli,
+#                   redis-sentinel, protoc, python3, openssl, curl, gpgv, xz
+#                   and cargo exist (as root also ip
 #                   and nft, for the network fault tests)
 #                   (installs the Debian packages when running as root)
 #   start_etcd      start a throwaway single-node etcd on free loopback ports,
 #                   export FAIRLOCK_ENDPOINTS, and stop/clean it up on EXIT
-#   ensure_debian_etcd RELEASE  fetch Debian RELEASE's etcd server once (checked
-#                   against Debian's signatures) and print its path
+#   debian_mirror   the Debian archive URI of this machine's apt sources
+#   ensure_debian_etcd RELEASE
+#                   fetch Debian RELEASE's etcd server once (checked against
+#                   Debian's signatures) and print its path
+#   ensure_valkey   install Valkey 8 (server, cli, sentinel) from Debian
+#                   bookworm-backports and print valkey-server's path
 
 # rustup installs cargo in ~/.cargo/bin, which non-login shells (CI) may miss.
 if [[ -d "${HOME:-}/.cargo/bin" && ":$PATH:" != *":$HOME/.cargo/bin:"* ]]; then
@@ -25,8 +30,10 @@ ensure_prereqs() {
     [etcd]=etcd-server [etcdctl]=etcd-client [redis-server]=redis-server
     [protoc]=protobuf-compiler [python3]=python3 [openssl]=openssl
     [ip]=iproute2 [nft]=nftables [curl]=curl [gpgv]=gpgv [xz]=xz-utils
+    [redis-cli]=redis-tools [redis-sentinel]=redis-sentinel
   )
-  local cmd pkgs=() cmds=(etcd etcdctl redis-server protoc python3 openssl curl gpgv xz)
+  local cmd pkgs=() cmds=(etcd etcdctl redis-server redis-cli redis-sentinel protoc python3
+    openssl curl gpgv xz)
   # The network fault tests (namespaces) run only as root, and need these.
   [[ $(id -u) -ne 0 ]] || cmds+=(ip nft)
   for cmd in "${cmds[@]}"; do
@@ -149,7 +156,7 @@ debian_mirror() {
   uri=$(apt-get indextargets --format '$(RELEASE) $(REPO_URI)' 'Identifier: Packages' 2>/dev/null |
     awk -v c="$codename" '$1 == c {print $2; exit}')
   [[ -n "$uri" ]] ||
-    die "no Debian archive for release '${codename:-unknown}' in apt's sources (apt-get indextargets); the etcd 3.5 runs need one (FAIRLOCK_ETCD35=0 skips them)"
+    die "no Debian archive for release '${codename:-unknown}' in apt's sources (apt-get indextargets)"
   printf '%s\n' "${uri%/}"
 }
 
@@ -216,3 +223,33 @@ ensure_debian_etcd() (
   log "etcd-server $version ($release) unpacked in $dir"
   printf '%s\n' "$dir/usr/bin/etcd"
 )
+
+# Valkey 8 for the Valkey round of scripts/test.sh: valkey-server,
+# valkey-tools (valkey-cli) and valkey-sentinel from Debian's
+# <codename>-backports, whose apt source (added once, as
+# /etc/apt/sources.list.d/fairlock-backports.sources) reuses the URI of the
+# machine's own Debian source: no mirror is named here. Prints the path of
+# valkey-server.
+ensure_valkey() {
+  local codename uri list=/etc/apt/sources.list.d/fairlock-backports.sources
+  if ! command -v valkey-server >/dev/null 2>&1 || ! command -v valkey-cli >/dev/null 2>&1 ||
+    ! command -v valkey-sentinel >/dev/null 2>&1; then
+    [[ $(id -u) -eq 0 ]] ||
+      die "Valkey is missing; as root, add Debian's backports to apt's sources and run: apt-get install -t <codename>-backports valkey-server valkey-tools valkey-sentinel (FAIRLOCK_VALKEY=0 skips the Valkey round)"
+    codename=$(. /etc/os-release && printf '%s' "${VERSION_CODENAME:-}")
+    [[ -n "$codename" ]] || die "cannot tell the Debian release (no VERSION_CODENAME in /etc/os-release)"
+    if ! grep -rqsE "^[^#]*[[:space:]]${codename}-backports([[:space:]]|\$)" \
+      /etc/apt/sources.list /etc/apt/sources.list.d/; then
+      uri=$(debian_mirror)
+      log "adding $codename-backports from $uri to apt's sources ($list)"
+      printf 'Types: deb\nURIs: %s\nSuites: %s-backports\nComponents: main\nSigned-By: %s\n' \
+        "$uri" "$codename" /usr/share/keyrings/debian-archive-keyring.gpg >"$list"
+    fi
+    log "installing valkey-server valkey-tools valkey-sentinel from $codename-backports"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -t "$codename-backports" \
+      valkey-server valkey-tools valkey-sentinel </dev/null >&2 ||
+      die "could not install Valkey from $codename-backports"
+  fi
+  command -v valkey-server
+}

@@ -67,4 +67,18 @@ if [[ "${FAIRLOCK_ETCD35:-1}" != 0 ]]; then
   fi
 fi
 
+# Valkey 8 (Debian bookworm-backports, installed by ensure_valkey in
+# scripts/lib.sh): the Redis test files again, every deployment (one
+# instance, Redlock, cluster, sentinel, TLS, the command) on valkey-server.
+# FAIRLOCK_VALKEY=0 skips it.
+if [[ "${FAIRLOCK_VALKEY:-1}" != 0 ]]; then
+  valkey=$(ensure_valkey)
+  step "Redis tests against $("$valkey" --version)"
+  started=$SECONDS
+  REDIS_BIN=$valkey cargo test --all-features --test redis --test redlock --test redis_connect \
+    --test redis_foreign --test redis_hostile --test redis_cluster --test redis_sentinel \
+    --test tls_redis --test cli_redis "$@"
+  printf 'Valkey round: %d s\n' $((SECONDS - started))
+fi
+
 step "all checks passed"

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::scheme::{Kind, kind};
+use crate::scheme::{Kind, is_redis_deployment, kind};
 use crate::{Error, Locker, Result};
 
 /// A backend and its configuration, chosen by the endpoints' scheme.
@@ -26,7 +26,9 @@ pub enum BackendConfig {
     /// etcd (`host:port` or `http(s)://host:port` endpoints).
     #[cfg(feature = "etcd")]
     Etcd(crate::etcd::EtcdConfig),
-    /// Redis (`redis://` URLs: one instance, or Redlock over several).
+    /// Redis (`redis://` URLs: one instance, or Redlock over several;
+    /// `redis+cluster://h1,h2`: a cluster; `redis+sentinel://s1,s2/master`:
+    /// a master behind sentinels).
     #[cfg(feature = "redis")]
     Redis(crate::redis::RedisConfig),
 }
@@ -65,9 +67,13 @@ impl BackendConfig {
                 endpoints.join(",")
             )));
         }
+        // `redis+cluster://h1:7000,h2:7001` and `redis+sentinel://s1,s2/m`,
+        // split on their commas: the hosts after the first are the same
+        // deployment's (RedisConfig reads them).
+        let whole = is_redis_deployment(&endpoints[0]);
         let kinds = endpoints
             .iter()
-            .map(|e| kind(e))
+            .map(|e| if whole { Ok(Kind::Redis) } else { kind(e) })
             .collect::<Result<Vec<_>>>()?;
         if kinds.iter().any(|k| *k != kinds[0]) {
             return Err(Error::InvalidConfig(format!(
@@ -292,6 +298,14 @@ mod tests {
             pick(&["http://a:2379", "b:2379"]).unwrap().backend(),
             "etcd"
         );
+        let cluster = pick(&["redis+cluster://a:1", "b:2"]).unwrap();
+        match &cluster {
+            BackendConfig::Redis(c) => {
+                assert!(!c.is_redlock() && c.quorum() == 1);
+                c.validate().unwrap();
+            }
+            other => panic!("{other:?}"),
+        }
         let mixed = pick(&["redis://a:1", "b:2379"]).unwrap_err().to_string();
         assert!(mixed.contains("mix"), "{mixed}");
         let unknown = pick(&["postgres://a"]).unwrap_err().to_string();

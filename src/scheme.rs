@@ -19,7 +19,8 @@ pub(crate) fn kind(endpoint: &str) -> Result<Kind> {
         return bare_kind(endpoint);
     };
     match scheme.to_ascii_lowercase().as_str() {
-        "redis" | "rediss" => Ok(Kind::Redis),
+        "redis" | "rediss" | "redis+cluster" | "rediss+cluster" | "redis+sentinel"
+        | "rediss+sentinel" => Ok(Kind::Redis),
         "http" | "https" => Ok(Kind::Etcd),
         other => {
             let (endpoint, rest) = (redact(endpoint), redact(rest));
@@ -32,6 +33,16 @@ pub(crate) fn kind(endpoint: &str) -> Result<Kind> {
             )))
         }
     }
+}
+
+/// Whether `endpoint` names a whole Redis deployment
+/// (`redis+cluster://h1,h2`, `redis+sentinel://s1,s2/m`): the endpoints
+/// after it, split on its commas, are its own hosts.
+pub(crate) fn is_redis_deployment(endpoint: &str) -> bool {
+    endpoint.split_once("://").is_some_and(|(scheme, _)| {
+        let scheme = scheme.to_ascii_lowercase();
+        scheme.ends_with("+cluster") || scheme.ends_with("+sentinel")
+    }) && kind(endpoint).is_ok_and(|k| k == Kind::Redis)
 }
 
 /// An endpoint without `://`: etcd's `host[:port]`, unless it is a
@@ -127,5 +138,7 @@ mod tests {
         assert_eq!(kind("redis:2379").unwrap(), Kind::Etcd);
         assert_eq!(kind("etcd-1").unwrap(), Kind::Etcd);
         assert_eq!(kind("rediss://h").unwrap(), Kind::Redis);
+        assert_eq!(kind("redis+cluster://h:1").unwrap(), Kind::Redis);
+        assert_eq!(kind("rediss+sentinel://h/m").unwrap(), Kind::Redis);
     }
 }

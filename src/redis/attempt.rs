@@ -75,7 +75,7 @@ impl LockAttempt {
         }
         LockAttempt {
             owner: owner_value(&id, &core.id),
-            keys: LockKeys::new(core.config.prefix(), key),
+            keys: LockKeys::new(core.nodes.layout, core.config.prefix(), key),
             core: Arc::clone(core),
             key: key.clone(),
             id,

@@ -3,8 +3,9 @@
 use std::fmt;
 use std::time::Duration;
 
+use super::topology::{Deployment, Topology, resolve};
 use super::url::redact;
-use crate::TlsConfig;
+use crate::{Result, TlsConfig};
 
 /// The smallest TTL accepted: the watchdog extends every TTL/3 and each
 /// extend may take a per-node timeout, so shorter TTLs expire under load.
@@ -23,6 +24,13 @@ pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
 /// locked together with Redlock (a lock is held when a majority of them
 /// grant it). URLs are `redis://[user:password@]host[:port][/db]`, or
 /// `rediss://...` for TLS (see [`RedisConfig::with_tls`]).
+///
+/// A Redis Cluster is named by its seed nodes,
+/// `redis+cluster://h1:7000,h2:7001` (or [`RedisConfig::cluster`]); a
+/// master behind Redis Sentinel by its sentinels and the name they monitor
+/// it under, `redis+sentinel://s1:26379,s2:26379/mymaster` (or
+/// [`RedisConfig::sentinel`]). `rediss+cluster://` and `rediss+sentinel://`
+/// use TLS.
 ///
 /// # Examples
 /// ```
@@ -50,6 +58,11 @@ pub struct RedisConfig {
     /// (user, password) for URLs that carry no credentials; no user means
     /// Redis' `default` user.
     credentials: Option<(Option<String>, String)>,
+    /// The same for sentinels, when theirs differ.
+    sentinel_credentials: Option<(Option<String>, String)>,
+    /// Set by [`RedisConfig::cluster`] and [`RedisConfig::sentinel`];
+    /// otherwise the URLs' schemes tell.
+    deployment: Option<Deployment>,
 }
 
 impl RedisConfig {
@@ -73,7 +86,46 @@ impl RedisConfig {
             drift_factor: DEFAULT_DRIFT_FACTOR,
             tls: None,
             credentials: None,
+            sentinel_credentials: None,
+            deployment: None,
         }
+    }
+
+    /// Names the deployment (see `deployments.rs`).
+    pub(crate) fn set_deployment(mut self, deployment: Deployment) -> Self {
+        self.deployment = Some(deployment);
+        self
+    }
+
+    /// Sets the sentinels' own credentials (see `deployments.rs`).
+    pub(crate) fn set_sentinel_credentials(
+        mut self,
+        user: Option<String>,
+        password: String,
+    ) -> Self {
+        self.sentinel_credentials = Some((user, password));
+        self
+    }
+
+    /// The deployment the configuration names.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidConfig`] for a deployment URL that does not
+    /// parse, or one mixed with other URLs.
+    pub fn deployment(&self) -> Result<Deployment> {
+        Ok(self.topology()?.deployment)
+    }
+
+    /// The deployment and its nodes' plain URLs.
+    pub(crate) fn topology(&self) -> Result<Topology> {
+        resolve(&self.urls, self.deployment.as_ref())
+    }
+
+    /// The sentinels' own credentials, when set apart from the master's.
+    pub(crate) fn sentinel_credentials(&self) -> Option<(Option<&str>, &str)> {
+        self.sentinel_credentials
+            .as_ref()
+            .map(|(user, password)| (user.as_deref(), password.as_str()))
     }
 
     /// Sets the prefix of every Redis key fairlock writes.
@@ -218,16 +270,26 @@ impl RedisConfig {
     }
 
     /// How many nodes must grant a lock: 1 for a single instance, a
-    /// majority (N/2 + 1) for Redlock over N masters.
+    /// cluster or a master behind sentinels, a majority (N/2 + 1) for
+    /// Redlock over N masters.
     #[must_use]
     pub fn quorum(&self) -> usize {
-        self.urls.len() / 2 + 1
+        self.lock_nodes() / 2 + 1
     }
 
-    /// `true` for Redlock (more than one URL).
+    /// `true` for Redlock (more than one independent master).
     #[must_use]
     pub fn is_redlock(&self) -> bool {
-        self.urls.len() > 1
+        self.lock_nodes() > 1
+    }
+
+    /// How many independent masters a lock is taken on: 1 but for Redlock.
+    fn lock_nodes(&self) -> usize {
+        match self.topology() {
+            Ok(t) if t.deployment == Deployment::Masters => t.urls.len(),
+            Ok(_) => 1,
+            Err(_) => self.urls.len(),
+        }
     }
 
     /// The time a grant is not trusted for, by Redlock's rule: TTL x drift
@@ -282,6 +344,14 @@ impl fmt::Debug for RedisConfig {
                     .as_ref()
                     .map(|(user, _)| (user, "<redacted>")),
             )
+            .field(
+                "sentinel_credentials",
+                &self
+                    .sentinel_credentials
+                    .as_ref()
+                    .map(|(user, _)| (user, "<redacted>")),
+            )
+            .field("deployment", &self.deployment)
             .finish()
     }
 }
@@ -327,6 +397,10 @@ mod tests {
             "{dbg}"
         );
         assert!(!dbg.contains("hunt") && !dbg.contains("pw42"), "{dbg}");
+        let s = RedisConfig::new(["redis+sentinel://app:hunter2@s1,s2/m"])
+            .with_sentinel_user("s", "pw43");
+        let dbg = format!("{s:?}");
+        assert!(!dbg.contains("hunter2") && !dbg.contains("pw43"), "{dbg}");
         let bad = RedisConfig::new(["rediss://app:hunter2@"])
             .validate()
             .unwrap_err();

@@ -16,11 +16,25 @@ pub(crate) fn unreachable(config: &RedisConfig, endpoints: String, source: BoxEr
     }
 }
 
-/// Checks the `PING`s of a connect: `errors` holds the nodes that failed.
-/// Wrong TLS settings or credentials fail the same way on every retry, so
-/// they are reported even when a quorum answered; otherwise a quorum must
-/// have answered.
-pub(crate) fn check(config: &RedisConfig, mut errors: Vec<NodeError>) -> Result<()> {
+/// The error of a connect to one node (a cluster, sentinels) that failed.
+pub(crate) fn failed(config: &RedisConfig, error: NodeError) -> Error {
+    let name = error.node.clone();
+    match check(config, 1, 1, vec![error]) {
+        Err(e) => e,
+        Ok(()) => unreachable(config, name, "no answer".into()),
+    }
+}
+
+/// Checks the `PING`s of a connect to `total` nodes of which `quorum` must
+/// answer: `errors` holds the nodes that failed. Wrong TLS settings or
+/// credentials fail the same way on every retry, so they are reported even
+/// when a quorum answered.
+pub(crate) fn check(
+    config: &RedisConfig,
+    total: usize,
+    quorum: usize,
+    mut errors: Vec<NodeError>,
+) -> Result<()> {
     if let Some(at) = errors.iter().position(|e| tls_failure(config, e).is_some()) {
         let node = errors.swap_remove(at);
         return Err(Error::Tls {
@@ -30,8 +44,6 @@ pub(crate) fn check(config: &RedisConfig, mut errors: Vec<NodeError>) -> Result<
             source: Box::new(node),
         });
     }
-    let total = config.urls().len();
-    let quorum = config.quorum();
     let mut failed = FailedOp {
         op: "connect",
         total,

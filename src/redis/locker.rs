@@ -207,6 +207,7 @@ impl Locker for RedisLocker {
 impl RedisLocker {
     async fn try_lock_unobserved(&self, key: &Key) -> Result<Option<LockGuard>> {
         key.validate()?;
+        self.core.nodes.layout.check(key)?;
         self.core.check_mode()?;
         let mut attempt = LockAttempt::new(&self.core, key, AttemptKind::TryLock);
         match attempt.round().await {
@@ -223,6 +224,7 @@ impl RedisLocker {
 
     async fn lock_unobserved(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
         key.validate()?;
+        self.core.nodes.layout.check(key)?;
         ctx.check(key.as_str())?;
         self.core.check_mode()?;
         lock(&self.core, ctx, key).await

@@ -1,5 +1,6 @@
-//! The Redis backend: one instance, or Redlock over several independent
-//! masters (feature `redis`, on by default).
+//! The Redis backend: one instance, Redlock over several independent
+//! masters, a Redis Cluster, or a master behind Redis Sentinel (feature
+//! `redis`, on by default). Valkey works the same (tested with 8.0).
 //!
 //! # How a lock works here
 //! The lock key `<prefix><key>` holds `"<token> <owner>"`, written with
@@ -82,31 +83,63 @@
 //!
 //! The scripts avoid commands added in Redis 6 or later (`SET ... KEEPTTL`
 //! in particular is replaced by `PTTL` and `PX`); the tests run against
-//! Redis 7 only, so older versions are untested.
+//! Redis 7 and Valkey 8, so older versions are untested.
 //!
-//! Redis Cluster is not supported (the scripts touch several keys of one
-//! lock, which a cluster would place in different slots); give the URLs of
-//! standalone masters.
+//! # Redis Cluster
+//! `redis+cluster://h1:7000,h2:7001` (or [`RedisConfig::cluster`]) names a
+//! cluster by seed nodes. Every key of one lock carries the hash tag
+//! `{<key>}` (`<prefix>{<key>}`, `<prefix>{<key>}/_OWNERS_/queue`, ...), so
+//! the scripts, which touch several of them, run on the master of that one
+//! slot; the fencing counter is one per lock key in the same slot
+//! (`<prefix>{<key>}/_OWNERS_/fence`), so tokens grow strictly per key, as
+//! on every backend. The `redis` crate's cluster connection routes each
+//! script and follows `MOVED` and `ASK` (resharding, failover). Wake-ups
+//! use plain `PUBLISH`/`SUBSCRIBE`, which a cluster delivers to every node:
+//! one subscriber connection per locker set, to any node, that needs no
+//! change when slots move; sharded pub/sub (`SPUBLISH`, Redis 7) would
+//! spare the other nodes the message but need a subscription per lock's
+//! slot, moved with it. A message goes out only on a release that serves
+//! a waiter, not on an uncontended cycle.
+//!
+//! # Redis Sentinel
+//! `redis+sentinel://s1:26379,s2:26379/mymaster` (or
+//! [`RedisConfig::sentinel`]) names the master that the sentinels monitor
+//! as `mymaster`. The master is found through the sentinels and found
+//! again when a request shows it gone or demoted (`sentinel.rs`); the
+//! wake-up subscriber follows it too. A lock held across a failover is
+//! kept only if the new master has its key (the watchdog's extend then
+//! succeeds there); otherwise the guard is told it is lost.
 //!
 //! # Keys left behind
 //! A free lock with nobody waiting has no keys; the one key that outlives
 //! the locks is the prefix's fencing counter `<prefix>_OWNERS_/fence` (a
-//! token must never repeat, so it is never deleted).
+//! token must never repeat, so it is never deleted); on a cluster one
+//! counter per lock key, `<prefix>{<key>}/_OWNERS_/fence`.
 //!
 //! # Layout
 //! Each file imports only from the files listed before it.
 //! - `url.rs`: checking URLs (and naming what a mistyped one meant), the
 //!   default port, redacting passwords.
-//! - `config.rs`: [`RedisConfig`]; `validate.rs`: its checks.
-//! - `wire.rs`: every key name and value format written to Redis, with
-//!   round-trip tests; `scripts.rs`: the Lua scripts that write them.
+//! - `topology.rs`: [`Deployment`], and reading `redis+cluster://` and
+//!   `redis+sentinel://` URLs.
+//! - `config.rs`: [`RedisConfig`]; `deployments.rs`: its constructors for a
+//!   cluster and sentinels; `validate.rs`: its checks.
+//! - `wire.rs`: every key name and value format written to Redis (flat, or
+//!   hash-tagged on a cluster), with round-trip tests; `scripts.rs`: the
+//!   Lua scripts that write them.
 //! - `error.rs`: one failed request to one node, classified by the Redis
 //!   error kind and code, and its mapping into [`crate::Error`].
 //! - `secure.rs`: the client of one URL (TLS, credentials), and telling a
 //!   failed TLS connection apart; `connect.rs`: what a failed connect says.
+//! - `sentinel.rs`: the master behind sentinels, found again after a
+//!   failover.
+//! - `link.rs`: the connection of one node by deployment (one master, a
+//!   cluster, the master behind sentinels), and where its subscriber
+//!   connects.
 //! - `wake.rs`: wake-ups by pub/sub, one subscriber per node.
-//! - `node.rs`: the masters, each with a reconnecting connection, the one
-//!   request helper (timeout and error mapping), and fan-out to all nodes.
+//! - `node.rs`: the masters (or the one cluster or sentinel-watched
+//!   master), the one request helper (timeout and error mapping), and
+//!   fan-out to all nodes.
 //! - `core.rs`: what a locker's operations share (nodes, configuration,
 //!   mode, id) and the poll and waiter-record times.
 //! - `watchdog.rs`: the guard of a grant, extending it every TTL/3, loss
@@ -121,12 +154,16 @@ mod attempt;
 mod config;
 mod connect;
 mod core;
+mod deployments;
 mod error;
+mod link;
 mod locker;
 mod node;
 mod scripts;
 mod secure;
+mod sentinel;
 mod status;
+mod topology;
 mod url;
 mod validate;
 mod wake;
@@ -139,6 +176,7 @@ use std::sync::Arc;
 pub use crate::Owner;
 pub use config::{DEFAULT_DRIFT_FACTOR, DEFAULT_PREFIX, MAX_TTL, MIN_TTL, RedisConfig};
 pub use locker::RedisLocker;
+pub use topology::Deployment;
 
 use crate::fairness::Fairness;
 use crate::{Locker, Result};

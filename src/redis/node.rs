@@ -1,29 +1,30 @@
-//! The Redis masters: one reconnecting connection and one wake-up hub per
-//! node, requests bounded by a timeout, and the same script run on every
-//! node at once.
+//! The Redis masters: one connection and one wake-up hub per node,
+//! requests bounded by a timeout, and the same script run on every node at
+//! once. A cluster, or a master behind sentinels, is one node (see
+//! `link.rs`).
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{FromRedisValue, Script};
 
 use super::config::RedisConfig;
 use super::connect;
 use super::error::{FailedOp, Failure, NodeError};
-use super::secure;
+use super::link::Link;
+use super::topology::{Deployment, Topology};
 use super::url::{redact, with_port};
 use super::wake::Hub;
-use super::wire::wake_prefix;
+use super::wire::{Layout, wake_prefix};
 use crate::{Error, Result};
 
-/// One Redis master.
+/// One Redis master (or a whole cluster, or the master behind sentinels).
 pub(crate) struct Node {
     /// The URL without its password, with its port, for messages.
     pub name: String,
-    conn: ConnectionManager,
+    link: Link,
     timeout: Duration,
     pub hub: Hub,
 }
@@ -45,23 +46,30 @@ impl Node {
         for arg in &call.args {
             invocation.arg(arg);
         }
-        let mut conn = self.conn.clone();
-        self.request(self.timeout, invocation.invoke_async(&mut conn))
+        self.request(self.timeout, self.link.invoke(&invocation))
             .await
             .map_err(|e| e.name_key(call.keys))
     }
 
-    /// A plain command (for `status`), within the per-node timeout.
-    pub async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, NodeError> {
-        let mut conn = self.conn.clone();
-        self.request(self.timeout, cmd.query_async(&mut conn)).await
+    /// A plain command (for `status`), within the per-node timeout; on a
+    /// cluster to the node at `at`, or where its keys route.
+    pub async fn query<T: FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+        at: Option<(&str, u16)>,
+    ) -> Result<T, NodeError> {
+        self.request(self.timeout, self.link.query(cmd, at)).await
+    }
+
+    /// Whether this node is a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.link, Link::Cluster(_))
     }
 
     /// Sends `PING`, within `timeout`.
     async fn ping(&self, timeout: Duration) -> Result<(), NodeError> {
-        let mut conn = self.conn.clone();
         let cmd = redis::cmd("PING");
-        self.request(timeout, cmd.query_async::<String>(&mut conn))
+        self.request(timeout, self.link.query::<String>(&cmd, None))
             .await
             .map(drop)
     }
@@ -76,7 +84,10 @@ impl Node {
         let failure = match tokio::time::timeout(timeout, request).await {
             Ok(Ok(value)) => return Ok(value),
             Ok(Err(error)) => Failure::classify(error),
-            Err(_) => Failure::NoAnswer(timeout),
+            Err(_) => {
+                self.link.no_answer();
+                Failure::NoAnswer(timeout)
+            }
         };
         Err(NodeError::new(&self.name, failure))
     }
@@ -87,6 +98,8 @@ impl Node {
 pub(crate) struct Nodes {
     pub list: Vec<Node>,
     pub quorum: usize,
+    /// How lock keys are named here.
+    pub layout: Layout,
 }
 
 impl Nodes {
@@ -95,32 +108,55 @@ impl Nodes {
     /// kept: their connections retry in the background.
     pub async fn connect(config: &RedisConfig) -> Result<Arc<Nodes>> {
         config.validate()?;
+        let topology = config.topology()?;
+        let wake = wake_prefix(config.prefix());
+        let node = |name: String, (link, subscribe)| Node {
+            name,
+            link,
+            timeout: config.node_timeout(),
+            hub: Hub::start(subscribe, &wake),
+        };
         let mut list = Vec::new();
-        for url in config.urls() {
-            let name = redact(&with_port(url));
-            let client = secure::client(config, url)?;
-            let manager = ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(config.connect_timeout()))
-                .set_response_timeout(None)
-                .set_number_of_retries(2)
-                .set_max_delay(Duration::from_millis(500));
-            let conn = ConnectionManager::new_lazy_with_config(client.clone(), manager)
-                .map_err(|e| connect::unreachable(config, name.clone(), Box::new(e)))?;
-            let hub = Hub::start(client, &wake_prefix(config.prefix()));
-            list.push(Node {
-                name,
-                conn,
-                timeout: config.node_timeout(),
-                hub,
-            });
+        match &topology.deployment {
+            Deployment::Cluster => {
+                let name = deployment_name(&topology);
+                let (client, subscribe) = Link::cluster(config, &topology.urls)?;
+                let conn = match tokio::time::timeout(
+                    config.connect_timeout(),
+                    client.get_async_connection(),
+                )
+                .await
+                {
+                    Ok(Ok(conn)) => conn,
+                    Ok(Err(e)) => {
+                        let error = NodeError::new(&name, Failure::classify(e));
+                        return Err(connect::failed(config, error));
+                    }
+                    Err(_) => {
+                        let timeout = Failure::NoAnswer(config.connect_timeout());
+                        return Err(connect::failed(config, NodeError::new(&name, timeout)));
+                    }
+                };
+                list.push(node(name, (Link::Cluster(conn), subscribe)));
+            }
+            Deployment::Sentinel { master } => {
+                let name = deployment_name(&topology);
+                list.push(node(name, Link::sentinel(config, &topology.urls, master)?));
+            }
+            Deployment::Masters => {
+                for url in &topology.urls {
+                    list.push(node(redact(&with_port(url)), Link::direct(config, url)?));
+                }
+            }
         }
         let nodes = Nodes {
             quorum: config.quorum(),
+            layout: Layout::of(&topology.deployment),
             list,
         };
         let pings = join_all(nodes.list.iter().map(|n| n.ping(config.connect_timeout()))).await;
         let errors: Vec<NodeError> = pings.into_iter().filter_map(Result::err).collect();
-        connect::check(config, errors)?;
+        connect::check(config, nodes.list.len(), nodes.quorum, errors)?;
         Ok(Arc::new(nodes))
     }
 
@@ -164,4 +200,39 @@ impl Nodes {
             errors,
         })
     }
+}
+
+/// A cluster's or sentinels' name for messages, without passwords:
+/// `redis+cluster://h1:7000,h2:7001` or
+/// `redis+sentinel://s1:26379,s2:26379/mymaster`.
+fn deployment_name(topology: &Topology) -> String {
+    let (scheme, rest) = topology.urls[0].split_once("://").unwrap_or(("redis", ""));
+    let user = rest.rsplit_once('@').map(|(user, _)| user);
+    let hosts: Vec<&str> = topology
+        .urls
+        .iter()
+        .map(|u| {
+            u.rsplit_once('@').map_or(
+                u.split_once("://").map_or(u.as_str(), |(_, h)| h),
+                |(_, h)| h,
+            )
+        })
+        .collect();
+    let path = match &topology.deployment {
+        Deployment::Sentinel { master } => format!("/{master}"),
+        _ => String::new(),
+    };
+    let name = match user {
+        Some(user) => format!(
+            "{scheme}+{}://{user}@{}{path}",
+            topology.deployment.name(),
+            hosts.join(",")
+        ),
+        None => format!(
+            "{scheme}+{}://{}{path}",
+            topology.deployment.name(),
+            hosts.join(",")
+        ),
+    };
+    redact(&name)
 }

@@ -1,7 +1,7 @@
 //! The client of one Redis URL (TLS, credentials), and telling a failed
 //! TLS connection from the rest.
 
-use redis::{ClientTlsConfig, IntoConnectionInfo, TlsCertificates};
+use redis::{ClientTlsConfig, ConnectionInfo, IntoConnectionInfo, TlsCertificates};
 
 use super::config::RedisConfig;
 use super::error::NodeError;
@@ -11,15 +11,32 @@ use crate::{Error, Result};
 /// A client for `url`: TLS for `rediss://` (the configured CA and client
 /// certificate), and the configured credentials unless the URL has its own.
 pub(crate) fn client(config: &RedisConfig, url: &str) -> Result<redis::Client> {
-    let invalid = |e: redis::RedisError| {
-        Error::InvalidConfig(format!(
-            "Redis URL {:?} cannot be used ({:?}); use redis://host:port or rediss://host:port",
-            redact(url),
-            e.kind()
-        ))
-    };
-    let mut info = with_port(url).into_connection_info().map_err(invalid)?;
-    if let Some((user, password)) = config.credentials()
+    let info = connection_info(url, config.credentials())?;
+    match certificates(config, url)? {
+        None => redis::Client::open(info).map_err(|e| invalid(url, &e)),
+        Some(certs) => redis::Client::build_with_tls(info, certs).map_err(|e| invalid(url, &e)),
+    }
+}
+
+/// The error for a URL the client refuses.
+pub(crate) fn invalid(url: &str, e: &redis::RedisError) -> Error {
+    Error::InvalidConfig(format!(
+        "Redis URL {:?} cannot be used ({:?}); use redis://host:port or rediss://host:port",
+        redact(url),
+        e.kind()
+    ))
+}
+
+/// How to reach `url`, with `credentials` (user, password) unless the URL
+/// carries its own.
+pub(crate) fn connection_info(
+    url: &str,
+    credentials: Option<(Option<&str>, &str)>,
+) -> Result<ConnectionInfo> {
+    let mut info = with_port(url)
+        .into_connection_info()
+        .map_err(|e| invalid(url, &e))?;
+    if let Some((user, password)) = credentials
         && info.redis_settings().password().is_none()
     {
         let mut settings = info.redis_settings().clone().set_password(password);
@@ -28,8 +45,14 @@ pub(crate) fn client(config: &RedisConfig, url: &str) -> Result<redis::Client> {
         }
         info = info.set_redis_settings(settings);
     }
+    Ok(info)
+}
+
+/// The CA and client certificate for a `rediss://` URL (none for
+/// `redis://`).
+pub(crate) fn certificates(config: &RedisConfig, url: &str) -> Result<Option<TlsCertificates>> {
     if !url.starts_with("rediss://") {
-        return redis::Client::open(info).map_err(invalid);
+        return Ok(None);
     }
     // ring is the one provider built in; a process may have chosen its own.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -38,14 +61,13 @@ pub(crate) fn client(config: &RedisConfig, url: &str) -> Result<redis::Client> {
         Some(l) => (l.ca, l.identity),
         None => (None, None),
     };
-    let certs = TlsCertificates {
+    Ok(Some(TlsCertificates {
         client_tls: identity.map(|(client_cert, client_key)| ClientTlsConfig {
             client_cert,
             client_key,
         }),
         root_cert,
-    };
-    redis::Client::build_with_tls(info, certs).map_err(invalid)
+    }))
 }
 
 /// What is wrong with the TLS connection, if `err` is a failed one.
@@ -56,7 +78,7 @@ pub(crate) fn tls_failure(config: &RedisConfig, err: &NodeError) -> Option<Strin
     }
     // A server that demands a client certificate checks it after a TLS 1.3
     // handshake has ended for the client, and closes the connection.
-    let tls = config.urls().iter().any(|u| u.starts_with("rediss://"));
+    let tls = config.urls().iter().any(|u| u.starts_with("rediss"));
     let no_identity = config.tls().is_none_or(|t| !t.has_client_identity());
     let text = crate::tls::chain_text(inner);
     let closed = [

@@ -4,11 +4,13 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
+use super::error::NodeError;
 use super::locker::RedisLocker;
 use super::node::Call;
+use super::node::Node;
 use super::scripts::STATUS_SCRIPT;
-use super::wire::LockKeys as Layout;
-use crate::{Key, LockHolder, LockStatus, LockWaiter, NodeCount, Owner, RESERVED_SEGMENT, Result};
+use super::wire::{Layout as Naming, LockKeys as Layout};
+use crate::{Key, LockHolder, LockStatus, LockWaiter, NodeCount, Owner, Result};
 
 /// What one node says about one lock.
 struct NodeView {
@@ -56,6 +58,7 @@ impl RedisLocker {
         let names: BTreeSet<String> = match key {
             Some(key) => {
                 key.validate()?;
+                self.inner().nodes.layout.check(key)?;
                 BTreeSet::from([key.to_string()])
             }
             None => self.scan(&prefix).await?,
@@ -70,49 +73,20 @@ impl RedisLocker {
         Ok(locks)
     }
 
-    /// The lock names that have keys under `prefix`, on any node (keys whose
-    /// names are not UTF-8 are passed over).
+    /// The lock names that have keys under `prefix`, on any node (on a
+    /// cluster, on each of its masters; keys whose names are not UTF-8 are
+    /// passed over).
     async fn scan(&self, prefix: &str) -> Result<BTreeSet<String>> {
         let nodes = &self.inner().nodes;
-        let pattern = format!("{}*", glob_escape(prefix));
-        let internal = format!("{RESERVED_SEGMENT}/");
-        let marker = format!("/{RESERVED_SEGMENT}/");
         let mut names = BTreeSet::new();
         let mut errors = Vec::new();
         for node in &nodes.list {
-            let mut cursor = "0".to_string();
-            loop {
-                let cmd = redis::cmd("SCAN")
-                    .arg(&cursor)
-                    .arg("MATCH")
-                    .arg(&pattern)
-                    .arg("COUNT")
-                    .arg(1000)
-                    .to_owned();
-                match node.query::<(String, Vec<Vec<u8>>)>(&cmd).await {
-                    Ok((next, keys)) => {
-                        // A name that is not UTF-8 is no fairlock key (keys
-                        // are strings): passed over.
-                        for k in keys.into_iter().filter_map(|k| String::from_utf8(k).ok()) {
-                            let Some(name) = k.strip_prefix(prefix) else {
-                                continue;
-                            };
-                            if name.starts_with(&internal) {
-                                continue;
-                            }
-                            let name = name.split_once(&marker).map_or(name, |(lock, _)| lock);
-                            names.insert(name.to_owned());
-                        }
-                        if next == "0" {
-                            break;
-                        }
-                        cursor = next;
-                    }
-                    Err(e) => {
-                        errors.push(e);
-                        break;
-                    }
-                }
+            let scanned = match masters(node).await {
+                Ok(masters) => scan_masters(node, nodes.layout, prefix, &masters, &mut names).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = scanned {
+                errors.push(e);
             }
         }
         if nodes.list.len() - errors.len() < nodes.quorum {
@@ -123,7 +97,7 @@ impl RedisLocker {
 
     async fn status_of(&self, prefix: &str, name: &str) -> Result<LockStatus> {
         let nodes = &self.inner().nodes;
-        let layout = Layout::new(prefix, &Key::from(name));
+        let layout = Layout::new(nodes.layout, prefix, &Key::from(name));
         let keys = [
             layout.lock.as_str(),
             layout.queue.as_str(),
@@ -149,6 +123,76 @@ impl RedisLocker {
         }
         Ok(merge(name, &layout, &views, nodes.list.len()))
     }
+}
+
+/// The addresses of a cluster's masters (from `CLUSTER NODES`), or `[None]`
+/// for a node that is one master.
+async fn masters(node: &Node) -> Result<Vec<Option<(String, u16)>>, NodeError> {
+    if !node.is_cluster() {
+        return Ok(vec![None]);
+    }
+    let text: String = node
+        .query(&redis::cmd("CLUSTER").arg("NODES").to_owned(), None)
+        .await?;
+    Ok(cluster_masters(&text).into_iter().map(Some).collect())
+}
+
+/// The masters that serve slots in a `CLUSTER NODES` answer: lines
+/// `<id> <ip:port@cport[,hostname]> <flags> <master> <ping> <pong> <epoch>
+/// <link> <slot>...`.
+fn cluster_masters(text: &str) -> Vec<(String, u16)> {
+    text.lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let flags = fields.get(2)?;
+            let is_master = flags.split(',').any(|f| f == "master")
+                && !flags.split(',').any(|f| f == "fail" || f == "noaddr");
+            if !is_master || fields.len() < 9 {
+                return None;
+            }
+            let addr = fields.get(1)?.split(['@', ',']).next()?;
+            let (host, port) = addr.rsplit_once(':')?;
+            Some((host.to_owned(), port.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Adds to `names` the lock names that have keys under `prefix` on each of
+/// `masters` of `node`.
+async fn scan_masters(
+    node: &Node,
+    naming: Naming,
+    prefix: &str,
+    masters: &[Option<(String, u16)>],
+    names: &mut BTreeSet<String>,
+) -> Result<(), NodeError> {
+    let pattern = format!("{}*", glob_escape(prefix));
+    for master in masters {
+        let at = master.as_ref().map(|(host, port)| (host.as_str(), *port));
+        let mut cursor = "0".to_string();
+        loop {
+            let cmd = redis::cmd("SCAN")
+                .arg(&cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .to_owned();
+            let (next, keys) = node.query::<(String, Vec<Vec<u8>>)>(&cmd, at).await?;
+            // A name that is not UTF-8 is no fairlock key (keys are
+            // strings): passed over.
+            for k in keys.into_iter().filter_map(|k| String::from_utf8(k).ok()) {
+                if let Some(name) = k.strip_prefix(prefix).and_then(|n| naming.lock_name(n)) {
+                    names.insert(name);
+                }
+            }
+            if next == "0" {
+                break;
+            }
+            cursor = next;
+        }
+    }
+    Ok(())
 }
 
 /// Reads the status script's answer (see `scripts.rs`).
@@ -276,6 +320,19 @@ mod tests {
     }
 
     #[test]
+    fn reads_cluster_masters() {
+        let text = "a1 10.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460\n\
+                    b2 10.0.0.2:7001@17001,host-b master - 0 0 2 connected 5461-10922\n\
+                    c3 10.0.0.3:7002@17002 slave a1 0 0 1 connected\n\
+                    d4 10.0.0.4:7003@17003 master,fail - 0 0 3 disconnected 10923-16383\n\
+                    e5 10.0.0.5:7004@17004 master - 0 0 4 connected\n";
+        assert_eq!(
+            cluster_masters(text),
+            [("10.0.0.1".to_owned(), 7000), ("10.0.0.2".to_owned(), 7001)]
+        );
+    }
+
+    #[test]
     fn merges_node_views() {
         let owner = "fx pid=1 host=h at=1000 locker=L1";
         let views = [
@@ -287,7 +344,7 @@ mod tests {
             view(&format!("7 {owner}"), 800, &[]),
             view("", -2, &[]),
         ];
-        let layout = Layout::new("p:", &Key::from("a"));
+        let layout = Layout::new(Naming::Flat, "p:", &Key::from("a"));
         let lock = merge("a", &layout, &views, 3);
         let holder = lock.holder.expect("holder");
         assert_eq!(holder.fencing_token, 7);
@@ -303,7 +360,7 @@ mod tests {
 
     #[test]
     fn a_lock_value_that_does_not_parse_is_a_foreign_holder() {
-        let layout = Layout::new("p:", &Key::from("a"));
+        let layout = Layout::new(Naming::Flat, "p:", &Key::from("a"));
         let mut odd = view("not a lock", -1, &[]);
         odd.foreign.push(layout.queue.clone());
         let lock = merge("a", &layout, &[odd], 1);

@@ -2,6 +2,7 @@
 //! say what to change.
 
 use super::config::{MAX_TTL, MIN_TTL, RedisConfig};
+use super::topology::Deployment;
 use super::url::{check_url, redact};
 use crate::{Error, Result};
 
@@ -19,12 +20,36 @@ impl RedisConfig {
                     .into(),
             );
         }
-        for url in self.urls() {
+        let topology = self.topology()?;
+        let urls = &topology.urls;
+        for url in urls {
             check_url(url)?;
+        }
+        match &topology.deployment {
+            Deployment::Cluster if self.prefix().contains(['{', '}']) => {
+                return bad(format!(
+                    "key prefix {:?} contains a brace; on Redis Cluster fairlock puts each                      lock's keys in one hash slot with the hash tag {{key}} after the prefix,                      which a brace in the prefix would change: use a prefix without {{ and }}",
+                    self.prefix()
+                ));
+            }
+            Deployment::Sentinel { master } if master.trim().is_empty() => {
+                return bad(
+                    "no master name given for the sentinels; name the master they monitor,                      e.g. RedisConfig::sentinel([\"redis://s1:26379\"], \"mymaster\") or                      redis+sentinel://s1:26379,s2:26379/mymaster"
+                        .into(),
+                );
+            }
+            Deployment::Sentinel { .. } => {}
+            _ if self.sentinel_credentials().is_some() => {
+                return bad(
+                    "sentinel credentials are given, but the URLs name no sentinels; use                      redis+sentinel://s1:26379,s2:26379/mymaster or RedisConfig::sentinel"
+                        .into(),
+                );
+            }
+            _ => {}
         }
         if let Some(tls) = self.tls() {
             tls.validate()?;
-            if let Some(url) = self.urls().iter().find(|u| !u.starts_with("rediss://")) {
+            if let Some(url) = urls.iter().find(|u| !u.starts_with("rediss://")) {
                 return bad(format!(
                     "Redis URL {:?} is plain redis://, but TLS options (--cacert, --cert, \
                      --key) are given; use rediss://host:port for a TLS server, or drop the \
@@ -33,14 +58,14 @@ impl RedisConfig {
                 ));
             }
         }
-        let mut seen = self.urls().to_vec();
+        let mut seen = urls.clone();
         seen.sort();
         seen.dedup();
-        if seen.len() != self.urls().len() {
+        if seen.len() != urls.len() {
             return bad(format!(
-                "a Redis URL is listed twice in {:?}; Redlock needs distinct, \
-                 independent masters",
-                self.urls().iter().map(|u| redact(u)).collect::<Vec<_>>()
+                "a Redis URL is listed twice in {:?}; list each node once (Redlock needs \
+                 distinct, independent masters)",
+                urls.iter().map(|u| redact(u)).collect::<Vec<_>>()
             ));
         }
         if self.prefix().is_empty() {
@@ -151,5 +176,15 @@ mod tests {
         );
         one().validate().unwrap();
         one().with_drift_factor(0.3).validate().unwrap();
+        let cluster = || RedisConfig::new(["redis+cluster://a:7000,b:7001"]);
+        cluster().validate().unwrap();
+        assert!(err(cluster().with_prefix("app{x}:")).contains("brace"));
+        assert!(err(RedisConfig::sentinel(["redis://s:1"], " ")).contains("no master name"));
+        assert!(err(one().with_sentinel_password("pw")).contains("no sentinels"));
+        RedisConfig::new(["rediss+cluster://a:1", "b:2"])
+            .with_tls(TlsConfig::new())
+            .validate()
+            .unwrap();
+        assert!(err(cluster().with_tls(TlsConfig::new())).contains("plain redis://"));
     }
 }

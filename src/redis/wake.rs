@@ -1,5 +1,9 @@
 //! Wake-ups by pub/sub: one subscriber connection per node (shared by every
-//! locker and waiter on it) listening on its own channel. A release
+//! locker and waiter on it) listening on its own channel. On a cluster the
+//! node is the whole cluster: its subscriber connects to one seed node
+//! (the next one after a failure), since Redis Cluster delivers a
+//! `PUBLISH` made on any node to the subscribers of every node; behind
+//! sentinels it connects to the master they name at the time. A release
 //! publishes the id of the one waiter it serves on that waiter's hub
 //! channel; the hub wakes that waiter. Waiters also poll, slowly, in case a
 //! message was lost (the subscriber reconnecting).
@@ -12,6 +16,7 @@ use futures_util::StreamExt;
 use tokio::sync::{Notify, watch};
 use tokio::task::AbortHandle;
 
+use super::link::Subscribe;
 use super::wire::wake_channel;
 use crate::backoff::Backoff;
 
@@ -37,14 +42,14 @@ impl Subscribers {
 
 impl Hub {
     /// Starts the subscriber task (it connects in the background).
-    pub fn start(client: redis::Client, wake_prefix: &str) -> Hub {
+    pub fn start(source: Subscribe, wake_prefix: &str) -> Hub {
         let id = uuid::Uuid::new_v4().simple().to_string();
         let shared = Arc::new(Subscribers {
             waiters: Mutex::new(HashMap::new()),
             ready: watch::channel(false).0,
         });
         let channel = wake_channel(wake_prefix, &id);
-        let task = tokio::spawn(listen(client, channel, Arc::clone(&shared)));
+        let task = tokio::spawn(listen(source, channel, Arc::clone(&shared)));
         Hub {
             id,
             shared,
@@ -83,12 +88,15 @@ impl Drop for Hub {
 
 /// Subscribes and dispatches messages; reconnects after a loss, waking
 /// every waiter then so none misses a release published meanwhile.
-async fn listen(client: redis::Client, channel: String, shared: Arc<Subscribers>) {
+async fn listen(source: Subscribe, channel: String, shared: Arc<Subscribers>) {
     let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
-    loop {
-        if let Ok(Ok(pubsub)) =
-            tokio::time::timeout(Duration::from_secs(5), client.get_async_pubsub()).await
-        {
+    let limit = Duration::from_secs(5);
+    for attempt in 0.. {
+        let pubsub = async {
+            let client = source.client(attempt).await?;
+            client.get_async_pubsub().await
+        };
+        if let Ok(Ok(pubsub)) = tokio::time::timeout(limit, pubsub).await {
             let (mut sink, mut stream) = pubsub.split();
             if let Ok(Ok(())) =
                 tokio::time::timeout(Duration::from_secs(5), sink.subscribe(&channel)).await

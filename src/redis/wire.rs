@@ -13,11 +13,91 @@
 //! - wake-up channels `fairlock:_OWNERS_/wake/<hub id>`, one per connection;
 //!   a message is the id of the one waiter it wakes.
 //!
+//! On a Redis Cluster ([`Layout::Tagged`]) the key is in a hash tag, so that
+//! every key of one lock hashes to the same slot: lock key
+//! `fairlock:{jobs/export}`, queue `fairlock:{jobs/export}/_OWNERS_/queue`,
+//! waiter records `fairlock:{jobs/export}/_OWNERS_/w/<id>`, and a fencing
+//! counter per lock, `fairlock:{jobs/export}/_OWNERS_/fence` (a counter per
+//! prefix would live in one slot, which a script of another slot may not
+//! touch). Tokens still grow strictly per key.
+//!
 //! Keys may not contain a `_OWNERS_` segment, so none of these names can be
 //! another lock's key.
 
+use super::topology::Deployment;
 use crate::fairness::Fairness;
-use crate::{Key, RESERVED_SEGMENT};
+use crate::{Error, Key, RESERVED_SEGMENT, Result};
+
+/// How the names of a lock's keys are laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// `<prefix><key>...`, one fencing counter per prefix.
+    Flat,
+    /// `<prefix>{<key>}...`: one hash slot per lock (Redis Cluster), a
+    /// fencing counter per lock.
+    Tagged,
+}
+
+impl Layout {
+    /// The layout a deployment needs.
+    pub fn of(deployment: &Deployment) -> Layout {
+        match deployment {
+            Deployment::Cluster => Layout::Tagged,
+            _ => Layout::Flat,
+        }
+    }
+
+    /// Checks that `key` can be laid out: in a hash tag `{<key>}` Redis
+    /// hashes the text up to the first `}`, so a key that starts with one
+    /// would leave the tag empty (and the lock's keys in different slots).
+    pub fn check(self, key: &Key) -> Result<()> {
+        if self == Layout::Tagged && key.as_str().starts_with('}') {
+            return Err(Error::InvalidKey {
+                key: key.to_string(),
+                reason: "on Redis Cluster a key may not start with '}': fairlock puts each \
+                         lock's keys in one hash slot with the hash tag {key}, which such a \
+                         key would leave empty; use a key that starts with another character"
+                    .into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The name a lock's keys start with: `<prefix><key>` or
+    /// `<prefix>{<key>}`.
+    fn lock(self, prefix: &str, key: &str) -> String {
+        match self {
+            Layout::Flat => format!("{prefix}{key}"),
+            Layout::Tagged => format!("{prefix}{{{key}}}"),
+        }
+    }
+
+    /// The lock's name in a Redis key under `prefix` (with the prefix
+    /// removed): `jobs/export` from `jobs/export/_OWNERS_/queue` or, tagged,
+    /// from `{jobs/export}/_OWNERS_/queue`; `None` for the per-prefix keys
+    /// (`_OWNERS_/...`) and names of another layout.
+    pub fn lock_name(self, name: &str) -> Option<String> {
+        let marker = format!("/{RESERVED_SEGMENT}/");
+        if name.starts_with(&format!("{RESERVED_SEGMENT}/")) {
+            return None;
+        }
+        match self {
+            Layout::Flat => Some(
+                name.split_once(&marker)
+                    .map_or(name, |(lock, _)| lock)
+                    .into(),
+            ),
+            Layout::Tagged => {
+                let inner = name.strip_prefix('{')?;
+                let lock = match inner.split_once(&format!("}}{marker}")) {
+                    Some((lock, _)) => lock,
+                    None => inner.strip_suffix('}')?,
+                };
+                Some(lock.to_owned())
+            }
+        }
+    }
+}
 
 /// The Redis keys of one lock.
 #[derive(Clone, Debug)]
@@ -32,12 +112,15 @@ pub(crate) struct LockKeys {
 }
 
 impl LockKeys {
-    pub fn new(prefix: &str, key: &Key) -> Self {
-        let lock = format!("{prefix}{key}");
+    pub fn new(layout: Layout, prefix: &str, key: &Key) -> Self {
+        let lock = layout.lock(prefix, key.as_str());
         LockKeys {
             queue: format!("{lock}/{RESERVED_SEGMENT}/queue"),
             waiters: format!("{lock}/{RESERVED_SEGMENT}/w/"),
-            fence: fence_key(prefix),
+            fence: match layout {
+                Layout::Flat => fence_key(prefix),
+                Layout::Tagged => format!("{lock}/{RESERVED_SEGMENT}/fence"),
+            },
             wake: wake_prefix(prefix),
             lock,
         }
@@ -174,7 +257,7 @@ mod tests {
 
     #[test]
     fn internal_keys_cannot_be_lock_keys() {
-        let a = LockKeys::new("p:", &Key::from("a"));
+        let a = LockKeys::new(Layout::Flat, "p:", &Key::from("a"));
         assert_eq!(a.lock, "p:a");
         assert_eq!(a.queue, "p:a/_OWNERS_/queue");
         assert_eq!(a.waiters, "p:a/_OWNERS_/w/");
@@ -190,6 +273,47 @@ mod tests {
             assert!(Key::from(name).validate().is_err(), "{name}");
         }
         assert_eq!(wake_channel(&a.wake, "h1"), "p:_OWNERS_/wake/h1");
+    }
+
+    #[test]
+    fn tagged_keys_share_one_hash_tag() {
+        let a = LockKeys::new(Layout::Tagged, "p:", &Key::from("jobs/a}b"));
+        assert_eq!(a.lock, "p:{jobs/a}b}");
+        assert_eq!(a.queue, "p:{jobs/a}b}/_OWNERS_/queue");
+        assert_eq!(a.fence, "p:{jobs/a}b}/_OWNERS_/fence");
+        assert_eq!(a.wake, "p:_OWNERS_/wake/");
+        // Redis hashes the text between the first '{' and the first '}'
+        // after it: the same for every key of the lock.
+        let tag = |name: &str| {
+            let open = name.find('{').unwrap();
+            let close = open + 1 + name[open + 1..].find('}').unwrap();
+            name[open + 1..close].to_owned()
+        };
+        for name in [&a.queue, &a.fence, &format!("{}x", a.waiters)] {
+            assert_eq!(tag(name), tag(&a.lock), "{name}");
+        }
+        assert!(Layout::Tagged.check(&Key::from("}a")).is_err());
+        assert!(Layout::Flat.check(&Key::from("}a")).is_ok());
+        assert!(Layout::Tagged.check(&Key::from("a}")).is_ok());
+    }
+
+    #[test]
+    fn lock_names_are_read_back_from_key_names() {
+        for layout in [Layout::Flat, Layout::Tagged] {
+            for key in ["a", "jobs/x}y", "a{b"] {
+                let keys = LockKeys::new(layout, "p:", &Key::from(key));
+                for name in [&keys.lock, &keys.queue, &keys.fence] {
+                    let rest = name.strip_prefix("p:").unwrap();
+                    let read = layout.lock_name(rest);
+                    if layout == Layout::Flat && name == &keys.fence {
+                        assert_eq!(read, None, "{name}");
+                    } else {
+                        assert_eq!(read.as_deref(), Some(key), "{layout:?} {name}");
+                    }
+                }
+            }
+        }
+        assert_eq!(Layout::Tagged.lock_name("plain"), None);
     }
 
     #[test]

@@ -28,6 +28,10 @@ pub mod proxy;
 #[cfg(feature = "redis")]
 pub mod redis_backend;
 #[cfg(feature = "redis")]
+pub mod redis_cluster;
+#[cfg(feature = "redis")]
+pub mod redis_sentinel;
+#[cfg(feature = "redis")]
 pub mod redis_server;
 pub mod tls;
 

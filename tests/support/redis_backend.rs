@@ -18,6 +18,9 @@ pub struct RedisBackend {
     pub base: RedisLocker,
     /// Whether fair mode works here (one server; Redlock refuses it).
     fair: bool,
+    /// On a cluster (whose masters are `urls`): a connection that routes
+    /// reads of a lock's keys to their slot's master.
+    cluster: Option<redis::cluster_async::ClusterConnection>,
 }
 
 impl RedisBackend {
@@ -25,7 +28,27 @@ impl RedisBackend {
     /// that are down).
     pub fn new(base: RedisLocker, urls: Vec<String>) -> RedisBackend {
         let fair = !base.config().is_redlock();
-        RedisBackend { urls, base, fair }
+        RedisBackend {
+            urls,
+            base,
+            fair,
+            cluster: None,
+        }
+    }
+
+    /// `base` on a cluster whose masters are at `masters`.
+    pub async fn cluster(base: RedisLocker, masters: Vec<String>) -> RedisBackend {
+        let conn = redis::cluster::ClusterClient::new(masters.clone())
+            .expect("cluster client")
+            .get_async_connection()
+            .await
+            .expect("cluster connection");
+        RedisBackend {
+            urls: masters,
+            base,
+            fair: true,
+            cluster: Some(conn),
+        }
     }
 
     /// A base locker (not fair) connected with `config`, checked on all
@@ -42,7 +65,7 @@ impl RedisBackend {
 
     /// The Redis key of the fair queue of `key`.
     pub fn queue(&self, key: &Key) -> String {
-        rs::queue_key(self.prefix(), key)
+        format!("{}/_OWNERS_/queue", self.lock_key(key))
     }
 
     /// The keys left under the prefix (but the fencing counter), as
@@ -56,9 +79,22 @@ impl RedisBackend {
         left
     }
 
-    /// The Redis key that holds `key`'s lock.
+    /// The Redis key that holds `key`'s lock (in a hash tag on a
+    /// cluster).
     pub fn lock_key(&self, key: &Key) -> String {
-        format!("{}{key}", self.prefix())
+        match self.cluster {
+            Some(_) => format!("{}{{{key}}}", self.prefix()),
+            None => format!("{}{key}", self.prefix()),
+        }
+    }
+
+    /// A command on the node that holds its keys (on a cluster, routed).
+    pub async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> T {
+        match &self.cluster {
+            Some(conn) => cmd.query_async(&mut conn.clone()).await,
+            None => cmd.query_async(&mut rs::conn(&self.urls[0]).await).await,
+        }
+        .expect("query")
     }
 }
 
@@ -68,7 +104,14 @@ impl Backend for RedisBackend {
         Arc::new(self.base.locker(fair))
     }
     async fn wait_queued(&self, key: &Key, n: usize) {
-        rs::wait_queued(&self.urls[0], self.prefix(), key, n).await;
+        if self.cluster.is_none() {
+            return rs::wait_queued(&self.urls[0], self.prefix(), key, n).await;
+        }
+        let zcard = redis::cmd("ZCARD").arg(self.queue(key)).to_owned();
+        rs::wait_until_any(&self.urls, self.prefix(), || async {
+            self.query::<usize>(&zcard).await >= n
+        })
+        .await;
     }
     async fn wait_clean(&self) {
         for url in &self.urls {

@@ -50,14 +50,22 @@ impl RedisServer {
     }
 
     fn start_with(tls: Option<Vec<OsString>>) -> RedisServer {
-        super::on_free_ports(|| RedisServer::try_start(tls.as_deref())).unwrap_or_else(|log| {
-            panic!("redis-server exited before accepting connections:\n{log}")
+        RedisServer::start_spec(&Spec {
+            tls,
+            ..Spec::default()
         })
+    }
+
+    /// Starts a server as `spec` says (see [`Spec`]).
+    pub fn start_spec(spec: &Spec) -> RedisServer {
+        super::on_free_ports(|| RedisServer::try_start(spec))
+            .unwrap_or_else(|log| panic!("redis-server exited before it was ready:\n{log}"))
     }
 
     /// Starts a server; `Err` holds its log when it exits before it is
     /// ready.
-    fn try_start(tls: Option<&[OsString]>) -> Result<RedisServer, String> {
+    fn try_start(spec: &Spec) -> Result<RedisServer, String> {
+        let tls = spec.tls.as_deref();
         let bin = redis_bin();
         let port = super::free_port();
         let (scheme, port_args): (&str, Vec<OsString>) = match tls {
@@ -82,11 +90,18 @@ impl RedisServer {
             kill -CONT "$pid" 2>/dev/null; kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
             rm -rf "$DATA"
         "#;
+        let first = spec
+            .first
+            .as_ref()
+            .map(|f| f(&dir, port))
+            .unwrap_or_default();
         let mut child = Command::new("bash")
             .arg("-c")
             .arg(script)
             .arg("redis-wrapper")
+            .args(&first)
             .args(&port_args)
+            .args(&spec.extra)
             .args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--dir"])
             .arg(&dir)
@@ -114,10 +129,11 @@ impl RedisServer {
             }
         });
         // Read the log until it accepts connections; keep draining it.
+        let ready = spec.ready;
         std::thread::spawn(move || {
             let mut tail = Vec::new();
             for line in stdout.lines().map_while(Result::ok) {
-                if line.contains("Ready to accept connections") {
+                if line.contains(ready) {
                     let _ = tx.send(Ok(None));
                 } else if tail.len() < 50 {
                     tail.push(line);
@@ -162,6 +178,66 @@ impl RedisServer {
     pub fn client(&self) -> redis::Client {
         client_for(&self.url)
     }
+}
+
+/// Makes the arguments that go first from a server's directory and port.
+pub type FirstArgs = Box<dyn Fn(&Path, u16) -> Vec<OsString>>;
+
+/// How to start a server: [`Spec::default`] is a plain one.
+pub struct Spec {
+    /// TLS arguments (see [`RedisServer::start_tls`]).
+    pub tls: Option<Vec<OsString>>,
+    /// Arguments that go first, made from the server's own directory and
+    /// port (a config file written there).
+    pub first: Option<FirstArgs>,
+    /// More arguments (`--cluster-enabled yes`, `--sentinel`, ...).
+    pub extra: Vec<OsString>,
+    /// The log line that says the server is ready.
+    pub ready: &'static str,
+}
+
+impl Default for Spec {
+    fn default() -> Spec {
+        Spec {
+            tls: None,
+            first: None,
+            extra: Vec::new(),
+            ready: "Ready to accept connections",
+        }
+    }
+}
+
+/// The client of the server binary in use (`redis-cli` beside
+/// `redis-server`, `valkey-cli` beside `valkey-server`), or `REDIS_CLI_BIN`.
+pub fn cli_bin() -> String {
+    if let Ok(cli) = std::env::var("REDIS_CLI_BIN") {
+        return cli;
+    }
+    let server = redis_bin();
+    match server.strip_suffix("-server") {
+        Some(head) => format!("{head}-cli"),
+        None => "redis-cli".into(),
+    }
+}
+
+/// Runs `f` to its end on a runtime of its own, on a thread of its own
+/// (starting servers is synchronous, and may be called from async tests).
+pub fn block_on<F: std::future::Future + Send>(f: F) -> F::Output
+where
+    F::Output: Send,
+{
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("runtime")
+                    .block_on(f)
+            })
+            .join()
+            .expect("block_on")
+    })
 }
 
 /// One redis-server per test binary, started on first use.
@@ -220,10 +296,14 @@ pub fn unique_prefix(test: &str) -> String {
 }
 
 /// The keys under `prefix` on the server at `url`, except the fencing
-/// counter (which outlives every lock by design).
+/// counters (which outlive every lock by design: the prefix's, and on a
+/// cluster one per lock, `<prefix>{<key>}/_OWNERS_/fence`).
 pub async fn keys_left(url: &str, prefix: &str) -> Vec<String> {
     let mut conn = conn(url).await;
     let fence = format!("{prefix}_OWNERS_/fence");
+    let is_fence = |k: &String| {
+        *k == fence || (k.starts_with(&format!("{prefix}{{")) && k.ends_with("}/_OWNERS_/fence"))
+    };
     let mut left = Vec::new();
     let mut cursor = "0".to_string();
     loop {
@@ -236,7 +316,7 @@ pub async fn keys_left(url: &str, prefix: &str) -> Vec<String> {
             .query_async(&mut conn)
             .await
             .expect("scan");
-        left.extend(keys.into_iter().filter(|k| *k != fence));
+        left.extend(keys.into_iter().filter(|k| !is_fence(k)));
         if next == "0" {
             return left;
         }
@@ -277,18 +357,31 @@ pub async fn wait_clean(url: &str, prefix: &str) {
 /// Waits until `done()` holds, re-checking on every keyspace event under
 /// `prefix` on the server at `url` (the subscription is open before the
 /// first check, so no change slips through). Guards against a hang only.
-pub async fn wait_until<F, Fut>(url: &str, prefix: &str, mut done: F)
+pub async fn wait_until<F, Fut>(url: &str, prefix: &str, done: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let client = client_for(url);
-    let mut pubsub = client.get_async_pubsub().await.expect("pubsub");
-    pubsub
-        .psubscribe(format!("__keyspace@0__:{prefix}*"))
-        .await
-        .expect("psubscribe");
-    let mut events = pubsub.on_message();
+    wait_until_any(std::slice::from_ref(&url.to_owned()), prefix, done).await;
+}
+
+/// [`wait_until`] with the keyspace events of every server at `urls` (the
+/// masters of a cluster).
+pub async fn wait_until_any<F, Fut>(urls: &[String], prefix: &str, mut done: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let mut streams = Vec::new();
+    for url in urls {
+        let mut pubsub = client_for(url).get_async_pubsub().await.expect("pubsub");
+        pubsub
+            .psubscribe(format!("__keyspace@0__:{prefix}*"))
+            .await
+            .expect("psubscribe");
+        streams.push(pubsub.into_on_message());
+    }
+    let mut events = futures_util::stream::select_all(streams);
     let wait = async {
         while !done().await {
             events.next().await.expect("keyspace events ended");
