@@ -1,11 +1,26 @@
 #!/usr/bin/env bash
-# Full local check: formatting, lints, docs, tests (extra args go to cargo test).
-# The integration tests start their own etcd and redis-server processes from
-# PATH (etcd from ETCD_BIN when set), so none is started here. They run on
-# etcd 3.4 (Debian bookworm's package), then again on etcd 3.5.
+# Every check: formatting, lints, docs, the tests on every server version
+# fairlock supports, the fault suite. Extra args go to each cargo test.
+# The integration tests start their own etcd and redis-server processes
+# (etcd from ETCD_BIN, redis-server from REDIS_BIN, else from PATH), so
+# none is started here. Each step prints how long it took, and the run
+# ends with a table of them.
 #
 #   scripts/test.sh                 # everything
 #   scripts/test.sh -- --nocapture  # pass args through to cargo test
+#
+# The rounds, newest server first:
+#   1. every test on etcd 3.5.30 (Debian forky's, the newest etcd Debian
+#      has: etcd's March 2026 auth changes), and the fault suite on it;
+#   2. the etcd tests on etcd 3.7 as emulated in front of 3.5.30 (see
+#      tests/support/emulate.rs: 3.7 answers keys-only reads without
+#      leases), and the fault suite's loopback run there;
+#   3. the etcd tests on etcd 3.5.16 (Debian trixie's) and 3.4.23 (Debian
+#      bookworm's, the `etcd` on PATH);
+#   4. the Redis tests on Valkey 8 (Debian bookworm-backports); the first
+#      round ran them on Redis 7.
+# FAIRLOCK_ETCD_VERSIONS=0 runs round 1 on the etcd on PATH and skips 2
+# and 3; FAIRLOCK_FAULTS=0 skips the fault suite; FAIRLOCK_VALKEY=0 round 4.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=scripts/lib.sh
@@ -13,72 +28,97 @@ source scripts/lib.sh
 
 ensure_prereqs
 
-step() { printf '\n=== %s ===\n' "$*"; }
+timings=()
+current=
+started=$SECONDS
+began=$SECONDS
+# Ends the step under way (printing its time) and starts the next one.
+step() {
+  if [[ -n "$current" ]]; then
+    local took=$((SECONDS - started))
+    printf -- '--- %s: %dm%02ds\n' "$current" $((took / 60)) $((took % 60))
+    timings+=("$(printf '%4dm%02ds  %s' $((took / 60)) $((took % 60)) "$current")")
+  fi
+  current=$*
+  started=$SECONDS
+  [[ -z "$current" ]] || printf '\n=== %s ===\n' "$current"
+}
+
+# The test files that start etcd: all but the Redis ones and those that
+# run in-process (a new etcd test file joins the version rounds by itself).
+etcd_tests=()
+for file in tests/*.rs; do
+  name=$(basename "$file" .rs)
+  case "$name" in
+    *redis* | redlock | memory | bounds | module_graph) ;;
+    *) etcd_tests+=(--test "$name") ;;
+  esac
+done
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
-step "cargo clippy"
+step "cargo clippy, all features"
 cargo clippy --all-targets --all-features -- -D warnings
 
-# Each feature set a library user can choose compiles without warnings and
-# passes its unit tests on its own: a cfg mistake (code only one backend
+# Each feature set a library user can choose compiles without warnings on
+# its own, its unit tests included: a cfg mistake (code only one backend
 # calls, a type only one backend names) hides in the all-features build.
-# The integration tests need both servers' backends, so --lib here.
-feature_sets=(
-  "--no-default-features"                    # the memory backend only
-  "--no-default-features --features etcd"    # needs protoc
-  "--no-default-features --features redis"   # no protoc needed
-  ""                                         # default features
-)
-for set in "${feature_sets[@]}"; do
+# The unit tests run once, in the all-features rounds below.
+for set in "--no-default-features" "--no-default-features --features etcd" \
+  "--no-default-features --features redis" ""; do
   read -ra flags <<<"$set"
-  step "cargo clippy and unit tests, features: ${set:-default}"
-  cargo clippy "${flags[@]}" -- -D warnings
-  cargo test "${flags[@]}" --lib
+  step "cargo clippy, features: ${set:-default}"
+  cargo clippy "${flags[@]}" --lib --tests -- -D warnings
 done
 
 step "cargo doc"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features
 
-step "cargo test"
-cargo test --all-features "$@"
+newest=etcd
+if [[ "${FAIRLOCK_ETCD_VERSIONS:-1}" != 0 ]]; then
+  newest=$(ensure_debian_etcd forky)
+fi
+etcd_version() { "$1" --version | sed -n 's/^etcd Version: //p'; }
+
+step "cargo test, etcd $(etcd_version "$newest") and Redis 7"
+ETCD_BIN=$newest cargo test --all-features "$@"
 
 # The fault suite's short runs (one injection per fault, both modes; a
 # violation prints both workers' events and the lock key's history): on
 # loopback, then as root on a network of namespaces, then a short soak.
-# FAIRLOCK_FAULTS=0 skips them; scripts/faults.sh --long is the long run.
+# scripts/faults.sh --long is the long run.
 if [[ "${FAIRLOCK_FAULTS:-1}" != 0 ]]; then
-  step "fault injection on a 3-member etcd cluster, loopback and network (short runs, about 7 minutes)"
-  scripts/faults.sh
+  step "fault suite, etcd $(etcd_version "$newest"): loopback, network, soak (about 7 minutes)"
+  ETCD_BIN=$newest scripts/faults.sh
 fi
 
-# etcd 3.5: the same tests and the fault runs (without the soak) again,
-# against Debian trixie's etcd 3.5 (ensure_etcd35 in scripts/lib.sh fetches
-# it once). The runs above used Debian bookworm's etcd 3.4; most clusters,
-# and etcd-compose.yml, run 3.5. FAIRLOCK_ETCD35=0 skips it.
-if [[ "${FAIRLOCK_ETCD35:-1}" != 0 ]]; then
-  etcd35=$(ensure_etcd35)
-  step "cargo test against $("$etcd35" --version | sed -n 1p)"
-  ETCD_BIN=$etcd35 cargo test --all-features "$@"
+if [[ "${FAIRLOCK_ETCD_VERSIONS:-1}" != 0 ]]; then
+  step "etcd tests, etcd 3.7 emulated in front of $(etcd_version "$newest")"
+  FAIRLOCK_ETCD_EMULATE=3.7 ETCD_BIN=$newest cargo test --all-features "${etcd_tests[@]}" "$@"
   if [[ "${FAIRLOCK_FAULTS:-1}" != 0 ]]; then
-    step "fault injection, loopback and network, etcd 3.5 (about 4 minutes)"
-    ETCD_BIN=$etcd35 FAIRLOCK_SOAK=0 scripts/faults.sh
+    step "fault suite, etcd 3.7 emulated: loopback (about 2 minutes)"
+    FAIRLOCK_ETCD_EMULATE=3.7 ETCD_BIN=$newest FAIRLOCK_NET_FAULTS=0 FAIRLOCK_SOAK=0 \
+      scripts/faults.sh
   fi
+  for etcd in "$(ensure_debian_etcd trixie)" "$(command -v etcd)"; do
+    step "etcd tests, etcd $(etcd_version "$etcd")"
+    ETCD_BIN=$etcd cargo test --all-features "${etcd_tests[@]}" "$@"
+  done
 fi
 
 # Valkey 8 (Debian bookworm-backports, installed by ensure_valkey in
 # scripts/lib.sh): the Redis test files again, every deployment (one
 # instance, Redlock, cluster, sentinel, TLS, the command) on valkey-server.
-# FAIRLOCK_VALKEY=0 skips it.
 if [[ "${FAIRLOCK_VALKEY:-1}" != 0 ]]; then
   valkey=$(ensure_valkey)
-  step "Redis tests against $("$valkey" --version)"
-  started=$SECONDS
+  step "Redis tests, Valkey $("$valkey" --version | sed -n 's/.* v=\([^ ]*\).*/\1/p')"
   REDIS_BIN=$valkey cargo test --all-features --test redis --test redlock --test redis_connect \
     --test redis_foreign --test redis_hostile --test redis_cluster --test redis_sentinel \
     --test tls_redis --test cli_redis "$@"
-  printf 'Valkey round: %d s\n' $((SECONDS - started))
 fi
 
-step "all checks passed"
+step ""
+total=$((SECONDS - began))
+printf '\n=== all checks passed in %dm%02ds ===\n' $((total / 60)) $((total % 60))
+printf '%s\n' "${timings[@]}"
