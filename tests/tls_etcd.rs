@@ -19,6 +19,11 @@ use support::tls::{self, ETCD_PREFIX, ETCD_USER, certs, client_tls, secure_etcd}
 
 /// A root client over mutual TLS, for the tests' own checks.
 async fn root_client() -> Client {
+    root_client_of(secure_etcd()).await
+}
+
+/// A root client of `etcd` (a secured one) over mutual TLS.
+async fn root_client_of(etcd: &support::Etcd) -> Client {
     let c = certs();
     let (cert, key) = c.client();
     let tls = TlsOptions::new()
@@ -32,7 +37,7 @@ async fn root_client() -> Client {
         .with_tls(tls)
         .with_user(user, password)
         .with_auto_token_refresh(true);
-    Client::connect([&secure_etcd().endpoint], Some(options))
+    Client::connect([&etcd.endpoint], Some(options))
         .await
         .expect("root connects")
 }
@@ -111,6 +116,55 @@ async fn lock_held_across_token_expiries() {
         .expect("free");
     again.unlock().await.expect("unlock");
     b.finish().await;
+}
+
+/// etcd with JWT auth tokens refuses every request made with a token
+/// issued before the last change to its users or roles ("revision of auth
+/// store is old") until the client authenticates again. A lock held across
+/// such a change (here: a role nobody uses is added) stays held: its
+/// renewals, their confirming reads and the unlock go on with a new token.
+/// Before, the holder lost the lock a TTL after the change.
+#[tokio::test]
+async fn lock_held_across_an_auth_change_with_jwt_tokens() {
+    let jwt = certs().jwt_auth_token();
+    let etcd = tls::start_secure_etcd_with(&["--auth-token", jwt.as_str()]);
+    let config = EtcdConfig::new([etcd.endpoint.clone()])
+        .with_tls(client_tls())
+        .with_user(ETCD_USER.0, ETCD_USER.1)
+        .with_prefix(unique_prefix("jwt"))
+        .with_ttl(Duration::from_secs(2));
+    let ttl = config.ttl();
+    let locker = EtcdLocker::connect(config, true).await.expect("connect");
+    let key = Key::from("k");
+    let guard = locker.lock(&patient(), &key).await.expect("lock");
+    root_client_of(&etcd)
+        .await
+        .role_add("unrelated")
+        .await
+        .expect("add a role");
+    let changed = tokio::time::Instant::now();
+    // Held until a renewal sent after the change counted: its deadline
+    // lies a TTL (less a margin under a tenth of it) after the change.
+    let renewed_after_change = async {
+        loop {
+            let until = guard.valid_until().map(tokio::time::Instant::from_std);
+            if until.is_some_and(|u| u > changed + ttl * 9 / 10) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::select! {
+        () = renewed_after_change => {}
+        () = guard.lost() => panic!("lost after the auth change: {:?}", guard.loss_cause()),
+    }
+    guard.unlock().await.expect("unlock with a new token");
+    let again = locker
+        .try_lock(&key)
+        .await
+        .expect("try_lock")
+        .expect("free");
+    again.unlock().await.expect("unlock");
 }
 
 /// The error of connecting with `config`.

@@ -49,6 +49,7 @@ use tower::{BoxError, Service, ServiceExt};
 use super::health::Health;
 pub(crate) use super::health::Routing;
 use super::request_body::LookAhead;
+use super::stale_token::{self, RenewInTrailers};
 
 type Request = http::Request<tonic::body::Body>;
 type Response = http::Response<tonic::body::Body>;
@@ -165,10 +166,15 @@ impl Service<Request> for Balancer {
             };
             let (connection, mut channel) = member.channel();
             let pending = Pending::start(&member, connection);
-            let result = match channel.ready().await {
+            let mut result = match channel.ready().await {
                 Ok(channel) => channel.call(request).await,
                 Err(e) => Err(e),
             };
+            if let Ok(answer) = &mut result {
+                stale_token::renew_in_headers(answer.headers_mut());
+            }
+            let result =
+                result.map(|answer| answer.map(|b| tonic::body::Body::new(RenewInTrailers(b))));
             let answered = result.is_ok();
             let failed = match &result {
                 Ok(response) => response

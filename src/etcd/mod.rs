@@ -38,6 +38,9 @@
 //!   together in one txn while others are on their way;
 //! - `keys.rs`: every etcd wire format: key layout, mode tags, owner
 //!   values, the passed-along successor list;
+//! - `stale_token.rs`: etcd's refusal of an auth token older than its
+//!   last change to users or roles, read as one of an invalid token (on
+//!   which etcd-client authenticates again);
 //! - `health.rs`: how a member has been answering; `balance.rs`: which
 //!   member a request goes to (passing over members that stopped
 //!   answering); `connect.rs`: connecting, and its errors;
@@ -88,6 +91,7 @@ mod secure;
 mod session;
 mod shared_watch;
 mod slots;
+mod stale_token;
 mod state;
 mod status;
 mod waiting;

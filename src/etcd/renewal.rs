@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::error::{EtcdError, EtcdResult};
 use super::request::{hedged, request};
+use super::secure::token_refused;
 use crate::loss::LossCell;
 use crate::{Expiry, LossCause, observe};
 
@@ -166,6 +167,14 @@ async fn renew(renewal: &Renewal, expiry: &Expiry, renewed: &watch::Sender<u64>)
                 }
                 Ok(Ok(Some(_))) => return Ended::Gone, // etcd: the lease has expired
                 failed => {
+                    if let Ok(Err(e)) = &failed
+                        && token_refused(e)
+                    {
+                        // Refused mid-stream, where etcd-client does not
+                        // authenticate again by itself (see `stale_token.rs`):
+                        // the next stream goes with a new token.
+                        let _ = client.refresh_token().await;
+                    }
                     let why = match failed {
                         Ok(Err(e)) => format!("the keepalive stream failed: {e}"),
                         Ok(Ok(None)) => "etcd closed the keepalive stream".to_string(),

@@ -31,6 +31,12 @@ pub(crate) fn tls_options(config: &EtcdConfig) -> Result<Option<TlsOptions>> {
     Ok(Some(options))
 }
 
+/// `true` if etcd refused the auth token `err` was answered with (gRPC
+/// code 16; a stale token's refusal reads so too, see `stale_token.rs`).
+pub(crate) fn token_refused(err: &etcd_client::Error) -> bool {
+    matches!(err, etcd_client::Error::GRpcStatus(s) if s.code() == tonic::Code::Unauthenticated)
+}
+
 /// What kind of refusal an etcd answer is.
 pub(crate) enum Refusal {
     /// The credentials: wrong, unknown, missing, or auth disabled.

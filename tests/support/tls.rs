@@ -42,6 +42,14 @@ impl Certs {
     pub fn client(&self) -> (PathBuf, PathBuf) {
         (self.path("client.pem"), self.path("client.key"))
     }
+    /// etcd's `--auth-token` for JWT tokens signed with the test key pair.
+    pub fn jwt_auth_token(&self) -> String {
+        format!(
+            "jwt,pub-key={},priv-key={},sign-method=RS256,ttl=10m",
+            self.path("jwt.pub").display(),
+            self.path("jwt.key").display()
+        )
+    }
 }
 
 /// The CA and certificates of this test binary, made on first use.
@@ -175,6 +183,12 @@ fn make() -> Certs {
         server,
         ("20200101000000Z", "20200102000000Z"),
     );
+    // The key pair etcd signs JWT auth tokens with.
+    openssl(&dir, &["genrsa", "-out", "jwt.key", "2048"]);
+    openssl(
+        &dir,
+        &["rsa", "-in", "jwt.key", "-pubout", "-out", "jwt.pub"],
+    );
     Certs {
         dir,
         _cleanup: cleanup,
@@ -225,19 +239,17 @@ pub fn etcdctl(etcd: &super::Etcd, args: &[&str]) -> String {
 /// and etcd logs each expiry ("deleted a simple token"): at info level in
 /// etcd 3.4, at debug level in 3.5, so this etcd logs at debug level.
 pub fn start_secure_etcd() -> super::Etcd {
+    start_secure_etcd_with(&["--auth-token-ttl", TOKEN_TTL, "--log-level", "debug"])
+}
+
+/// [`start_secure_etcd`] with other `extra` arguments for etcd (its auth
+/// token options, say).
+pub fn start_secure_etcd_with(extra: &[&str]) -> super::Etcd {
     let c = certs();
     let (cert, key) = c.server();
-    let etcd = super::Etcd::start_tls(
-        (&cert, &key),
-        &c.ca(),
-        &[
-            "--client-cert-auth",
-            "--auth-token-ttl",
-            TOKEN_TTL,
-            "--log-level",
-            "debug",
-        ],
-    );
+    let mut args = vec!["--client-cert-auth"];
+    args.extend_from_slice(extra);
+    let etcd = super::Etcd::start_tls((&cert, &key), &c.ca(), &args);
     let (user, password) = ETCD_USER;
     for args in [
         &["user", "add", ETCD_ROOT, "--interactive=false"][..],
