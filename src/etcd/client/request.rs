@@ -111,7 +111,7 @@ mod tests {
     use std::time::Duration;
 
     use super::hedged;
-    use crate::etcd::error::{EtcdError, EtcdResult};
+    use crate::etcd::client::error::{EtcdError, EtcdResult};
 
     const AFTER: Duration = Duration::from_millis(100);
 

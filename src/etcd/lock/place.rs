@@ -5,13 +5,13 @@
 use etcd_client::{Compare, CompareOp, GetOptions, GetResponse, SortOrder, SortTarget, Txn, TxnOp};
 
 use super::attempt::LockAttempt;
-use super::error::EtcdResult;
 use super::held::Behind;
-use super::keys::{is_waiter, passed_along};
-use super::request::{put_leased, range_at, retry_backoff};
-use super::session::Lease;
 use super::state::LockerState;
-use super::watch::{Events, Subscription, Target};
+use crate::etcd::client::error::EtcdResult;
+use crate::etcd::client::request::{put_leased, range_at, retry_backoff};
+use crate::etcd::client::watch::{Events, Subscription, Target};
+use crate::etcd::protocol::keys::{is_waiter, passed_along};
+use crate::etcd::session::handout::Lease;
 use crate::fairness::Fairness;
 
 /// How many queue entries ahead one read looks at for the nearest waiter.

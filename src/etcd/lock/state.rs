@@ -6,29 +6,29 @@ use std::time::Duration;
 
 use etcd_client::{Client, GetOptions, GetResponse, Txn};
 
-use super::batch::{Answer, Batcher};
-use super::config::EtcdConfig;
-use super::error::{EtcdError, EtcdResult};
-use super::keys::LockKeys;
-use super::request::{self, request};
-use super::session::{Lease, LeaseEnd, Session};
-use super::shared_watch::SharedWatches;
-use super::slots::Slots;
-use super::watch::WatchHub;
+use crate::etcd::client::batch::{Answer, Batcher};
+use crate::etcd::client::error::{EtcdError, EtcdResult};
+use crate::etcd::client::request::{self, request};
+use crate::etcd::client::shared_watch::SharedWatches;
+use crate::etcd::client::watch::WatchHub;
+use crate::etcd::config::EtcdConfig;
+use crate::etcd::protocol::keys::LockKeys;
+use crate::etcd::session::handout::{Lease, LeaseEnd, Session};
+use crate::etcd::session::slots::Slots;
 use crate::fairness::Fairness;
 use crate::{Error, Key};
 
 /// The state one locker's operations share (its clones share it too).
 pub(crate) struct LockerState {
     pub client: Client,
-    /// Shared by the lockers of one connection (see `batch.rs`).
+    /// Shared by the lockers of one connection (see `client/batch.rs`).
     pub writes: Arc<Batcher>,
     pub config: EtcdConfig,
     pub fairness: Fairness,
     /// Names this locker's level in the queue (`_OWNERS_/<id>/...`).
     pub id: String,
     pub session: Session,
-    /// The queue entry names in use (see `slots.rs`).
+    /// The queue entry names in use (see `session/slots.rs`).
     pub slots: Arc<Slots>,
     pub hub: Arc<WatchHub>,
     pub watches: SharedWatches,
@@ -76,7 +76,7 @@ impl LockerState {
 
     /// A write that touches only the keys of the lock whose lock key is
     /// `lock`, sent together with other lockers' writes on this
-    /// connection when others are on their way (see `batch.rs`).
+    /// connection when others are on their way (see `client/batch.rs`).
     pub async fn write(
         &self,
         op: &'static str,

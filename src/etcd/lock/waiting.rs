@@ -8,14 +8,14 @@ use std::pin::Pin;
 use tokio::time::Sleep;
 
 use super::attempt::LockAttempt;
-use super::error::EtcdResult;
 use super::held::Behind;
-use super::keys::{passed_along, prefix_end};
 use super::place::Place;
-use super::request::retry_backoff;
-use super::shared_watch::Listener;
-use super::watch::{Subscription, WatchMsg};
 use crate::backoff::Backoff;
+use crate::etcd::client::error::EtcdResult;
+use crate::etcd::client::request::retry_backoff;
+use crate::etcd::client::shared_watch::Listener;
+use crate::etcd::client::watch::{Subscription, WatchMsg};
+use crate::etcd::protocol::keys::{passed_along, prefix_end};
 use crate::fairness::Fairness;
 
 /// What ended a wait.
@@ -74,9 +74,9 @@ impl Watching {
                     WatchMsg::Events { events } => {
                         let mut woken = false;
                         // Our queue key's name may have been used before
-                        // (see `slots.rs`): only changes after our enqueue
+                        // (see `session/slots.rs`): only changes after our enqueue
                         // are ours.
-                        // The watch sends puts only (see `shared_watch.rs`): a
+                        // The watch sends puts only (see `client/shared_watch.rs`): a
                         // queue key that vanishes is found by the lease's loss
                         // or the patient re-read.
                         for ev in events.iter().filter(|e| e.key == place.queue_key && e.mod_revision > my_rev) {

@@ -7,17 +7,17 @@ use async_trait::async_trait;
 use etcd_client::{Client, Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
 
 use super::attempt::LockAttempt;
-use super::batch::{Answer, Batcher};
-use super::config::EtcdConfig;
-use super::connect::connect;
-use super::error::{EtcdError, EtcdResult};
 use super::held::{Behind, Grant};
-use super::keys::is_waiter;
 use super::queue;
-use super::request::{put_leased, range_at};
 use super::retry::{Again, Retry};
-use super::session::Lease;
 use super::state::LockerState;
+use crate::etcd::client::batch::{Answer, Batcher};
+use crate::etcd::client::connect::connect;
+use crate::etcd::client::error::{EtcdError, EtcdResult};
+use crate::etcd::client::request::{put_leased, range_at};
+use crate::etcd::config::EtcdConfig;
+use crate::etcd::protocol::keys::is_waiter;
+use crate::etcd::session::handout::Lease;
 use crate::fairness::Fairness;
 use crate::observe::{self, Site};
 use crate::{Context, Key, LockGuard, Locker, Result};
@@ -100,7 +100,7 @@ impl EtcdLocker {
     /// A new locker, fair or unfair, with its own session lease, on this
     /// locker's connection and configuration: the writes the two make at
     /// the same time go together (see [`EtcdConfig::with_write_batching`]).
-    /// This is how [`super::register`] makes every locker `get_locker`
+    /// This is how [`crate::etcd::register`] makes every locker `get_locker`
     /// returns.
     ///
     /// # Examples

@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 use etcd_client::{Client, ConnectOptions, GetOptions};
 
 use super::balance::Routing;
-use super::config::EtcdConfig;
 use super::error::{is_connection_refused, is_server_answer, is_transient};
 use super::request::retry_backoff;
 use super::secure::{refused, tls_failure, tls_options};
+use crate::etcd::config::EtcdConfig;
 use crate::{Error, Result};
 
 /// How long connections refused by every endpoint are retried when no

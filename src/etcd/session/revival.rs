@@ -1,5 +1,5 @@
 //! What stands in the way of reviving a session lease that lapsed only
-//! here (see [`Session::revive`](super::session::Session::revive)): the
+//! here (see [`Session::revive`](super::handout::Session::revive)): the
 //! lock keys its holdings may have left in etcd, and leases that may carry
 //! keys nobody accounts for.
 //!
@@ -14,8 +14,8 @@ use std::collections::{HashMap, HashSet};
 
 use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
 
-use super::error::EtcdResult;
-use super::request::txn_hedged;
+use crate::etcd::client::error::EtcdResult;
+use crate::etcd::client::request::txn_hedged;
 
 /// A lock held on a session lease: its keys, until it is released cleanly.
 #[derive(Clone, Debug)]

@@ -11,11 +11,11 @@ use etcd_client::Client;
 use tokio::sync::{Mutex, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::error::EtcdResult;
 pub(crate) use super::lease::{Lease, LeaseEnd, margin};
 use super::renewal::{Renewal, Signals, keep_alive};
-use super::request::{request, retry_backoff};
 use super::revival::{self, Holding, Leftovers};
+use crate::etcd::client::error::EtcdResult;
+use crate::etcd::client::request::{request, retry_backoff};
 use crate::loss::LossCell;
 use crate::{Expiry, LossCause};
 

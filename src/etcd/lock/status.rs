@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use etcd_client::{GetOptions, SortOrder, SortTarget};
 
-use super::error::EtcdError;
-use super::keys::{entry_name, prefix_end};
 use super::locker::EtcdLocker;
-use super::request::request;
+use crate::etcd::client::error::EtcdError;
+use crate::etcd::client::request::request;
+use crate::etcd::protocol::keys::{entry_name, prefix_end};
 use crate::{Key, LeaseId, LockHolder, LockStatus, LockWaiter, Owner, RESERVED_SEGMENT, Result};
 
 impl EtcdLocker {

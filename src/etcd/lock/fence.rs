@@ -5,12 +5,12 @@ use std::future::Future;
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse, TxnResponse};
 
-use super::error::EtcdError;
 use super::held::HeldLock;
+use crate::etcd::client::error::EtcdError;
 use crate::{Error, LockGuard, LossCause, Result};
 
 /// etcd operations conditional on holding the lock; implemented for
-/// [`LockGuard`]s handed out by [`super::EtcdLocker`].
+/// [`LockGuard`]s handed out by [`crate::etcd::EtcdLocker`].
 ///
 /// A lease cannot keep a paused or cut-off holder from acting after its lock
 /// expired and was granted to someone else. A fenced txn can: etcd applies

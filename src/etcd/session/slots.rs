@@ -1,5 +1,5 @@
 //! Queue entry names a locker reuses, so that its waits do not leave a new
-//! key name behind in etcd's index each time (see `keys.rs`).
+//! key name behind in etcd's index each time (see `protocol/keys.rs`).
 //!
 //! A waiting attempt takes the lowest free slot number for its lock key;
 //! its queue key is `<locker id>/<f|u><slot>`. The slot goes back to the

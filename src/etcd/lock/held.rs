@@ -7,13 +7,13 @@ use etcd_client::{GetOptions, GetResponse, SortOrder, SortTarget};
 use tokio::task::{AbortHandle, JoinHandle};
 use tokio_util::sync::CancellationToken;
 
-use super::keys::{LockKeys, Successor, is_waiter};
-use super::request::{request, retry_backoff};
-use super::revival::Holding;
-use super::session::{Lease, margin};
-use super::slots::Slot;
 use super::state::LockerState;
-use super::watch::{Events, Target, WatchMsg};
+use crate::etcd::client::request::{request, retry_backoff};
+use crate::etcd::client::watch::{Events, Target, WatchMsg};
+use crate::etcd::protocol::keys::{LockKeys, Successor, is_waiter};
+use crate::etcd::session::handout::{Lease, margin};
+use crate::etcd::session::revival::Holding;
+use crate::etcd::session::slots::Slot;
 use crate::loss::LossCell;
 use crate::{Key, LossCause, observe};
 
@@ -73,7 +73,7 @@ pub(crate) struct HeldLock {
     pub slot: Option<Slot>,
     /// Why the lock-key watch saw the lock lost.
     pub loss: LossCell,
-    /// Names this holding in the session's record (see `revival.rs`) until
+    /// Names this holding in the session's record (see `session/revival.rs`) until
     /// a release leaves nothing of it in etcd.
     pub holding: u64,
 }

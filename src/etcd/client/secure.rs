@@ -3,7 +3,7 @@
 
 use etcd_client::{Certificate, Identity, TlsOptions};
 
-use super::config::EtcdConfig;
+use crate::etcd::config::EtcdConfig;
 use crate::{Error, Result};
 
 /// The client's TLS options: `None` for plain endpoints, the system's roots

@@ -38,14 +38,14 @@ use std::sync::Arc;
 use etcd_client::{Compare, CompareOp, Txn};
 
 use super::attempt::LockAttempt;
-use super::error::{EtcdError, EtcdResult};
 use super::held::{Behind, Grant};
-use super::keys::prefix_end;
 use super::place::{Place, Position};
-use super::request::{put_leased, retry_backoff};
-use super::session::{Lease, margin};
-use super::shared_watch::Listener;
 use super::waiting::{Signal, Watching};
+use crate::etcd::client::error::{EtcdError, EtcdResult};
+use crate::etcd::client::request::{put_leased, retry_backoff};
+use crate::etcd::client::shared_watch::Listener;
+use crate::etcd::protocol::keys::prefix_end;
+use crate::etcd::session::handout::{Lease, margin};
 use crate::{Error, observe};
 
 /// The outcome of the enqueue txn.

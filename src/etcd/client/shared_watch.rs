@@ -38,7 +38,7 @@ struct OpenWatch {
 type Range = (Vec<u8>, Option<Vec<u8>>);
 
 /// How many of a locker's waiters re-read their queue at once when their
-/// patience runs out (see `queue.rs`).
+/// patience runs out (see `lock/queue.rs`).
 const REREADS: usize = 8;
 
 /// One locker's shared watches, keyed by watched range.

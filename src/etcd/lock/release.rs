@@ -36,12 +36,12 @@ use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 use tokio_util::sync::CancellationToken;
 
-use super::batch::Answer;
-use super::error::{EtcdError, EtcdResult};
 use super::held::{HeldLock, Lookahead, lookup, successor_query, successors};
-use super::keys::{LockKeys, Successor, pass_along, waiter_mode};
-use super::request::{put_leased, range_at, retry_backoff, touch};
 use super::state::LockerState;
+use crate::etcd::client::batch::Answer;
+use crate::etcd::client::error::{EtcdError, EtcdResult};
+use crate::etcd::client::request::{put_leased, range_at, retry_backoff, touch};
+use crate::etcd::protocol::keys::{LockKeys, Successor, pass_along, waiter_mode};
 use crate::fairness::Fairness;
 use crate::{Error, GuardRelease, Key, LossCause, Result, observe};
 

@@ -43,7 +43,7 @@ pub(crate) enum EtcdError {
         op: &'static str,
         why: Cow<'static, str>,
     },
-    /// A fresh lease none of whose renewals counted (see `renewal.rs`)
+    /// A fresh lease none of whose renewals counted (see `session/renewal.rs`)
     /// before its local deadline, `within` after it was asked for: it was
     /// not used, and expires in etcd.
     Unconfirmed { id: i64, within: Duration },

@@ -7,14 +7,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 use etcd_client::Txn;
 use tokio::task::JoinHandle;
 
-use super::batch::Answer;
 use super::cleanup::{self, InflightWrite, Written};
-use super::error::{EtcdError, EtcdResult};
 use super::held::{Grant, HeldLock};
-use super::keys::{LockKeys, owner_value};
-use super::session::Lease;
-use super::slots::Slot;
 use super::state::LockerState;
+use crate::etcd::client::batch::Answer;
+use crate::etcd::client::error::{EtcdError, EtcdResult};
+use crate::etcd::protocol::keys::{LockKeys, owner_value};
+use crate::etcd::session::handout::Lease;
+use crate::etcd::session::slots::Slot;
 use crate::unstoppable::Unstoppable;
 use crate::{Key, LockGuard};
 
@@ -60,7 +60,7 @@ impl LockAttempt {
     }
 
     /// An attempt of `lock`, and the queue key it waits under (in a slot
-    /// of this locker's, see `slots.rs`).
+    /// of this locker's, see `session/slots.rs`).
     pub fn queued(state: &Arc<LockerState>, key: &Key) -> (Self, Vec<u8>) {
         let keys = state.keys(key);
         let slot = state.slots.take(&keys.lock);

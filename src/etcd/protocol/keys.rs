@@ -8,7 +8,7 @@
 //!   ordered by create revision; `<mode>` is `f` (fair: gets the lock handed
 //!   over) or `u` (unfair: gets woken to try). The `<locker id>` level lets
 //!   one long-lived watch per locker and key carry every touch for it.
-//!   `<slot>` is a small number the locker reuses (see `slots.rs`): etcd
+//!   `<slot>` is a small number the locker reuses (see `session/slots.rs`): etcd
 //!   keeps an index entry for every key name ever written until it
 //!   compacts, and range reads and prefix compares over the queue walk them
 //!   all, so a name per attempt would slow every later request on the

@@ -8,16 +8,16 @@ use std::sync::Arc;
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 
-use super::batch::Answer;
-use super::error::EtcdResult;
 use super::held::{Behind, Grant, HeldLock};
-use super::keys::LockKeys;
 use super::release;
-use super::request::{range_at, retry_backoff};
-use super::session::{Lease, LeaseEnd};
-use super::slots::Slot;
 use super::state::LockerState;
 use crate::Key;
+use crate::etcd::client::batch::Answer;
+use crate::etcd::client::error::EtcdResult;
+use crate::etcd::client::request::{range_at, retry_backoff};
+use crate::etcd::protocol::keys::LockKeys;
+use crate::etcd::session::handout::{Lease, LeaseEnd};
+use crate::etcd::session::slots::Slot;
 
 /// A write of an attempt sent but not answered yet, as the attempt's
 /// caller left it (see `LockAttempt::send`).

@@ -1,5 +1,5 @@
 //! A session lease as the locker sees it: granted or revived by the
-//! session (`session.rs`), renewed by its keepalive task (`renewal.rs`), and
+//! session (`handout.rs`), renewed by its keepalive task (`renewal.rs`), and
 //! whether it may be used.
 
 use std::sync::Arc;
@@ -10,9 +10,9 @@ use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::error::EtcdError;
 use crate::Expiry;
 use crate::backoff::Backoff;
+use crate::etcd::client::error::EtcdError;
 use crate::loss::LossCell;
 
 /// A granted lease and the task renewing it.
@@ -44,7 +44,7 @@ pub(crate) struct Lease {
 
 /// A tenth of the TTL, at most one second: how much earlier than etcd the
 /// local deadline ends, and how long a waiter waits before it also watches
-/// its predecessor (see `queue.rs`). Deadlines already count from when a
+/// its predecessor (see `lock/queue.rs`). Deadlines already count from when a
 /// renewal was sent, not when it was answered; the margin covers
 /// clock-rate drift and the time a holder needs to act on `is_held`.
 pub(crate) fn margin(ttl: Duration) -> Duration {

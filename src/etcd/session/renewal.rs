@@ -10,9 +10,9 @@ use etcd_client::{Client, GetOptions, GetResponse};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::error::{EtcdError, EtcdResult};
-use super::request::{hedged, request};
-use super::secure::token_refused;
+use crate::etcd::client::error::{EtcdError, EtcdResult};
+use crate::etcd::client::request::{hedged, request};
+use crate::etcd::client::secure::token_refused;
 use crate::loss::LossCell;
 use crate::{Expiry, LossCause, observe};
 
@@ -171,7 +171,7 @@ async fn renew(renewal: &Renewal, expiry: &Expiry, renewed: &watch::Sender<u64>)
                         && token_refused(e)
                     {
                         // Refused mid-stream, where etcd-client does not
-                        // authenticate again by itself (see `stale_token.rs`):
+                        // authenticate again by itself (see `client/stale_token.rs`):
                         // the next stream goes with a new token.
                         let _ = client.refresh_token().await;
                     }

@@ -1,0 +1,31 @@
+//! The connection to etcd: every request fairlock sends goes through here.
+//!
+//! From the bottom up: each file uses only files listed before it.
+//! - `secure.rs`: TLS options, and telling refused credentials and denied
+//!   permissions apart;
+//! - `error.rs`: the backend's private error type, told apart by gRPC code
+//!   and mapped into [`crate::Error`];
+//! - `request.rs`: one request with its timeout, hedged copies, the retry
+//!   backoff; `request_body.rs`: request bodies whose message ends its
+//!   HTTP/2 stream; `batch.rs`: writes of one connection that go together
+//!   in one txn while others are on their way;
+//! - `stale_token.rs`: etcd's refusal of an auth token older than its last
+//!   change to users or roles, read as one of an invalid token (on which
+//!   etcd-client authenticates again);
+//! - `health.rs`: how a member has been answering; `balance.rs`: which
+//!   member a request goes to (passing over members that stopped
+//!   answering); `connect.rs`: connecting, and its errors;
+//! - `watch.rs`: watches multiplexed on one stream; `shared_watch.rs`: the
+//!   long-lived ones reused across waits.
+
+pub(crate) mod balance;
+pub(crate) mod batch;
+pub(crate) mod connect;
+pub(crate) mod error;
+pub(crate) mod health;
+pub(crate) mod request;
+pub(crate) mod request_body;
+pub(crate) mod secure;
+pub(crate) mod shared_watch;
+pub(crate) mod stale_token;
+pub(crate) mod watch;

@@ -1,0 +1,19 @@
+//! A locker's session lease: one per locker, shared by every key it holds
+//! or waits for.
+//!
+//! From the bottom up: each file uses only files listed before it.
+//! - `slots.rs`: the queue entry names a locker reuses;
+//! - `lease.rs`: a session lease as the locker sees it, and the local
+//!   deadline behind `LockGuard::is_held`;
+//! - `renewal.rs`: a lease's keepalive task, which counts a renewal only
+//!   when a read confirms it;
+//! - `revival.rs`: the lock keys lost holdings leave on a lease that lapsed
+//!   here, deleted before it is renewed again;
+//! - `handout.rs`: the locker's current lease, handed out once a renewal
+//!   counted, and revived for its waiters after it lapsed here only.
+
+pub(crate) mod handout;
+pub(crate) mod lease;
+pub(crate) mod renewal;
+pub(crate) mod revival;
+pub(crate) mod slots;
