@@ -1,10 +1,10 @@
 //! Sending one etcd request: the timeout and error mapping every request
-//! shares, and small readers and builders of txn parts.
+//! shares, hedged copies, and the pause between retries.
 
 use std::future::Future;
 use std::time::Duration;
 
-use etcd_client::{GetResponse, PutOptions, TxnOp, TxnOpResponse, TxnResponse};
+use etcd_client::TxnResponse;
 
 use super::error::{EtcdError, EtcdResult};
 
@@ -70,33 +70,6 @@ pub(crate) async fn txn_hedged(
         async move { request(op, timeout, kv.txn(txn)).await }
     })
     .await
-}
-
-/// The `i`-th op response of a txn, if it was a range.
-pub(crate) fn range_at(resp: &TxnResponse, i: usize) -> Option<GetResponse> {
-    match resp.op_responses().into_iter().nth(i)? {
-        TxnOpResponse::Get(get) => Some(get),
-        _ => None,
-    }
-}
-
-/// `put key value` bound to `lease`.
-pub(crate) fn put_leased(key: &[u8], value: &[u8], lease: i64) -> TxnOp {
-    TxnOp::put(
-        key.to_vec(),
-        value.to_vec(),
-        Some(PutOptions::new().with_lease(lease)),
-    )
-}
-
-/// Marks a waiter's queue key modified (its value and lease unchanged): the
-/// grant or wake signal its locker watches for.
-pub(crate) fn touch(queue_key: &[u8]) -> TxnOp {
-    TxnOp::put(
-        queue_key.to_vec(),
-        Vec::new(),
-        Some(PutOptions::new().with_ignore_value().with_ignore_lease()),
-    )
 }
 
 /// The pauses between retries of a failed request: 50 ms, doubling up to

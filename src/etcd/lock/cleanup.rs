@@ -6,15 +6,14 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use etcd_client::{Compare, CompareOp, Txn, TxnOp};
-
 use super::held::{Behind, Grant, HeldLock};
 use super::release;
 use super::state::LockerState;
 use crate::Key;
 use crate::etcd::client::batch::Answer;
 use crate::etcd::client::error::EtcdResult;
-use crate::etcd::client::request::{range_at, retry_backoff};
+use crate::etcd::client::request::retry_backoff;
+use crate::etcd::protocol::abandon::{self, Abandoned};
 use crate::etcd::protocol::keys::LockKeys;
 use crate::etcd::session::handout::{Lease, LeaseEnd};
 use crate::etcd::session::slots::Slot;
@@ -93,10 +92,10 @@ pub(crate) async fn abandon(
     }
 }
 
-/// One cleanup txn: delete our queue key unless the lock key holds our
-/// value; if it does, release the lock. `uncertain`: a write of this
-/// attempt got no answer, so the slot must be retired, not freed: the
-/// release then does not get it.
+/// One cleanup txn (see `protocol/abandon.rs`): delete our queue key
+/// unless the lock key holds our value; if it does, release the lock.
+/// `uncertain`: a write of this attempt got no answer, so the slot must be
+/// retired, not freed: the release then does not get it.
 async fn abandon_once(
     state: &Arc<LockerState>,
     written: &Written,
@@ -111,33 +110,19 @@ async fn abandon_once(
         queue_key,
         ..
     } = written;
-    let mut then = vec![TxnOp::get(keys.lock.clone(), None)];
-    let mut otherwise = Vec::new();
-    if let Some(q) = queue_key {
-        then.push(TxnOp::get(q.clone(), None));
-        otherwise.push(TxnOp::delete(q.clone(), None));
-    }
-    let txn = Txn::new()
-        .when([Compare::value(
-            keys.lock.clone(),
-            CompareOp::Equal,
-            value.clone(),
-        )])
-        .and_then(then)
-        .or_else(otherwise);
+    let txn = abandon::abandon(keys, value, queue_key.as_deref());
     let resp = state.txn("abandon", txn).await?;
-    if !resp.succeeded() {
-        if queue_key.is_some() {
-            release::serve_if_free(state, keys).await;
+    let (lock, queue_rev) = match abandon::read_abandon(&resp) {
+        Abandoned::Removed => {
+            if queue_key.is_some() && !resp.succeeded() {
+                release::serve_if_free(state, keys).await;
+            }
+            return Ok(());
         }
-        return Ok(());
-    }
-    let Some(lock_kv) = range_at(&resp, 0).and_then(|g| g.kvs().first().cloned()) else {
-        return Ok(());
+        Abandoned::Granted { lock, queue_rev } => (lock, queue_rev),
     };
-    let queue_rev = range_at(&resp, 1).and_then(|g| g.kvs().first().map(|kv| kv.create_revision()));
     let grant = Grant {
-        token: lock_kv.mod_revision(),
+        token: lock.mod_revision(),
         queue_rev,
         behind: Behind::LookUp,
         lease: Arc::clone(lease),

@@ -3,10 +3,11 @@
 
 use std::future::Future;
 
-use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse, TxnResponse};
+use etcd_client::{Compare, Txn, TxnOpResponse, TxnResponse};
 
 use super::held::HeldLock;
 use crate::etcd::client::error::EtcdError;
+use crate::etcd::protocol::fence;
 use crate::{Error, LockGuard, LossCause, Result};
 
 /// etcd operations conditional on holding the lock; implemented for
@@ -85,11 +86,7 @@ fn lost(guard: &LockGuard, cause: LossCause, reason: &str) -> Error {
 impl FencedTxn for LockGuard {
     fn fence(&self) -> Result<Compare> {
         let held = held(self)?;
-        Ok(Compare::mod_revision(
-            held.keys.lock.clone(),
-            CompareOp::Equal,
-            held.token,
-        ))
+        Ok(fence::fence(&held.keys.lock, held.token))
     }
 
     async fn fenced_txn(&self, txn: Txn) -> Result<TxnResponse> {
@@ -101,7 +98,7 @@ impl FencedTxn for LockGuard {
                 "the session lease's local deadline passed; the txn was not sent",
             ));
         }
-        let fenced = Txn::new().when([self.fence()?]).and_then([TxnOp::txn(txn)]);
+        let fenced = fence::fenced(self.fence()?, txn);
         let resp = held.state.txn("fenced txn", fenced).await?;
         if !resp.succeeded() {
             return Err(lost(

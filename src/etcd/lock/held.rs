@@ -3,23 +3,22 @@
 
 use std::sync::Arc;
 
-use etcd_client::{GetOptions, GetResponse, SortOrder, SortTarget};
 use tokio::task::{AbortHandle, JoinHandle};
 use tokio_util::sync::CancellationToken;
 
 use super::state::LockerState;
 use crate::etcd::client::request::{request, retry_backoff};
 use crate::etcd::client::watch::{Events, Target, WatchMsg};
-use crate::etcd::protocol::keys::{LockKeys, Successor, is_waiter};
+use crate::etcd::protocol::keys::{LockKeys, Successor};
+#[cfg(doc)]
+use crate::etcd::protocol::queue::LOOKAHEAD;
+use crate::etcd::protocol::queue::{lookup_query, successors};
+use crate::etcd::protocol::release::Holder;
 use crate::etcd::session::handout::{Lease, margin};
 use crate::etcd::session::revival::Holding;
 use crate::etcd::session::slots::Slot;
 use crate::loss::LossCell;
 use crate::{Key, LossCause, observe};
-
-/// How many waiters one lookup reads (the successor and the ones a grant
-/// passes along to it).
-pub(crate) const LOOKAHEAD: usize = 4;
 
 /// A lock just granted: the result of `lock` or `try_lock` in etcd.
 pub(crate) struct Grant {
@@ -120,6 +119,15 @@ impl HeldLock {
             watcher: std::sync::Mutex::new(None),
             slot,
             loss: LossCell::default(),
+        }
+    }
+
+    /// This holding as the release txns see it (`protocol/release.rs`).
+    pub fn holder(&self) -> Holder<'_> {
+        Holder {
+            keys: &self.keys,
+            token: self.token,
+            queue: self.queue.as_ref(),
         }
     }
 
@@ -249,44 +257,17 @@ async fn key_change_cause(state: &LockerState, lease: &Lease, rewritten: bool) -
 }
 
 /// The waiters among the first [`LOOKAHEAD`] queue entries after revision
-/// `after` (serializable: a stale answer is caught by the release txn's
-/// compares).
+/// `after` (see `protocol/queue.rs`).
 pub(crate) async fn lookup(state: &LockerState, queue_prefix: &[u8], after: i64) -> Vec<Successor> {
-    let opts = successor_query()
-        .with_min_create_revision(after + 1)
-        .with_serializable();
     match state
-        .get("successor lookup", queue_prefix.to_vec(), opts)
+        .get(
+            "successor lookup",
+            queue_prefix.to_vec(),
+            lookup_query(after),
+        )
         .await
     {
         Ok(resp) => successors(queue_prefix, &resp).0,
         Err(_) => Vec::new(),
     }
-}
-
-/// Reads the first [`LOOKAHEAD`] queue entries in line order.
-pub(crate) fn successor_query() -> GetOptions {
-    GetOptions::new()
-        .with_prefix()
-        .with_sort(SortTarget::Create, SortOrder::Ascend)
-        .with_limit(LOOKAHEAD as i64)
-}
-
-/// The waiters in a queue read, in order, and the create revision of the
-/// last entry read, waiter or not (see `keys::is_waiter`: entries someone
-/// else wrote are skipped, never served).
-pub(crate) fn successors(queue_prefix: &[u8], resp: &GetResponse) -> (Vec<Successor>, Option<i64>) {
-    let waiters = resp
-        .kvs()
-        .iter()
-        .filter(|kv| is_waiter(queue_prefix, kv.key(), kv.lease()))
-        .map(|kv| Successor {
-            key: kv.key().to_vec(),
-            create_revision: kv.create_revision(),
-            lease: kv.lease(),
-            value: kv.value().to_vec(),
-        })
-        .collect();
-    let last = resp.kvs().last().map(|kv| kv.create_revision());
-    (waiters, last)
 }

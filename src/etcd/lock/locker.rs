@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use etcd_client::{Client, Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
+use etcd_client::Client;
 
 use super::attempt::LockAttempt;
 use super::held::{Behind, Grant};
@@ -14,18 +14,12 @@ use super::state::LockerState;
 use crate::etcd::client::batch::{Answer, Batcher};
 use crate::etcd::client::connect::connect;
 use crate::etcd::client::error::{EtcdError, EtcdResult};
-use crate::etcd::client::request::{put_leased, range_at};
 use crate::etcd::config::EtcdConfig;
-use crate::etcd::protocol::keys::is_waiter;
+use crate::etcd::protocol::take::{self, Tried};
 use crate::etcd::session::handout::Lease;
 use crate::fairness::Fairness;
 use crate::observe::{self, Site};
 use crate::{Context, Key, LockGuard, Locker, Result};
-
-/// How many queue entries a fair `try_lock` looks at when the lock is free
-/// but the queue is not empty (to tell entries fairlock did not write from
-/// waiters); with more, it answers "held".
-const FOREIGN_SCAN: i64 = 16;
 
 /// A fair or unfair locker on etcd, with its own session lease.
 ///
@@ -197,75 +191,26 @@ impl EtcdLocker {
 }
 
 impl EtcdLocker {
-    /// One attempt of `try_lock`.
+    /// One attempt of `try_lock` (its txns: `protocol/take.rs`).
     async fn try_lock_once(&self, key: &Key) -> EtcdResult<Option<LockGuard>> {
         let mut attempt = LockAttempt::direct(&self.inner, key);
-        let keys = attempt.keys.clone();
-        let mut when = vec![Compare::create_revision(
-            keys.lock.clone(),
-            CompareOp::Equal,
-            0,
-        )];
-        if self.inner.fairness.is_fair() {
-            // Fair: nobody may be queued either.
-            when.push(
-                Compare::create_revision(keys.queue.clone(), CompareOp::Equal, 0).with_prefix(),
-            );
-        }
-        let value = attempt.value.clone();
-        // Fair: if the lock is free but the queue is not empty, read whether
-        // anyone in it is a waiter (see `keys::is_waiter`).
-        let reads = if self.inner.fairness.is_fair() {
-            vec![
-                TxnOp::get(keys.lock.clone(), Some(GetOptions::new().with_count_only())),
-                TxnOp::get(
-                    keys.queue.clone(),
-                    Some(
-                        GetOptions::new()
-                            .with_prefix()
-                            .with_sort(SortTarget::Create, SortOrder::Ascend)
-                            .with_limit(FOREIGN_SCAN),
-                    ),
-                ),
-            ]
-        } else {
-            Vec::new()
-        };
+        let (keys, value) = (attempt.keys.clone(), attempt.value.clone());
+        let fairness = self.inner.fairness;
         let (resp, lease) = attempt
             .write_with_lease("try_lock", |lease| {
-                Txn::new()
-                    .when(when.clone())
-                    .and_then([put_leased(&keys.lock, &value, lease)])
-                    .or_else(reads.clone())
+                take::try_take(&keys, fairness, (&value, lease))
             })
             .await?;
-        if resp.succeeded() {
-            return Ok(Some(attempt.granted(uncontended(&resp, lease))));
-        }
-        // Free, and queued only by entries fairlock did not write: take it
-        // if nothing newer has queued since.
-        let free = range_at(&resp, 0).is_some_and(|g| g.count() == 0);
-        let queue = range_at(&resp, 1);
-        let only_foreign = queue.as_ref().is_some_and(|g| {
-            (g.kvs().len() as i64) < FOREIGN_SCAN
-                && !g
-                    .kvs()
-                    .iter()
-                    .any(|kv| is_waiter(&keys.queue, kv.key(), kv.lease()))
-        });
-        let newest = queue.and_then(|g| g.kvs().last().map(|kv| kv.create_revision()));
-        if let (true, true, Some(newest)) = (free, only_foreign, newest) {
-            let txn = Txn::new()
-                .when([
-                    Compare::create_revision(keys.lock.clone(), CompareOp::Equal, 0),
-                    Compare::create_revision(keys.queue.clone(), CompareOp::Less, newest + 1)
-                        .with_prefix(),
-                ])
-                .and_then([put_leased(&keys.lock, &value, lease.id)]);
-            let resp = attempt.write("try_lock", &lease, txn).await?;
-            if resp.succeeded() {
-                return Ok(Some(attempt.granted(uncontended(&resp, lease))));
+        match take::read_try(&keys, &resp) {
+            Tried::Taken => return Ok(Some(attempt.granted(uncontended(&resp, lease)))),
+            Tried::FreeBehindForeign(newest) => {
+                let txn = take::take_past_foreign(&keys, (&value, lease.id), newest);
+                let resp = attempt.write("try_lock", &lease, txn).await?;
+                if resp.succeeded() {
+                    return Ok(Some(attempt.granted(uncontended(&resp, lease))));
+                }
             }
+            Tried::Busy => {}
         }
         attempt.disarm();
         Ok(None)

@@ -1,21 +1,19 @@
 //! A queued waiter's view of the line: where it stands (one read-only txn
-//! of its queue key, the lock key and the entries ahead of it), what to
-//! watch while it waits, and the txn that takes a free lock key.
+//! of its queue key, the lock key and the entries ahead of it, and more
+//! reads while entries that are not waiters fill a batch), what to watch
+//! while it waits, and the txn that takes a free lock key.
 
-use etcd_client::{Compare, CompareOp, GetOptions, GetResponse, SortOrder, SortTarget, Txn, TxnOp};
+use etcd_client::{GetResponse, Txn};
 
 use super::attempt::LockAttempt;
 use super::held::Behind;
 use super::state::LockerState;
 use crate::etcd::client::error::EtcdResult;
-use crate::etcd::client::request::{put_leased, range_at, retry_backoff};
+use crate::etcd::client::request::retry_backoff;
 use crate::etcd::client::watch::{Events, Subscription, Target};
-use crate::etcd::protocol::keys::{is_waiter, passed_along};
+use crate::etcd::protocol::queue::{self, Ahead};
+use crate::etcd::protocol::take;
 use crate::etcd::session::handout::Lease;
-use crate::fairness::Fairness;
-
-/// How many queue entries ahead one read looks at for the nearest waiter.
-const AHEAD_BATCH: i64 = 8;
 
 /// Where a re-read of the queue found the waiter.
 pub(crate) enum Position {
@@ -61,77 +59,60 @@ impl Place<'_> {
             .await
     }
 
-    /// The queue entries created before `below`, nearest first. Whole
-    /// entries, not keys only: telling a waiter needs its lease, which
-    /// etcd 3.7 leaves out of keys-only answers (see `keys::is_waiter`).
-    fn ahead(&self, below: i64) -> (Vec<u8>, GetOptions) {
-        let opts = GetOptions::new()
-            .with_prefix()
-            .with_max_create_revision((below - 1).max(1))
-            .with_sort(SortTarget::Create, SortOrder::Descend)
-            .with_limit(AHEAD_BATCH);
-        (self.attempt.keys.queue.clone(), opts)
-    }
-
-    /// Our predecessor: the nearest fairlock waiter ahead of us in
-    /// `first_batch` (read by [`Place::ahead`]), reading further while
-    /// entries that are not waiters (see `keys::is_waiter`) fill a batch.
+    /// Our predecessor: the nearest fairlock waiter ahead of us, from
+    /// `first_batch` on, reading further while entries that are not
+    /// waiters fill a batch.
     async fn predecessor(&self, first_batch: Option<GetResponse>) -> EtcdResult<Option<Vec<u8>>> {
         let queue = &self.attempt.keys.queue;
         let mut batch = first_batch;
         loop {
             let kvs = batch.as_ref().map_or(&[][..], |g| g.kvs());
-            if let Some(pred) = kvs.iter().find(|kv| is_waiter(queue, kv.key(), kv.lease())) {
-                return Ok(Some(pred.key().to_vec()));
-            }
-            match kvs.last() {
-                Some(oldest) if kvs.len() as i64 == AHEAD_BATCH => {
-                    let (key, opts) = self.ahead(oldest.create_revision());
-                    batch = Some(self.state().get("queue check", key, opts).await?);
+            match queue::nearest_waiter(queue, kvs) {
+                Ahead::Waiter(pred) => return Ok(Some(pred)),
+                Ahead::ReadBelow(rev) => {
+                    let next = self
+                        .state()
+                        .get("queue check", queue.clone(), queue::ahead(rev))
+                        .await?;
+                    batch = Some(next);
                 }
-                _ => return Ok(None),
+                Ahead::Nobody => return Ok(None),
             }
         }
     }
 
     /// Re-reads our queue key, the lock key and our predecessor in one
-    /// read-only txn.
+    /// read-only txn (see `protocol/queue.rs`).
     async fn check(&self) -> EtcdResult<Position> {
         let keys = &self.attempt.keys;
-        let (queue, ahead) = self.ahead(self.my_rev);
-        let read = Txn::new().and_then([
-            TxnOp::get(self.queue_key.to_vec(), None),
-            TxnOp::get(keys.lock.clone(), None),
-            TxnOp::get(queue, Some(ahead)),
-        ]);
+        let read = queue::place_check(keys, self.queue_key, self.my_rev);
         let resp = self.state().txn_hedged("queue check", read).await?;
-        let since = resp.revision;
-        let first = |i| range_at(&resp, i).and_then(|g| g.kvs().first().cloned());
-        let Some(mine) = first(0).filter(|kv| kv.create_revision() == self.my_rev) else {
-            return Ok(Position::Gone);
-        };
-        let lock = first(1);
-        if let Some(lock) = &lock
-            && lock.value() == self.attempt.value
-        {
-            let passed = passed_along(keys, &self.attempt.value, mine.value());
-            return Ok(Position::Granted {
-                token: lock.mod_revision(),
-                behind: Behind::Passed(passed),
-            });
-        }
-        if lock.is_none() && self.state().fairness == Fairness::Unfair {
-            return Ok(Position::Free); // unfair: take it from any place in line
-        }
-        if let Some(pred) = self.predecessor(range_at(&resp, 2)).await? {
+        let me = (self.attempt.value.as_slice(), self.my_rev);
+        let (first_batch, lock_free, since) =
+            match queue::read_place(keys, self.state().fairness, me, &resp) {
+                queue::Place::Gone => return Ok(Position::Gone),
+                queue::Place::Granted { token, passed } => {
+                    return Ok(Position::Granted {
+                        token,
+                        behind: Behind::Passed(passed),
+                    });
+                }
+                queue::Place::FreeToBarge => return Ok(Position::Free),
+                queue::Place::Behind {
+                    first_batch,
+                    lock_free,
+                    since,
+                } => (first_batch, lock_free, since),
+            };
+        if let Some(pred) = self.predecessor(first_batch).await? {
             return Ok(Position::Wait {
                 target: pred,
                 since,
             });
         }
-        Ok(match lock {
-            None => Position::Free,
-            Some(_) => Position::Wait {
+        Ok(match lock_free {
+            true => Position::Free,
+            false => Position::Wait {
                 target: keys.lock.clone(),
                 since,
             },
@@ -152,23 +133,14 @@ impl Place<'_> {
         }
     }
 
-    /// The txn that creates the lock key if it is still free and we are
-    /// still queued; unfair also leaves the queue in it.
-    ///
-    /// A fair waiter takes it only after a read (at or after its enqueue)
-    /// found no waiter ahead of it, and that stays true: whatever queues
-    /// later is behind it. So the txn needs no compare on the queue, and
-    /// entries that are not waiters cannot block it.
+    /// The txn that takes the lock key if it is still free and we are
+    /// still queued (see `protocol/take.rs`).
     pub fn take(&self) -> Txn {
-        let keys = &self.attempt.keys;
-        let when = [
-            Compare::create_revision(keys.lock.clone(), CompareOp::Equal, 0),
-            Compare::create_revision(self.queue_key.to_vec(), CompareOp::Equal, self.my_rev),
-        ];
-        let mut then = vec![put_leased(&keys.lock, &self.attempt.value, self.lease.id)];
-        if self.state().fairness == Fairness::Unfair {
-            then.push(TxnOp::delete(self.queue_key.to_vec(), None));
-        }
-        Txn::new().when(when).and_then(then)
+        take::take(
+            &self.attempt.keys,
+            self.state().fairness,
+            (&self.attempt.value, self.lease.id),
+            (self.queue_key, self.my_rev),
+        )
     }
 }

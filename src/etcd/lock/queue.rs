@@ -35,16 +35,15 @@
 
 use std::sync::Arc;
 
-use etcd_client::{Compare, CompareOp, Txn};
-
 use super::attempt::LockAttempt;
 use super::held::{Behind, Grant};
 use super::place::{Place, Position};
 use super::waiting::{Signal, Watching};
 use crate::etcd::client::error::{EtcdError, EtcdResult};
-use crate::etcd::client::request::{put_leased, retry_backoff};
+use crate::etcd::client::request::retry_backoff;
 use crate::etcd::client::shared_watch::Listener;
 use crate::etcd::protocol::keys::prefix_end;
+use crate::etcd::protocol::take;
 use crate::etcd::session::handout::{Lease, margin};
 use crate::{Error, observe};
 
@@ -268,20 +267,7 @@ async fn enqueue(attempt: &mut LockAttempt, queue_key: &[u8]) -> EtcdResult<Enqu
     let own_end = prefix_end(&own_prefix);
     let open_own = Box::pin(state.watches.existing(&own_prefix, Some(&own_end))).await;
 
-    let mut free = vec![Compare::create_revision(
-        keys.lock.clone(),
-        CompareOp::Equal,
-        0,
-    )];
-    if state.fairness.is_fair() {
-        free.push(Compare::create_revision(keys.queue.clone(), CompareOp::Equal, 0).with_prefix());
-    }
-    let enqueue = |lease: i64| {
-        Txn::new()
-            .when(free.clone())
-            .and_then([put_leased(&keys.lock, &value, lease)])
-            .or_else([put_leased(queue_key, &value, lease)])
-    };
+    let enqueue = |lease: i64| take::enqueue(&keys, state.fairness, (&value, lease), queue_key);
     let (resp, lease) = Box::pin(attempt.write_with_lease("enqueue", enqueue)).await?;
     let my_rev = resp.revision;
     if resp.succeeded() {

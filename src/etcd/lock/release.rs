@@ -1,30 +1,20 @@
-//! Unlock: hand the lock key to the first waiter, or delete it when nobody
-//! waits, in one txn guarded by the holder's fencing token.
+//! Unlock: the release rounds (their txn is specified in `protocol/mod.rs`
+//! and built in `protocol/release.rs`), retried until done.
 //!
-//! ```text
-//! if lock.mod_revision == token          (still ours: never touch a newer holder's key)
-//!    and successor known:  successor.create_revision == known
-//!        nobody known:     no queue key is newer than mine
-//! then delete my queue key;
-//!      fair successor:   put lock = successor (its lease), touch its queue key
-//!      unfair successor: delete lock (anyone may take it), touch its queue key
-//!      nobody:           delete lock
-//! else read the lock key and the queue head; delete my queue key
-//! ```
-//!
-//! The else branch tells the two failures apart: a lock key that is gone or
-//! has another revision is lost; one that is still ours means the queue
-//! changed, and the next round uses the head just read. Deleting our queue
-//! key there, while we still hold, is harmless: every take compares the
-//! lock key absent, and `after` keeps the compare above from counting the
-//! entries up to ours; a patient waiter right behind us that watches our
-//! key reads the queue again and watches the lock key instead. And a lost
-//! holding must not leave the key behind. One level, not a txn inside a
-//! txn: etcd 3.4 checks every op list of a txn for overlapping writes
-//! (building a small tree for each, nested lists included) before it
-//! proposes it: 21 us of etcd's CPU per lock+unlock cycle with the nested
-//! form, 8 us with this one (etcd's `--enable-pprof`, see
-//! `docs/performance.md`).
+//! A release hands the lock key to the first waiter, or deletes it when
+//! nobody waits, in one txn guarded by the holder's fencing token. When
+//! its compares fail, its else branch tells a lost lock (the lock key gone
+//! or rewritten) from a queue that changed (the next round serves the head
+//! it read). It deletes our queue key on both branches: while we still
+//! hold, that is harmless (every take compares the lock key absent, and
+//! `after` keeps the "nobody waits" compare from counting the entries up
+//! to ours; a patient waiter watching our entry reads the queue again and
+//! watches the lock key instead), and a lost holding must not leave it
+//! behind. The txn is one level, not a txn inside a txn: etcd 3.4 checks
+//! every op list of a txn for overlapping writes (building a small tree
+//! for each, nested lists included) before it proposes it: 21 us of
+//! etcd's CPU per lock+unlock cycle with the nested form, 8 us with this
+//! one (etcd's `--enable-pprof`, see `docs/performance.md`).
 //!
 //! A holder learns its successor without a read on the handoff path: a
 //! lookup reads up to [`LOOKAHEAD`] waiters at once, and a fair grant
@@ -33,16 +23,18 @@
 //! `LOOKAHEAD - 1` reads the queue. A passed list can only have lost
 //! entries (newcomers queue behind it); the successor compare catches that.
 use async_trait::async_trait;
-use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
+use etcd_client::Txn;
 use tokio_util::sync::CancellationToken;
 
-use super::held::{HeldLock, Lookahead, lookup, successor_query, successors};
+use super::held::{HeldLock, Lookahead, lookup};
 use super::state::LockerState;
 use crate::etcd::client::batch::Answer;
 use crate::etcd::client::error::{EtcdError, EtcdResult};
-use crate::etcd::client::request::{put_leased, range_at, retry_backoff, touch};
-use crate::etcd::protocol::keys::{LockKeys, Successor, pass_along, waiter_mode};
-use crate::fairness::Fairness;
+use crate::etcd::client::request::retry_backoff;
+use crate::etcd::protocol::keys::{LockKeys, Successor};
+#[cfg(doc)]
+use crate::etcd::protocol::queue::LOOKAHEAD;
+use crate::etcd::protocol::release::{self, Released, Round, read_release, release_round};
 use crate::{Error, GuardRelease, Key, LossCause, Result, observe};
 
 /// How often one release attempt re-reads when the queue changes under it.
@@ -152,81 +144,27 @@ async fn release_once(
     next: &mut Vec<Successor>,
     skip: &mut i64,
 ) -> EtcdResult<()> {
-    let HeldLock {
-        key,
-        keys,
-        token,
-        queue,
-        ..
-    } = held;
-    let delete_mine = delete_queue_key(queue);
+    let holding = held.holder();
     for _ in 0..MAX_ROUNDS {
-        let after = *skip;
-        let mut when = vec![still_ours(held)];
-        let mut then = delete_mine.clone();
-        // Whom the txn hands the lock to: a fair waiter or an unfair one.
-        let handoff = next.first().map(|s| waiter_mode(&s.key));
-        match next.split_first() {
-            Some((s, rest)) => {
-                when.push(Compare::create_revision(
-                    s.key.clone(),
-                    CompareOp::Equal,
-                    s.create_revision,
-                ));
-                match waiter_mode(&s.key) {
-                    Fairness::Unfair => {
-                        then.push(TxnOp::delete(keys.lock.clone(), None));
-                        then.push(touch(&s.key));
-                    }
-                    Fairness::Fair => {
-                        then.push(put_leased(&keys.lock, &s.value, s.lease));
-                        then.push(grant_touch(keys, s, rest));
-                    }
-                }
-            }
-            None => {
-                when.push(
-                    Compare::create_revision(keys.queue.clone(), CompareOp::Less, after + 1)
-                        .with_prefix(),
-                );
-                then.push(TxnOp::delete(keys.lock.clone(), None));
-            }
-        }
-        // Failed: whether the lock key is still ours, and the queue head.
-        // Our queue key goes either way (see the module doc).
-        let mut otherwise = vec![
-            TxnOp::get(keys.lock.clone(), Some(GetOptions::new().with_keys_only())),
-            TxnOp::get(
-                keys.queue.clone(),
-                Some(successor_query().with_min_create_revision(after + 1)),
-            ),
-        ];
-        otherwise.extend(delete_mine.iter().cloned());
-        let txn = Txn::new().when(when).and_then(then).or_else(otherwise);
+        let Round { txn, handoff } = release_round(holding, next, *skip);
         let resp = send(held, txn).await?;
-        if resp.succeeded() {
-            if let Some(mode) = handoff {
-                observe::handed_off(mode);
+        match read_release(holding, &resp) {
+            Released::Done => {
+                if let Some(mode) = handoff {
+                    observe::handed_off(mode);
+                }
+                return Ok(());
             }
-            return Ok(());
+            Released::Lost => return Err(taken_over(&held.key)),
+            Released::Changed { waiters, last } => {
+                if waiters.is_empty()
+                    && let Some(last) = last
+                {
+                    *skip = last; // only entries that are not waiters
+                }
+                *next = waiters;
+            }
         }
-        let ours = range_at(&resp, 0).is_some_and(|g| {
-            g.kvs()
-                .first()
-                .is_some_and(|kv| kv.mod_revision() == *token)
-        });
-        if !ours {
-            return Err(taken_over(key));
-        }
-        let (waiters, last) = range_at(&resp, 1)
-            .map(|g| successors(&keys.queue, &g))
-            .unwrap_or_default();
-        if waiters.is_empty()
-            && let Some(last) = last
-        {
-            *skip = last; // only entries that are not waiters
-        }
-        *next = waiters;
     }
     Err(EtcdError::Failed {
         op: "unlock",
@@ -234,29 +172,16 @@ async fn release_once(
     })
 }
 
-/// Frees the lock without handing it on: delete the lock key and our queue
-/// key, guarded by the token. For an etcd out of space, which refuses every
-/// put (a handoff puts the lock key, a touch puts the waiter's key) but
-/// still deletes. The waiters notice the free lock once patient (see
-/// `queue.rs`); their own take then meets etcd's refusal and fails with it.
+/// Frees the lock without handing it on (see `protocol/release.rs`): for
+/// an etcd out of space, which refuses every put (a handoff puts the lock
+/// key, a touch puts the waiter's key) but still deletes. The waiters
+/// notice the free lock once patient (see `queue.rs`); their own take then
+/// meets etcd's refusal and fails with it.
 async fn free_once(held: &HeldLock) -> EtcdResult<()> {
-    let mut then = delete_queue_key(&held.queue);
-    let otherwise = then.clone();
-    then.push(TxnOp::delete(held.keys.lock.clone(), None));
-    let txn = Txn::new()
-        .when([still_ours(held)])
-        .and_then(then)
-        .or_else(otherwise);
-    if send(held, txn).await?.succeeded() {
+    if send(held, release::free(held.holder())).await?.succeeded() {
         return Ok(());
     }
     Err(taken_over(&held.key))
-}
-
-/// The compare of every release txn: the lock key is still the one `held`
-/// got (never touch a newer holder's key).
-fn still_ours(held: &HeldLock) -> Compare {
-    Compare::mod_revision(held.keys.lock.clone(), CompareOp::Equal, held.token)
 }
 
 /// Sends release txn `txn` of `held`. Others wait for it: one stuck on a
@@ -269,15 +194,6 @@ async fn send(held: &HeldLock, txn: Txn) -> EtcdResult<Answer> {
     held.state
         .write("unlock", &held.keys.lock, txn, timeout)
         .await
-}
-
-/// The delete of the holder's own queue key, if it has one (a fair
-/// grantee keeps it while it holds).
-fn delete_queue_key(queue: &Option<(Vec<u8>, i64)>) -> Vec<TxnOp> {
-    queue
-        .iter()
-        .map(|(q, _)| TxnOp::delete(q.clone(), None))
-        .collect()
 }
 
 /// The lock key was not ours any more when the release reached etcd.
@@ -298,44 +214,13 @@ fn taken_over(key: &Key) -> EtcdError {
 /// once patient (see `queue.rs`). One read; a write only if the key is free
 /// and someone waits. Best effort: errors are ignored for that reason.
 pub(crate) async fn serve_if_free(state: &LockerState, keys: &LockKeys) {
-    let read = Txn::new().and_then([
-        TxnOp::get(keys.lock.clone(), Some(GetOptions::new().with_count_only())),
-        TxnOp::get(keys.queue.clone(), Some(successor_query())),
-    ]);
-    let Ok(resp) = state.txn("serve a free lock", read).await else {
-        return;
-    };
-    if range_at(&resp, 0).is_none_or(|g| g.count() > 0) {
-        return;
-    }
-    let Some(first) =
-        range_at(&resp, 1).and_then(|g| successors(&keys.queue, &g).0.into_iter().next())
+    let Ok(read) = state
+        .txn("serve a free lock", release::serve_read(keys))
+        .await
     else {
         return;
     };
-    let mut then = vec![touch(&first.key)];
-    if waiter_mode(&first.key).is_fair() {
-        then.push(put_leased(&keys.lock, &first.value, first.lease));
-    }
-    let serve = Txn::new()
-        .when([
-            Compare::create_revision(keys.lock.clone(), CompareOp::Equal, 0),
-            Compare::create_revision(first.key.clone(), CompareOp::Equal, first.create_revision),
-        ])
-        .and_then(then);
-    let _ = state.txn("serve a free lock", serve).await;
-}
-
-/// The touch that grants the lock to fair successor `s`: its value gains
-/// the waiters behind it (`rest`, see [`pass_along`]) so that it needs no
-/// lookup.
-fn grant_touch(keys: &LockKeys, s: &Successor, rest: &[Successor]) -> TxnOp {
-    match pass_along(keys, s, rest) {
-        Some(value) => TxnOp::put(
-            s.key.clone(),
-            value,
-            Some(PutOptions::new().with_ignore_lease()),
-        ),
-        None => touch(&s.key),
+    if let Some(serve) = release::serve(keys, &read) {
+        let _ = state.txn("serve a free lock", serve).await;
     }
 }

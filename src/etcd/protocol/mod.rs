@@ -1,6 +1,120 @@
-//! What fairlock writes to etcd and reads from it.
+//! The protocol: what fairlock writes to etcd and reads from it. Every key,
+//! every txn and every read whose answer decides something is built and
+//! read here, by functions that send nothing; `lock/` decides when to send
+//! them, `client/` sends them. This comment is the specification.
 //!
-//! - `keys.rs`: every etcd wire format: key layout, mode tags, owner
-//!   values, the passed-along successor list.
+//! # Keys
+//! For prefix `P` and lock `k` (`keys.rs`, which has the formats and
+//! their round-trip tests):
+//! - the **lock key** `P k`: exists exactly while someone holds the lock.
+//!   Value: the holder's owner value; lease: the holder's session lease.
+//!   Its mod revision is the holder's **fencing token**: every grant
+//!   writes it, so the token grows with every new holder.
+//! - a **queue entry** `P k/_OWNERS_/<locker id>/<f|u><slot>` per waiting
+//!   `lock` call, on its session lease, in line by create revision; `f` is
+//!   fair (is handed the lock), `u` unfair (is woken to try). Value: its
+//!   owner value; a fair grant appends the waiters behind it ("passed
+//!   along", one line each). `<slot>` is a number its locker reuses.
+//! - anything else under `P k/_OWNERS_/` (no lease, another name) was not
+//!   written by fairlock: never handed the lock, never blocking it.
+//!
+//! An owner value, `<f|u><uuid> pid=.. host=.. at=..`, is unique per
+//! attempt. Touching an entry (a put that keeps its value and lease)
+//! changes only its mod revision: it is how a release signals a waiter,
+//! whose locker watches its own entries (puts only).
+//!
+//! # Transactions
+//! `L` the lock key, `Q` the queue prefix, `q` the caller's entry (created
+//! at `my_rev`), `v` its owner value, `l` its lease, `T` a holder's token.
+//! "Q empty" compares `create_revision == 0` over the prefix, which an
+//! empty range passes.
+//!
+//! ```text
+//! enqueue (lock)          if L absent [fair: and Q empty]
+//!   take.rs                 then put L=v@l                 granted, T = revision
+//!                           else put q=v@l                 queued, my_rev = revision
+//! take (queued waiter)    if L absent and q.create == my_rev
+//!   take.rs                 then put L=v@l [unfair: delete q]
+//! try_lock                if L absent [fair: and Q empty]
+//!   take.rs                 then put L=v@l
+//!                           else [fair] count L; read Q's first 16
+//!   then, if L was free and Q held no waiter, newest at rev N:
+//!                         if L absent and every Q entry created <= N
+//!                           then put L=v@l
+//! release round           if L.mod == T and (successor s known: s.create == known
+//!   release.rs                               | none known: every Q entry created <= after)
+//!                           then delete q;  fair s:   put L=s.value@s.lease, touch s
+//!                                                      (its value gains the waiters behind)
+//!                                           unfair s: delete L, touch s
+//!                                           none:     delete L
+//!                           else read L (keys only), Q's first 4 after `after`; delete q
+//! free (out of space)     if L.mod == T then delete L, q  else delete q
+//! serve a free lock       read: count L, Q's first 4;  if L absent and waiter s first:
+//!   release.rs              if L absent and s.create == known
+//!                           then touch s [fair: put L=s.value@s.lease]
+//! abandon (gave up)       if L.value == v then read L, q  else delete q
+//!   abandon.rs              (granted meanwhile: release it as a holder would)
+//! clear a lost holding    { if L.mod == T then delete L }; { if q.create == rev then delete q }
+//!   abandon.rs
+//! fenced (user's txn)     if L.mod == T then <the user's txn>
+//!   fence.rs
+//! ```
+//!
+//! # Reads
+//! - **place check** (`queue.rs`), a waiter's view of the line, one
+//!   read-only txn: q, L, and the 8 entries created before `my_rev`,
+//!   nearest first (more batches while none is a waiter). L holding `v`:
+//!   granted (a handoff). q gone: its lease ended. Else the nearest waiter
+//!   ahead is watched for deletion, or with none ahead L; with none ahead
+//!   and L absent (or unfair and L absent) the waiter sends a take.
+//! - **successors** (`queue.rs`): Q's first 4 entries after the holder's
+//!   own, by create revision, waiters only; a release serves the first.
+//!   Read serializable at grant (a stale read fails the release's
+//!   compare), or passed along by the grant.
+//! - entries are read whole wherever a lease decides: etcd 3.7 answers
+//!   keys-only reads from its index with lease 0 for every key (etcd issue
+//!   22209), which would make every waiter look like someone else's entry.
+//!
+//! # Why it is safe
+//! - **One holder.** L is created only when absent, and otherwise written
+//!   only by a txn that compares `L.mod == T` of the current holder (a
+//!   release, a clear, a fenced txn): no one else's write can replace a
+//!   holder. A holder whose lease ends loses L with it; its late release,
+//!   clear or fenced txn then fails its compare.
+//! - **Arrival order** (fair). A fair newcomer takes L only with Q empty;
+//!   a release hands L to the first waiter in line, checked by that
+//!   waiter's create revision; a waiter takes a free L only after a read
+//!   found no waiter ahead of it, and no waiter queues ahead later
+//!   (create revisions grow). Entries someone else wrote are skipped.
+//! - **No lost wake-up.** Each release touches the waiter it serves in
+//!   the txn that frees or hands the lock; a waiter listens for touches
+//!   of its own entry from before its enqueue (or reads its place once
+//!   after). A lock freed with nobody to serve (a holder's lease ended, a
+//!   woken waiter gave up) is found by the waiters' patience: after a
+//!   tenth of the TTL each watches its predecessor, the first L; and a
+//!   waiter that gives up serves a free lock to the first in line.
+//! - **Nothing left behind.** Every entry is on a lease; an attempt that
+//!   gives up deletes its entry, or releases a lock granted to it
+//!   meanwhile; a release deletes the holder's entry on both branches.
+//! - **Retries.** Every write compares what it expects, so a second copy,
+//!   or a late one after no answer, fails harmlessly; a write whose answer
+//!   never came is covered by retiring its lease (`session/`).
+//!
+//! # Files
+//! From the bottom up: each file uses only files listed before it.
+//! - `keys.rs`: key layout, entry names, owner values, the passed-along
+//!   waiters;
+//! - `ops.rs`: the parts of every txn, and reading an op's answer;
+//! - `queue.rs`: reading the queue: successors and a waiter's place;
+//! - `take.rs`: enqueue, take and `try_lock`;
+//! - `release.rs`: the release round, freeing, serving a free lock;
+//! - `abandon.rs`: cleaning up after an attempt, clearing a lost holding;
+//! - `fence.rs`: the fence of a holder's own txns.
 
+pub(crate) mod abandon;
+pub(crate) mod fence;
 pub(crate) mod keys;
+pub(crate) mod ops;
+pub(crate) mod queue;
+pub(crate) mod release;
+pub(crate) mod take;

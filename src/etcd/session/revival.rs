@@ -12,10 +12,11 @@
 
 use std::collections::{HashMap, HashSet};
 
-use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
+use etcd_client::Client;
 
 use crate::etcd::client::error::EtcdResult;
 use crate::etcd::client::request::txn_hedged;
+use crate::etcd::protocol::abandon::clear_holding;
 
 /// A lock held on a session lease: its keys, until it is released cleanly.
 #[derive(Clone, Debug)]
@@ -85,33 +86,8 @@ pub(crate) async fn clear(
     timeout: std::time::Duration,
     holding: &Holding,
 ) -> EtcdResult<()> {
-    let mut ops = vec![TxnOp::txn(
-        Txn::new()
-            .when([Compare::mod_revision(
-                holding.lock.clone(),
-                CompareOp::Equal,
-                holding.token,
-            )])
-            .and_then([TxnOp::delete(holding.lock.clone(), None)]),
-    )];
-    if let Some((queue_key, rev)) = &holding.queue {
-        ops.push(TxnOp::txn(
-            Txn::new()
-                .when([Compare::create_revision(
-                    queue_key.clone(),
-                    CompareOp::Equal,
-                    *rev,
-                )])
-                .and_then([TxnOp::delete(queue_key.clone(), None)]),
-        ));
-    }
+    let txn = clear_holding(&holding.lock, holding.token, holding.queue.as_ref());
     // Its compares make a second or late copy harmless.
-    txn_hedged(
-        client,
-        "clear a lost holding",
-        timeout,
-        Txn::new().and_then(ops),
-    )
-    .await?;
+    txn_hedged(client, "clear a lost holding", timeout, txn).await?;
     Ok(())
 }

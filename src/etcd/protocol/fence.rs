@@ -1,0 +1,17 @@
+//! Fenced writes: a txn of the holder's own, applied only while it still
+//! holds the lock.
+
+use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+
+/// The compare that holds exactly while the holder granted lock key `lock`
+/// at revision `token` holds it: the lock key's mod revision is still the
+/// token (every grant and every handoff writes the lock key).
+pub(crate) fn fence(lock: &[u8], token: i64) -> Compare {
+    Compare::mod_revision(lock.to_vec(), CompareOp::Equal, token)
+}
+
+/// `txn` inside a txn guarded by `fence`: applied only while the fence
+/// holds, and then answered as the only op of the outer txn's answer.
+pub(crate) fn fenced(fence: Compare, txn: Txn) -> Txn {
+    Txn::new().when([fence]).and_then([TxnOp::txn(txn)])
+}
