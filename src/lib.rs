@@ -117,6 +117,7 @@ mod registry;
 mod scheme;
 #[cfg(feature = "serde")]
 mod serialize;
+mod shared;
 mod status;
 #[cfg(any(feature = "etcd", feature = "redis"))]
 mod tls;

@@ -64,6 +64,127 @@ pub trait Locker: Send + Sync + 'static {
     /// releases the lock if it was granted meanwhile) in the background.
     async fn lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard>;
 
+    /// Waits until `key` is held for reading: with other readers, once no
+    /// writer holds it or waits ahead (see [`Locker::write_lock`]).
+    /// Readers and writers of a key are granted in arrival order, whether
+    /// the locker is fair or not.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> fairlock::Result<()> {
+    /// use fairlock::{Context, Key, Locker, memory::MemoryStore};
+    ///
+    /// let store = MemoryStore::new();
+    /// let (a, b) = (store.locker(true), store.locker(true));
+    /// let key = Key::from("catalog");
+    /// let r1 = a.read_lock(&Context::background(), &key).await?;
+    /// let r2 = b.read_lock(&Context::background(), &key).await?; // readers share
+    /// assert!(b.try_write_lock(&key).await?.is_none()); // a writer waits for them
+    /// r1.unlock().await?;
+    /// r2.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Locker::lock`]; [`crate::Error::InvalidKey`] when `key` is in
+    /// use as a semaphore or a mutex ([`Locker::lock`]): give each kind of
+    /// lock its own keys; [`crate::Error::Unsupported`] from a backend
+    /// without read/write locks (Redis).
+    ///
+    /// # Cancel safety
+    /// As [`Locker::lock`].
+    async fn read_lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
+        let _ = (ctx, key);
+        Err(unsupported("read/write locks"))
+    }
+
+    /// Takes `key` for reading if that needs no wait: no writer holds it or
+    /// waits for it.
+    ///
+    /// # Errors
+    /// As [`Locker::read_lock`].
+    ///
+    /// # Cancel safety
+    /// As [`Locker::try_lock`].
+    async fn try_read_lock(&self, key: &Key) -> Result<Option<LockGuard>> {
+        let _ = key;
+        Err(unsupported("read/write locks"))
+    }
+
+    /// Waits until `key` is held for writing: alone, once every reader and
+    /// writer ahead of it has released it. It excludes the readers and
+    /// writers of [`Locker::read_lock`] and this method; it knows nothing
+    /// of [`Locker::lock`], which is a lock of its own kind.
+    ///
+    /// # Errors
+    /// As [`Locker::read_lock`].
+    ///
+    /// # Cancel safety
+    /// As [`Locker::lock`].
+    async fn write_lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
+        let _ = (ctx, key);
+        Err(unsupported("read/write locks"))
+    }
+
+    /// Takes `key` for writing if that needs no wait: nobody reads, writes
+    /// or waits for it.
+    ///
+    /// # Errors
+    /// As [`Locker::read_lock`].
+    ///
+    /// # Cancel safety
+    /// As [`Locker::try_lock`].
+    async fn try_write_lock(&self, key: &Key) -> Result<Option<LockGuard>> {
+        let _ = key;
+        Err(unsupported("read/write locks"))
+    }
+
+    /// Waits for one of `limit` permits of the semaphore `key`: at most
+    /// `limit` holders at a time, granted in arrival order. Every user of
+    /// one key must pass the same limit.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> fairlock::Result<()> {
+    /// use fairlock::{Context, Key, Locker, memory::MemoryStore};
+    ///
+    /// let locker = MemoryStore::new().locker(true);
+    /// let key = Key::from("gpu-slots");
+    /// let one = locker.acquire(&Context::background(), &key, 2).await?;
+    /// let two = locker.acquire(&Context::background(), &key, 2).await?;
+    /// assert!(locker.try_acquire(&key, 2).await?.is_none()); // both permits taken
+    /// one.unlock().await?;
+    /// two.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Locker::lock`]; [`crate::Error::InvalidConfig`] for a limit of
+    /// 0; [`crate::Error::InvalidKey`] when `key` is in use with another
+    /// limit, as a read/write lock or as a mutex;
+    /// [`crate::Error::Unsupported`] from a backend without semaphores
+    /// (Redis).
+    ///
+    /// # Cancel safety
+    /// As [`Locker::lock`].
+    async fn acquire(&self, ctx: &Context, key: &Key, limit: u32) -> Result<LockGuard> {
+        let _ = (ctx, key, limit);
+        Err(unsupported("semaphores"))
+    }
+
+    /// Takes one of `limit` permits of the semaphore `key` if that needs no
+    /// wait: fewer than `limit` hold it and nobody waits.
+    ///
+    /// # Errors
+    /// As [`Locker::acquire`].
+    ///
+    /// # Cancel safety
+    /// As [`Locker::try_lock`].
+    async fn try_acquire(&self, key: &Key, limit: u32) -> Result<Option<LockGuard>> {
+        let _ = (key, limit);
+        Err(unsupported("semaphores"))
+    }
+
     /// Releases a lock taken from this locker; the same as
     /// [`LockGuard::unlock`].
     ///
@@ -80,6 +201,13 @@ pub trait Locker: Send + Sync + 'static {
 
     /// `true` if this locker grants in arrival order.
     fn is_fair(&self) -> bool;
+}
+
+/// The error of a backend without `what`.
+fn unsupported(what: &str) -> crate::Error {
+    crate::Error::Unsupported(format!(
+        "this backend has no {what}; etcd and the in-memory backend have them"
+    ))
 }
 
 /// What a backend does to release one held lock; the inside of a [`LockGuard`].

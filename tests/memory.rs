@@ -43,6 +43,9 @@ impl Backend for Memory {
     async fn finish(&self) {
         assert!(self.0.is_idle(), "the memory store is not idle at the end");
     }
+    fn supports_shared(&self) -> bool {
+        true
+    }
 }
 
 fairlock::conformance_tests!(memory);

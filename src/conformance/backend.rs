@@ -63,4 +63,12 @@ pub trait Backend: Send + Sync + 'static {
     fn supports_fair(&self) -> bool {
         true
     }
+
+    /// `true` for a backend with read/write locks and semaphores
+    /// ([`Locker::read_lock`], [`Locker::acquire`]): their checks run only
+    /// then. [`Backend::wait_queued`] then also counts the callers in a
+    /// read/write lock's or semaphore's line, holders included.
+    fn supports_shared(&self) -> bool {
+        false
+    }
 }

@@ -37,6 +37,9 @@
 //! - [`drop_future_leaves_nothing`], [`drop_guard_releases`]: dropping
 //!   cleans up in the background.
 //! - [`bad_input`]: clear errors for bad keys and a cancelled context.
+//! - [`read_write_lock`], [`semaphore`], [`shared_giving_up_leaves_nothing`],
+//!   [`shared_bad_input`]: read/write locks and semaphores, for a backend
+//!   that has them ([`Backend::supports_shared`]).
 //!
 //! [`patient`] is the context the checks give every `lock` that must
 //! succeed.
@@ -114,6 +117,7 @@ mod cleanup;
 mod deadline;
 mod entry_points;
 mod exclusion;
+mod shared;
 mod suite;
 
 pub use backend::Backend;
@@ -123,4 +127,5 @@ pub use cleanup::{
 pub use deadline::patient;
 pub use entry_points::{bad_input, try_lock};
 pub use exclusion::{fair_order, key_isolation, mutual_exclusion};
+pub use shared::{read_write_lock, semaphore, shared_bad_input, shared_giving_up_leaves_nothing};
 pub use suite::run;

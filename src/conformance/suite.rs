@@ -26,7 +26,7 @@ pub fn run<F: Future>(check: F) -> F::Output {
 }
 
 /// Declares the whole conformance suite as tests: a module
-/// `conformance_suite` with one `#[test]` per check and mode (16 tests).
+/// `conformance_suite` with one `#[test]` per check and mode (20 tests).
 ///
 /// The argument is the path of an `async fn(&str) -> B` where `B` implements
 /// [`conformance::Backend`](crate::conformance::Backend): each test calls
@@ -130,6 +130,24 @@ macro_rules! conformance_tests {
             #[test]
             fn bad_input_is_a_clear_error() {
                 suite::run(async { suite::bad_input(&$make("bad").await).await });
+            }
+            #[test]
+            fn read_write_lock() {
+                suite::run(async { suite::read_write_lock(&$make("rw").await).await });
+            }
+            #[test]
+            fn semaphore() {
+                suite::run(async { suite::semaphore(&$make("sem").await).await });
+            }
+            #[test]
+            fn shared_giving_up_leaves_nothing() {
+                suite::run(async {
+                    suite::shared_giving_up_leaves_nothing(&$make("shared-give-up").await).await
+                });
+            }
+            #[test]
+            fn shared_bad_input_is_a_clear_error() {
+                suite::run(async { suite::shared_bad_input(&$make("shared-bad").await).await });
             }
         }
     };

@@ -18,6 +18,8 @@
 //! # Ok(()) }
 //! ```
 
+mod shared;
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -26,6 +28,7 @@ use tokio::sync::{Notify, oneshot};
 
 use crate::fairness::Fairness;
 use crate::observe::{self, Site};
+use crate::shared::Share;
 use crate::{Context, Error, GuardRelease, Key, LockGuard, Locker, Result};
 
 /// The shared state lockers of one in-process "cluster" agree on.
@@ -45,6 +48,8 @@ struct StoreState {
     revision: u64,
     next_id: u64,
     keys: HashMap<String, KeyState>,
+    /// The lines of read/write locks and semaphores (see `shared.rs`).
+    lines: HashMap<String, shared::Line>,
 }
 
 #[derive(Default)]
@@ -89,16 +94,18 @@ impl MemoryStore {
     /// prove nothing was left behind.
     #[must_use]
     pub fn is_idle(&self) -> bool {
-        self.state().keys.values().all(KeyState::is_idle)
+        let state = self.state();
+        state.keys.values().all(KeyState::is_idle) && state.lines.is_empty()
     }
 
-    /// How many fair waiters are queued for `key` (the holder not counted).
+    /// How many fair waiters are queued for `key` (the holder not counted),
+    /// or, for a read/write lock or semaphore, how many callers are in its
+    /// line, holding or waiting.
     #[must_use]
     pub fn waiting(&self, key: &Key) -> usize {
-        self.state()
-            .keys
-            .get(key.as_str())
-            .map_or(0, |ks| ks.queue.len())
+        let state = self.state();
+        state.keys.get(key.as_str()).map_or(0, |ks| ks.queue.len())
+            + state.lines.get(key.as_str()).map_or(0, shared::Line::len)
     }
 
     fn state(&self) -> MutexGuard<'_, StoreState> {
@@ -307,6 +314,42 @@ impl Locker for MemoryLocker {
                 Fairness::Fair => self.lock_fair(ctx, key).await,
                 Fairness::Unfair => self.lock_unfair(ctx, key).await,
             }
+        })
+        .await
+    }
+
+    async fn read_lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
+        observe::lock(self.site(), key, self.shared(ctx, key, Share::Read)).await
+    }
+
+    async fn try_read_lock(&self, key: &Key) -> Result<Option<LockGuard>> {
+        observe::try_lock(self.site(), key, async {
+            self.try_shared(key, Share::Read)
+        })
+        .await
+    }
+
+    async fn write_lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
+        observe::lock(self.site(), key, self.shared(ctx, key, Share::Write)).await
+    }
+
+    async fn try_write_lock(&self, key: &Key) -> Result<Option<LockGuard>> {
+        observe::try_lock(self.site(), key, async {
+            self.try_shared(key, Share::Write)
+        })
+        .await
+    }
+
+    async fn acquire(&self, ctx: &Context, key: &Key, limit: u32) -> Result<LockGuard> {
+        observe::lock(self.site(), key, async {
+            self.shared(ctx, key, Share::permit(limit)?).await
+        })
+        .await
+    }
+
+    async fn try_acquire(&self, key: &Key, limit: u32) -> Result<Option<LockGuard>> {
+        observe::try_lock(self.site(), key, async {
+            self.try_shared(key, Share::permit(limit)?)
         })
         .await
     }

@@ -1,0 +1,358 @@
+//! The checks of read/write locks and semaphores (see
+//! [`Locker::read_lock`](crate::Locker::read_lock) and
+//! [`Locker::acquire`](crate::Locker::acquire)): who holds together, in
+//! which order, and that giving up leaves nothing behind.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::{Backend, patient};
+use crate::{Context, Error, Key, LockGuard};
+
+/// What the tasks of a check did, in order.
+type Log = Arc<Mutex<Vec<&'static str>>>;
+
+fn log(log: &Log, what: &'static str) {
+    log.lock().unwrap_or_else(|e| e.into_inner()).push(what);
+}
+
+fn logged(log: &Log) -> Vec<&'static str> {
+    log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// Readers hold together; a writer waits for the readers ahead of it and
+/// holds alone; a reader that comes after a waiting writer waits behind it
+/// (no barging past a writer, so writers do not starve); tokens grow with
+/// every grant.
+///
+/// Returns at once when [`Backend::supports_shared`] is `false`.
+///
+/// # Panics
+/// When a grant breaks these rules, or a call fails.
+///
+/// # Cancel safety
+/// As for [`mutual_exclusion`](super::mutual_exclusion).
+///
+/// # Examples
+/// ```
+/// # async fn example(backend: &impl fairlock::conformance::Backend) {
+/// fairlock::conformance::read_write_lock(backend).await;
+/// # }
+/// ```
+pub async fn read_write_lock(b: &impl Backend) {
+    if !b.supports_shared() {
+        return;
+    }
+    let key = Key::from("rw");
+    let lockers: Vec<_> = (0..5).map(|_| b.locker(true)).collect();
+    let r1 = lockers[0].read_lock(&patient(), &key).await.expect("read");
+    let r2 = lockers[1]
+        .read_lock(&patient(), &key)
+        .await
+        .expect("readers share");
+    assert!(
+        lockers[2]
+            .try_write_lock(&key)
+            .await
+            .expect("try_write")
+            .is_none(),
+        "a writer took the lock from two readers"
+    );
+    let order: Log = Arc::default();
+    let writer = {
+        let (locker, key, order) = (Arc::clone(&lockers[2]), key.clone(), Arc::clone(&order));
+        tokio::spawn(async move {
+            let guard = locker.write_lock(&patient(), &key).await.expect("write");
+            log(&order, "writer");
+            guard
+        })
+    };
+    b.wait_queued(&key, 3).await;
+    assert!(
+        lockers[3]
+            .try_read_lock(&key)
+            .await
+            .expect("try_read")
+            .is_none(),
+        "a reader went past a waiting writer"
+    );
+    let late_reader = {
+        let (locker, key, order) = (Arc::clone(&lockers[3]), key.clone(), Arc::clone(&order));
+        tokio::spawn(async move {
+            let guard = locker.read_lock(&patient(), &key).await.expect("read");
+            log(&order, "late reader");
+            guard
+        })
+    };
+    b.wait_queued(&key, 4).await;
+    let tokens = [r1.fencing_token(), r2.fencing_token()];
+    r1.unlock().await.expect("unlock");
+    assert!(
+        logged(&order).is_empty(),
+        "granted while a reader held: {:?}",
+        logged(&order)
+    );
+    r2.unlock().await.expect("unlock");
+    let w = writer.await.expect("writer task");
+    assert_eq!(logged(&order), ["writer"], "the writer holds alone");
+    assert!(tokens.iter().all(|&t| w.fencing_token() > t), "tokens grow");
+    assert!(
+        lockers[4]
+            .try_read_lock(&key)
+            .await
+            .expect("try_read")
+            .is_none(),
+        "a reader held beside the writer"
+    );
+    w.unlock().await.expect("unlock");
+    let late = late_reader.await.expect("reader task");
+    assert_eq!(logged(&order), ["writer", "late reader"]);
+    assert!(late.fencing_token() > tokens[1], "tokens grow");
+    late.unlock().await.expect("unlock");
+    b.wait_clean().await;
+    b.finish().await;
+}
+
+/// A semaphore with limit 2: two hold, the third waits until one leaves,
+/// waiters are granted in arrival order, and under load never more than
+/// two hold at once.
+///
+/// Returns at once when [`Backend::supports_shared`] is `false`.
+///
+/// # Panics
+/// When more than the limit hold, the order is broken, or a call fails.
+///
+/// # Cancel safety
+/// As for [`mutual_exclusion`](super::mutual_exclusion).
+///
+/// # Examples
+/// ```
+/// # async fn example(backend: &impl fairlock::conformance::Backend) {
+/// fairlock::conformance::semaphore(backend).await;
+/// # }
+/// ```
+pub async fn semaphore(b: &impl Backend) {
+    if !b.supports_shared() {
+        return;
+    }
+    const LIMIT: u32 = 2;
+    let key = Key::from("sem");
+    let lockers: Vec<_> = (0..4).map(|_| b.locker(true)).collect();
+    let one = lockers[0]
+        .try_acquire(&key, LIMIT)
+        .await
+        .expect("try")
+        .expect("free");
+    let two = lockers[1]
+        .acquire(&patient(), &key, LIMIT)
+        .await
+        .expect("second permit");
+    assert!(
+        lockers[2]
+            .try_acquire(&key, LIMIT)
+            .await
+            .expect("try")
+            .is_none(),
+        "a third permit of two"
+    );
+    let order: Log = Arc::default();
+    let mut waiters = Vec::new();
+    for (i, name) in [(2, "third"), (3, "fourth")] {
+        let (locker, k, order) = (Arc::clone(&lockers[i]), key.clone(), Arc::clone(&order));
+        waiters.push(tokio::spawn(async move {
+            let guard = locker
+                .acquire(&patient(), &k, LIMIT)
+                .await
+                .expect("acquire");
+            log(&order, name);
+            guard
+        }));
+        b.wait_queued(&key, i + 1).await;
+    }
+    one.unlock().await.expect("unlock");
+    let mut waiters = waiters.into_iter();
+    let third = waiters.next().expect("third").await.expect("task");
+    assert_eq!(
+        logged(&order),
+        ["third"],
+        "one permit freed, one granted, in order"
+    );
+    two.unlock().await.expect("unlock");
+    let fourth = waiters.next().expect("fourth").await.expect("task");
+    assert_eq!(logged(&order), ["third", "fourth"]);
+    assert!(
+        fourth.fencing_token() > third.fencing_token(),
+        "tokens grow"
+    );
+    third.unlock().await.expect("unlock");
+    fourth.unlock().await.expect("unlock");
+
+    // Under load: never more than the limit at once.
+    let holding = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..5)
+        .map(|_| {
+            let (locker, key) = (b.locker(true), key.clone());
+            let (holding, most) = (Arc::clone(&holding), Arc::clone(&most));
+            tokio::spawn(async move {
+                for _ in 0..4 {
+                    let guard = locker
+                        .acquire(&patient(), &key, LIMIT)
+                        .await
+                        .expect("acquire");
+                    let now = holding.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    tokio::task::yield_now().await;
+                    holding.fetch_sub(1, Ordering::SeqCst);
+                    guard.unlock().await.expect("unlock");
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("task");
+    }
+    let most = most.load(Ordering::SeqCst);
+    assert!(
+        most <= LIMIT as usize,
+        "{most} held a semaphore of {LIMIT} at once"
+    );
+    b.wait_clean().await;
+    b.finish().await;
+}
+
+/// Read locks, write locks and permits that give up (deadline, cancel,
+/// dropped future) leave nothing behind and let the next caller in; a
+/// dropped guard releases.
+///
+/// Returns at once when [`Backend::supports_shared`] is `false`.
+///
+/// # Panics
+/// When something is left behind or a later call is not granted.
+///
+/// # Cancel safety
+/// As for [`mutual_exclusion`](super::mutual_exclusion).
+///
+/// # Examples
+/// ```
+/// # async fn example(backend: &impl fairlock::conformance::Backend) {
+/// fairlock::conformance::shared_giving_up_leaves_nothing(backend).await;
+/// # }
+/// ```
+pub async fn shared_giving_up_leaves_nothing(b: &impl Backend) {
+    if !b.supports_shared() {
+        return;
+    }
+    let key = Key::from("give-up");
+    let (h, w) = (b.locker(true), b.locker(true));
+    let held = h.write_lock(&patient(), &key).await.expect("write");
+    // A deadline passes.
+    let short = Context::background().with_timeout(Duration::from_millis(50));
+    let err = w
+        .read_lock(&short, &key)
+        .await
+        .map(drop)
+        .expect_err("must time out");
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
+    // Cancelled.
+    let (ctx, cancel) = Context::background().with_cancel();
+    let waiter = {
+        let (w, key) = (Arc::clone(&w), key.clone());
+        tokio::spawn(async move { w.write_lock(&ctx, &key).await.map(drop) })
+    };
+    b.wait_queued(&key, 2).await;
+    cancel.cancel();
+    let err = waiter.await.expect("task").expect_err("must be cancelled");
+    assert!(matches!(err, Error::Cancelled { .. }), "{err}");
+    held.unlock().await.expect("unlock");
+    // Both cleaned up before they returned.
+    assert!(
+        b.is_clean().await,
+        "a read or write lock that gave up left its entry"
+    );
+    // Dropped while waiting: cleaned up in the background.
+    let held = h.write_lock(&patient(), &key).await.expect("write");
+    let dropped = {
+        let (w, key) = (Arc::clone(&w), key.clone());
+        tokio::spawn(async move { w.write_lock(&patient(), &key).await.map(drop) })
+    };
+    b.wait_queued(&key, 2).await;
+    dropped.abort();
+    let _ = dropped.await;
+    held.unlock().await.expect("unlock");
+    b.wait_clean().await;
+    // A permit that times out; a dropped guard releases, and the next
+    // caller gets the permit.
+    let key = Key::from("give-up-permit");
+    let permit = h.acquire(&patient(), &key, 1).await.expect("acquire");
+    let short = Context::background().with_timeout(Duration::from_millis(50));
+    let err = w
+        .acquire(&short, &key, 1)
+        .await
+        .map(drop)
+        .expect_err("must time out");
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
+    drop(permit);
+    let again: LockGuard = w
+        .acquire(&patient(), &key, 1)
+        .await
+        .expect("acquire after drop");
+    again.unlock().await.expect("unlock");
+    b.wait_clean().await;
+    b.finish().await;
+}
+
+/// Clear errors for bad input: a limit of 0, a semaphore key used with
+/// another limit, or as a read/write lock.
+///
+/// Returns at once when [`Backend::supports_shared`] is `false`.
+///
+/// # Panics
+/// When an error is not the documented one.
+///
+/// # Cancel safety
+/// As for [`mutual_exclusion`](super::mutual_exclusion).
+///
+/// # Examples
+/// ```
+/// # async fn example(backend: &impl fairlock::conformance::Backend) {
+/// fairlock::conformance::shared_bad_input(backend).await;
+/// # }
+/// ```
+pub async fn shared_bad_input(b: &impl Backend) {
+    if !b.supports_shared() {
+        return;
+    }
+    let locker = b.locker(true);
+    let key = Key::from("kinds");
+    let err = locker
+        .try_acquire(&key, 0)
+        .await
+        .map(drop)
+        .expect_err("limit 0");
+    assert!(matches!(err, Error::InvalidConfig(_)), "{err}");
+    let permit = locker.acquire(&patient(), &key, 3).await.expect("acquire");
+    let other = b.locker(true);
+    let err = other
+        .try_acquire(&key, 4)
+        .await
+        .map(drop)
+        .expect_err("another limit");
+    assert!(matches!(err, Error::InvalidKey { .. }), "{err}");
+    let err = other
+        .read_lock(&patient(), &key)
+        .await
+        .map(drop)
+        .expect_err("a read lock");
+    assert!(matches!(err, Error::InvalidKey { .. }), "{err}");
+    let err = other
+        .try_write_lock(&"".into())
+        .await
+        .map(drop)
+        .expect_err("empty key");
+    assert!(matches!(err, Error::InvalidKey { .. }), "{err}");
+    permit.unlock().await.expect("unlock");
+    assert!(b.is_clean().await, "a refused call left something behind");
+    b.finish().await;
+}
