@@ -16,7 +16,8 @@
 //!   member a request goes to (passing over members that stopped
 //!   answering); `connect.rs`: connecting, and its errors;
 //! - `watch.rs`: watches multiplexed on one stream; `shared_watch.rs`: the
-//!   long-lived ones reused across waits.
+//!   long-lived ones reused across waits;
+//! - `retry.rs`: when a call whose attempt failed tries again.
 
 pub(crate) mod balance;
 pub(crate) mod batch;
@@ -25,6 +26,7 @@ pub(crate) mod error;
 pub(crate) mod health;
 pub(crate) mod request;
 pub(crate) mod request_body;
+pub(crate) mod retry;
 pub(crate) mod secure;
 pub(crate) mod shared_watch;
 pub(crate) mod stale_token;

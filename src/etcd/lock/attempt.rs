@@ -9,12 +9,12 @@ use tokio::task::JoinHandle;
 
 use super::cleanup::{self, InflightWrite, Written};
 use super::held::{Grant, HeldLock};
-use super::state::LockerState;
 use crate::etcd::client::batch::Answer;
 use crate::etcd::client::error::{EtcdError, EtcdResult};
 use crate::etcd::protocol::keys::{LockKeys, owner_value};
 use crate::etcd::session::handout::Lease;
 use crate::etcd::session::slots::Slot;
+use crate::etcd::session::state::LockerState;
 use crate::unstoppable::Unstoppable;
 use crate::{Key, LockGuard};
 

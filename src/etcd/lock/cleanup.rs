@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use super::held::{Behind, Grant, HeldLock};
 use super::release;
-use super::state::LockerState;
 use crate::Key;
 use crate::etcd::client::batch::Answer;
 use crate::etcd::client::error::EtcdResult;
@@ -17,6 +16,7 @@ use crate::etcd::protocol::abandon::{self, Abandoned};
 use crate::etcd::protocol::keys::LockKeys;
 use crate::etcd::session::handout::{Lease, LeaseEnd};
 use crate::etcd::session::slots::Slot;
+use crate::etcd::session::state::LockerState;
 
 /// A write of an attempt sent but not answered yet, as the attempt's
 /// caller left it (see `LockAttempt::send`).

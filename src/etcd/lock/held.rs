@@ -6,7 +6,6 @@ use std::sync::Arc;
 use tokio::task::{AbortHandle, JoinHandle};
 use tokio_util::sync::CancellationToken;
 
-use super::state::LockerState;
 use crate::etcd::client::request::{request, retry_backoff};
 use crate::etcd::client::watch::{Events, Target, WatchMsg};
 use crate::etcd::protocol::keys::{LockKeys, Successor};
@@ -17,6 +16,7 @@ use crate::etcd::protocol::release::Holder;
 use crate::etcd::session::handout::{Lease, margin};
 use crate::etcd::session::revival::Holding;
 use crate::etcd::session::slots::Slot;
+use crate::etcd::session::state::LockerState;
 use crate::loss::LossCell;
 use crate::{Key, LossCause, observe};
 

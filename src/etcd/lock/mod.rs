@@ -2,14 +2,12 @@
 //! call of `lock`, `try_lock` or `unlock` does.
 //!
 //! From the bottom up: each file uses only files listed before it.
-//! - `state.rs`: what one locker's operations share;
 //! - `held.rs`: a held lock, the waiters behind it, the loss watch;
 //! - `release.rs`: unlock, handing the lock key to the next waiter;
 //! - `cleanup.rs`: removing what an abandoned attempt wrote;
 //! - `attempt.rs`: one call to `lock` or `try_lock` and its writes;
 //! - `place.rs`: a waiter's re-read of the queue; `waiting.rs`: what a
 //!   waiter listens to; `queue.rs`: the wait in line, as a state machine;
-//! - `retry.rs`: when to try a failed attempt again;
 //! - `locker.rs`: [`EtcdLocker`](crate::etcd::EtcdLocker); `fence.rs`:
 //!   [`FencedTxn`](crate::etcd::FencedTxn); `status.rs`:
 //!   [`EtcdLocker::status`](crate::etcd::EtcdLocker::status).
@@ -22,7 +20,5 @@ pub(crate) mod locker;
 pub(crate) mod place;
 pub(crate) mod queue;
 pub(crate) mod release;
-pub(crate) mod retry;
-pub(crate) mod state;
 pub(crate) mod status;
 pub(crate) mod waiting;

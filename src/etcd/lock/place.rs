@@ -7,13 +7,13 @@ use etcd_client::{GetResponse, Txn};
 
 use super::attempt::LockAttempt;
 use super::held::Behind;
-use super::state::LockerState;
 use crate::etcd::client::error::EtcdResult;
 use crate::etcd::client::request::retry_backoff;
 use crate::etcd::client::watch::{Events, Subscription, Target};
 use crate::etcd::protocol::queue::{self, Ahead};
 use crate::etcd::protocol::take;
 use crate::etcd::session::handout::Lease;
+use crate::etcd::session::state::LockerState;
 
 /// Where a re-read of the queue found the waiter.
 pub(crate) enum Position {

@@ -27,7 +27,6 @@ use etcd_client::Txn;
 use tokio_util::sync::CancellationToken;
 
 use super::held::{HeldLock, Lookahead, lookup};
-use super::state::LockerState;
 use crate::etcd::client::batch::Answer;
 use crate::etcd::client::error::{EtcdError, EtcdResult};
 use crate::etcd::client::request::retry_backoff;
@@ -35,6 +34,7 @@ use crate::etcd::protocol::keys::{LockKeys, Successor};
 #[cfg(doc)]
 use crate::etcd::protocol::queue::LOOKAHEAD;
 use crate::etcd::protocol::release::{self, Released, Round, read_release, release_round};
+use crate::etcd::session::state::LockerState;
 use crate::{Error, GuardRelease, Key, LossCause, Result, observe};
 
 /// How often one release attempt re-reads when the queue changes under it.

@@ -1,5 +1,5 @@
-//! A locker's session lease: one per locker, shared by every key it holds
-//! or waits for.
+//! A locker's session lease, one per locker and shared by every key it
+//! holds or waits for, and the rest of what its operations share.
 //!
 //! From the bottom up: each file uses only files listed before it.
 //! - `slots.rs`: the queue entry names a locker reuses;
@@ -10,10 +10,13 @@
 //! - `revival.rs`: the lock keys lost holdings leave on a lease that lapsed
 //!   here, deleted before it is renewed again;
 //! - `handout.rs`: the locker's current lease, handed out once a renewal
-//!   counted, and revived for its waiters after it lapsed here only.
+//!   counted, and revived for its waiters after it lapsed here only;
+//! - `state.rs`: what one locker's operations share: its connection,
+//!   settings, session, entry names and watches.
 
 pub(crate) mod handout;
 pub(crate) mod lease;
 pub(crate) mod renewal;
 pub(crate) mod revival;
 pub(crate) mod slots;
+pub(crate) mod state;

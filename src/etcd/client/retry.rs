@@ -2,9 +2,9 @@
 
 use std::time::{Duration, Instant};
 
+use super::error::EtcdError;
+use super::request::retry_backoff;
 use crate::backoff::Backoff;
-use crate::etcd::client::error::EtcdError;
-use crate::etcd::client::request::retry_backoff;
 use crate::etcd::config::EtcdConfig;
 use crate::observe::{self, Site};
 use crate::{Error, Result};

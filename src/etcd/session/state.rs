@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use etcd_client::{Client, GetOptions, GetResponse, Txn};
 
+use super::handout::{Lease, LeaseEnd, Session};
+use super::slots::Slots;
 use crate::etcd::client::batch::{Answer, Batcher};
 use crate::etcd::client::error::{EtcdError, EtcdResult};
 use crate::etcd::client::request::{self, request};
@@ -13,8 +15,6 @@ use crate::etcd::client::shared_watch::SharedWatches;
 use crate::etcd::client::watch::WatchHub;
 use crate::etcd::config::EtcdConfig;
 use crate::etcd::protocol::keys::LockKeys;
-use crate::etcd::session::handout::{Lease, LeaseEnd, Session};
-use crate::etcd::session::slots::Slots;
 use crate::fairness::Fairness;
 use crate::{Error, Key};
 
