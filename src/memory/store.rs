@@ -1,0 +1,200 @@
+//! [`MemoryStore`]: the in-process "server" every memory locker of one
+//! store agrees on: each key's mutex (`mutex.rs`) and line of readers,
+//! writers or permits (`shared.rs`), under one lock.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::{Notify, oneshot};
+
+use super::mutex::{FairWaiter, KeyState};
+use super::shared::Line;
+use crate::shared::Share;
+use crate::{Error, Key, Result};
+
+/// The shared state lockers of one in-process "cluster" agree on.
+#[derive(Clone, Default)]
+pub struct MemoryStore {
+    inner: Arc<Mutex<StoreState>>,
+}
+
+#[derive(Default)]
+struct StoreState {
+    /// Grows with every grant: the fencing token source.
+    revision: u64,
+    next_id: u64,
+    keys: HashMap<String, KeyState>,
+    lines: HashMap<String, Line>,
+}
+
+impl StoreState {
+    fn next_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// Forgets `key`'s mutex once nobody holds or waits.
+    fn tidy(&mut self, key: &str) {
+        if self.keys.get(key).is_some_and(KeyState::is_idle) {
+            self.keys.remove(key);
+        }
+        if self.lines.get(key).is_some_and(Line::is_empty) {
+            self.lines.remove(key);
+        }
+    }
+}
+
+/// How a fair `lock` joined a key's mutex.
+pub(super) enum Enqueued {
+    /// The lock was free: entry id and token.
+    Holds(u64, u64),
+    /// Queued: entry id and the receiver of its token.
+    Waits(u64, oneshot::Receiver<u64>),
+}
+
+/// The error of a release of something not held.
+pub(super) fn lost(key: &str) -> Error {
+    Error::LockLost {
+        key: key.to_string(),
+        reason: "the lock is not held by this guard".to_string(),
+    }
+}
+
+impl MemoryStore {
+    /// An empty store.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `true` when no lock is held and nobody waits: what a test checks to
+    /// prove nothing was left behind.
+    #[must_use]
+    pub fn is_idle(&self) -> bool {
+        let state = self.state();
+        state.keys.values().all(KeyState::is_idle) && state.lines.is_empty()
+    }
+
+    /// How many fair waiters are queued for `key` (the holder not counted),
+    /// or, for a read/write lock or semaphore, how many callers are in its
+    /// line, holding or waiting.
+    #[must_use]
+    pub fn waiting(&self, key: &Key) -> usize {
+        let state = self.state();
+        state.keys.get(key.as_str()).map_or(0, |ks| ks.queue.len())
+            + state.lines.get(key.as_str()).map_or(0, Line::len)
+    }
+
+    fn state(&self) -> MutexGuard<'_, StoreState> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    // ---- mutexes ----------------------------------------------------------
+
+    /// Takes `key`'s mutex if it is free (and, with `fair`, nobody is
+    /// queued): entry id and token.
+    pub(super) fn take_if_free(&self, key: &str, fair: bool) -> Option<(u64, u64)> {
+        let mut state = self.state();
+        let id = state.next_id();
+        let StoreState { revision, keys, .. } = &mut *state;
+        let token = keys
+            .entry(key.to_string())
+            .or_default()
+            .take_if_free(id, fair, revision);
+        state.tidy(key);
+        token.map(|token| (id, token))
+    }
+
+    /// Takes `key`'s mutex if it is free and nobody is queued, else queues.
+    pub(super) fn enqueue(&self, key: &str) -> Enqueued {
+        let mut state = self.state();
+        let id = state.next_id();
+        let StoreState { revision, keys, .. } = &mut *state;
+        let ks = keys.entry(key.to_string()).or_default();
+        if let Some(token) = ks.take_if_free(id, true, revision) {
+            return Enqueued::Holds(id, token);
+        }
+        let (tx, rx) = oneshot::channel();
+        ks.queue.push_back(FairWaiter { id, grant: tx });
+        crate::observe::queued(Some(ks.queue.len()));
+        Enqueued::Waits(id, rx)
+    }
+
+    /// What unfair waiters of `key` wait on: notified when it is freed.
+    pub(super) fn freed(&self, key: &str) -> Arc<Notify> {
+        let mut state = self.state();
+        Arc::clone(&state.keys.entry(key.to_string()).or_default().freed)
+    }
+
+    /// Releases `id`'s hold on `key`'s mutex (see [`KeyState::release`]).
+    pub(super) fn release(&self, key: &str, id: u64) -> Result<()> {
+        let mut state = self.state();
+        let StoreState { revision, keys, .. } = &mut *state;
+        let released = keys.get_mut(key).is_some_and(|ks| ks.release(id, revision));
+        state.tidy(key);
+        if released { Ok(()) } else { Err(lost(key)) }
+    }
+
+    /// Takes fair waiter `id` out of `key`'s queue; releases the mutex if
+    /// it was granted meanwhile.
+    pub(super) fn give_up(&self, key: &str, id: u64) {
+        let granted = {
+            let mut state = self.state();
+            let granted = state.keys.get_mut(key).is_some_and(|ks| {
+                ks.queue.retain(|w| w.id != id);
+                ks.holder.map(|(h, _)| h) == Some(id)
+            });
+            state.tidy(key);
+            granted
+        };
+        if granted {
+            let _ = self.release(key, id);
+        }
+    }
+
+    // ---- read/write locks and semaphores ------------------------------------
+
+    /// Joins `key`'s line as `share`: entry id, its token if it holds at
+    /// once, and the receiver of the token otherwise. Refused where `share`
+    /// may not join (see `crate::shared::conflict`), or where `key` is in
+    /// use as a mutex.
+    pub(super) fn join(
+        &self,
+        key: &Key,
+        share: Share,
+    ) -> Result<(u64, Option<u64>, oneshot::Receiver<u64>)> {
+        let mut state = self.state();
+        if state.keys.contains_key(key.as_str()) {
+            return Err(Error::InvalidKey {
+                key: key.to_string(),
+                reason: format!(
+                    "it is in use as a mutex (lock), so it cannot be used as {}; give each \
+                     lock a key of its own",
+                    share.describe()
+                ),
+            });
+        }
+        let id = state.next_id();
+        let StoreState {
+            revision, lines, ..
+        } = &mut *state;
+        let line = lines.entry(key.to_string()).or_default();
+        if let Some(err) = line.refuses(key, share) {
+            state.tidy(key.as_str());
+            return Err(err);
+        }
+        let (token, rx) = line.join(id, share, revision);
+        Ok((id, token, rx))
+    }
+
+    /// Takes entry `id` out of `key`'s line, granting who may hold now.
+    pub(super) fn leave(&self, key: &str, id: u64) -> Result<()> {
+        let mut state = self.state();
+        let StoreState {
+            revision, lines, ..
+        } = &mut *state;
+        let found = lines.get_mut(key).is_some_and(|l| l.leave(id, revision));
+        state.tidy(key);
+        if found { Ok(()) } else { Err(lost(key)) }
+    }
+}
