@@ -60,28 +60,59 @@ impl Share {
     }
 }
 
+/// Who of a line holds, counted entry by entry from its head: what
+/// [`holders`] counts, for a line read in batches.
+#[derive(Default)]
+pub(crate) struct Admission {
+    head: Option<Share>,
+    holding: usize,
+    /// An entry that does not hold was seen: none after it holds either.
+    closed: bool,
+}
+
+impl Admission {
+    /// Whether the next entry in line, asking `share`, holds.
+    pub fn next(&mut self, share: Share) -> bool {
+        let holds = !self.closed
+            && match self.head {
+                None => true,
+                Some(head) => share == head && head != Share::Write && self.holding < head.limit(),
+            };
+        if holds {
+            self.head.get_or_insert(share);
+            self.holding += 1;
+        } else {
+            self.closed = true;
+        }
+        holds
+    }
+
+    /// `true` once an entry that does not hold was seen.
+    pub fn closed(&self) -> bool {
+        self.closed
+    }
+}
+
 /// How many of the first entries of a line (kinds in arrival order) hold.
 pub(crate) fn holders(line: impl IntoIterator<Item = Share>) -> usize {
-    let mut line = line.into_iter();
-    let Some(first) = line.next() else {
-        return 0;
-    };
-    let limit = first.limit();
-    1 + line
-        .take_while(|&k| k == first && k != Share::Write)
-        .take(limit.saturating_sub(1))
-        .count()
+    let mut admission = Admission::default();
+    line.into_iter().take_while(|&k| admission.next(k)).count()
+}
+
+/// Whether `a` and `b` may be in one key's line: both reads or writes, or
+/// permits of one limit.
+pub(crate) fn may_share_a_key(a: Share, b: Share) -> bool {
+    match (a, b) {
+        (Share::Permit(x), Share::Permit(y)) => x == y,
+        (Share::Permit(_), _) | (_, Share::Permit(_)) => false,
+        _ => true,
+    }
 }
 
 /// Why `want` may not join a line holding `present` on `key`: a read/write
 /// lock and a semaphore on one key, or semaphores of different limits.
 pub(crate) fn conflict(key: &Key, want: Share, present: Share) -> Option<Error> {
-    let same_family = match (want, present) {
-        (Share::Permit(a), Share::Permit(b)) => a == b,
-        (Share::Permit(_), _) | (_, Share::Permit(_)) => false,
-        _ => true,
-    };
-    (!same_family).then(|| Error::InvalidKey {
+    (!may_share_a_key(want, present)).then(|| Error::InvalidKey {
         key: key.to_string(),
         reason: format!(
             "it is in use as {}, so it cannot be used as {}; give each lock a key of its own",

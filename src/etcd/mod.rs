@@ -42,8 +42,12 @@
 //! - `session/`: a locker's session lease: granted, renewed (a renewal
 //!   counts only when a read confirms it), revived after it lapsed here only,
 //!   and the queue entry names a locker reuses;
+//! - `shared/`: read/write locks and semaphores: joining a key's line,
+//!   waiting in it, leaving it;
 //! - `lock/`: the lock itself, following one call down: [`EtcdLocker`] on
-//!   top, then one attempt, the wait in line, the held lock and its release.
+//!   top (which also hands out the read/write locks and semaphores of
+//!   `shared/`), then one attempt, the wait in line, the held lock and its
+//!   release.
 
 mod client;
 mod config;
@@ -51,6 +55,7 @@ mod endpoint;
 mod lock;
 mod protocol;
 mod session;
+mod shared;
 
 use std::sync::Arc;
 

@@ -56,6 +56,9 @@ impl Backend for EtcdBackend {
             .push(locker.clone());
         Arc::new(locker)
     }
+    fn supports_shared(&self) -> bool {
+        true
+    }
     async fn wait_queued(&self, key: &Key, n: usize) {
         let queue = format!("{}{key}/_OWNERS_/", self.config.prefix());
         wait_for_count(&mut self.checker.clone(), &queue, n as i64, false).await;

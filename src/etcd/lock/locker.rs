@@ -17,8 +17,10 @@ use crate::etcd::config::EtcdConfig;
 use crate::etcd::protocol::take::{self, Tried};
 use crate::etcd::session::handout::Lease;
 use crate::etcd::session::state::LockerState;
+use crate::etcd::shared::join;
 use crate::fairness::Fairness;
 use crate::observe::{self, Site};
+use crate::shared::Share;
 use crate::{Context, Key, LockGuard, Locker, Result};
 
 /// A fair or unfair locker on etcd, with its own session lease.
@@ -253,6 +255,36 @@ impl Locker for EtcdLocker {
 
     async fn lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
         observe::lock(self.site(), key, self.lock_unobserved(ctx, key)).await
+    }
+
+    async fn read_lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
+        let line = join::acquire(&self.inner, ctx, key, Share::Read);
+        observe::lock(self.site(), key, line).await
+    }
+
+    async fn try_read_lock(&self, key: &Key) -> Result<Option<LockGuard>> {
+        let line = join::try_acquire(&self.inner, key, Share::Read);
+        observe::try_lock(self.site(), key, line).await
+    }
+
+    async fn write_lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
+        let line = join::acquire(&self.inner, ctx, key, Share::Write);
+        observe::lock(self.site(), key, line).await
+    }
+
+    async fn try_write_lock(&self, key: &Key) -> Result<Option<LockGuard>> {
+        let line = join::try_acquire(&self.inner, key, Share::Write);
+        observe::try_lock(self.site(), key, line).await
+    }
+
+    async fn acquire(&self, ctx: &Context, key: &Key, limit: u32) -> Result<LockGuard> {
+        let line = async { join::acquire(&self.inner, ctx, key, Share::permit(limit)?).await };
+        observe::lock(self.site(), key, line).await
+    }
+
+    async fn try_acquire(&self, key: &Key, limit: u32) -> Result<Option<LockGuard>> {
+        let line = async { join::try_acquire(&self.inner, key, Share::permit(limit)?).await };
+        observe::try_lock(self.site(), key, line).await
     }
 
     fn is_fair(&self) -> bool {

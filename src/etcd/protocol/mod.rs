@@ -100,6 +100,54 @@
 //!   or a late one after no answer, fails harmlessly; a write whose answer
 //!   never came is covered by retiring its lease (`session/`).
 //!
+//! # Read/write locks and semaphores
+//! A separate protocol on the same key names (`line.rs`, `shared.rs`):
+//! each `read_lock`, `write_lock` or `acquire` call puts an **entry**
+//! `P k/_OWNERS_/<r|w|s<n>>/<locker id>/<slot>` on its session lease,
+//! and the key's line is its entries by create revision. Who holds is a
+//! function of the line (`crate::shared`): a writer once nobody is ahead,
+//! a reader once no writer is, a permit once fewer than `n` permits are.
+//! An entry's mod revision is its **token**: its create revision when it
+//! held at once, else the revision of the touch that told it.
+//!
+//! ```text
+//! join                    if L absent and no entry of another family (or limit)
+//!   shared.rs               then put e=v@l; count what is in the way (e included)
+//!                           else read L's count and the first r, w, s entry (to say why)
+//!   held at once: no writer (reader) | nobody else (writer) | count <= n (permit)
+//! try_join                the same, but puts only when it holds at once
+//!                           (a permit puts, and leaves again when it does not)
+//! leave (release,         if e.mod == T (holder) | e.create == C (waiter giving up)
+//!   give up)                then delete e; read the line's head (16, whole entries)
+//!   then touch each entry the departure admits (line.rs: holds after it, not before):
+//! admit                   { if a.create == C_a and a.version == 1 then touch a } per entry
+//! check (a patient        read e; the first 16 in the way created before e
+//!   waiter)                 (more batches while fewer than stop it are fairlock's)
+//! self grant              if e.create == C and e.version == 1 then touch e else read e
+//! ```
+//!
+//! Why it is safe and live:
+//! - **Who holds** depends only on the line, and an entry's place only
+//!   improves: newcomers join behind it. An entry that held at its join
+//!   holds until it leaves, so no departure ever touches it (its token
+//!   stays its create revision): a departure computes whom it admits
+//!   from the line read in its own txn, right after its delete, with
+//!   itself put back for "before", so two departures never admit the
+//!   same waiter, and none admits one that held already. Only entries
+//!   created before the departure count: a newcomer learned at its join.
+//! - **No lost wake-up**: a waiter that holds is touched by the departure
+//!   that admitted it; when that never comes (the departure's holder
+//!   died, its lease ended), the waiter's patience (a tenth of the TTL)
+//!   checks its place, watches what is in its way, and touches itself
+//!   when it holds (`version == 1` keeps a departure's touch and its own
+//!   from both counting).
+//! - **Nothing left behind**: entries are on leases; a join whose caller
+//!   gave up before the answer is left again once it lands.
+//! - A mutex (`lock`) on the same key is refused at join (`L` present);
+//!   the mutex skips these entries as someone else's. Counts in a txn use
+//!   `count_only` without filters only: etcd counts every key of a range
+//!   even when a create revision filter narrows what it returns.
+//!
 //! # Files
 //! From the bottom up: each file uses only files listed before it.
 //! - `keys.rs`: key layout, entry names, owner values, the passed-along
@@ -109,12 +157,17 @@
 //! - `take.rs`: enqueue, take and `try_lock`;
 //! - `release.rs`: the release round, freeing, serving a free lock;
 //! - `abandon.rs`: cleaning up after an attempt, clearing a lost holding;
-//! - `fence.rs`: the fence of a holder's own txns.
+//! - `fence.rs`: the fence of a holder's own txns;
+//! - `line.rs`: a read/write lock's or semaphore's line: entry names and
+//!   whom a departure admits;
+//! - `shared.rs`: their txns and reads.
 
 pub(crate) mod abandon;
 pub(crate) mod fence;
 pub(crate) mod keys;
+pub(crate) mod line;
 pub(crate) mod ops;
 pub(crate) mod queue;
 pub(crate) mod release;
+pub(crate) mod shared;
 pub(crate) mod take;

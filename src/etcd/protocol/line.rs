@@ -1,0 +1,283 @@
+//! The line of a read/write lock or semaphore: where its entries live, what
+//! each asks for, and who of it holds (the rule of `crate::shared`).
+//!
+//! For prefix `P` and key `k`, beside the mutex's keys (`keys.rs`):
+//! - readers `P k/_OWNERS_/r/<locker id>/<slot>`,
+//! - writers `P k/_OWNERS_/w/<locker id>/<slot>`,
+//! - permits of a semaphore with limit `n` `P k/_OWNERS_/s<n>/<locker id>/<slot>`,
+//!
+//! each on its caller's session lease, in line by create revision across
+//! the three. One segment per kind keeps each kind a range of its own, so
+//! "how many writers are ahead" is one count. A locker id is 32 hex
+//! digits: these names never parse as the mutex's queue entries
+//! (`<locker id>/<f|u><slot>`), and the mutex skips them as someone
+//! else's.
+
+use super::keys::{LockKeys, prefix_end};
+use crate::Key;
+use crate::shared::{Admission, Share};
+
+/// The etcd keys of one read/write lock's or semaphore's line.
+#[derive(Clone, Debug)]
+pub(crate) struct LineKeys {
+    /// The mutex's lock key of the same name, which must stay absent.
+    pub lock: Vec<u8>,
+    /// `P k/_OWNERS_/`: the line's entries are under it.
+    pub base: Vec<u8>,
+}
+
+/// A key range: `(start, end)`.
+pub(crate) type Range = (Vec<u8>, Vec<u8>);
+
+impl LineKeys {
+    pub fn new(prefix: &str, key: &Key) -> Self {
+        let LockKeys { lock, queue } = LockKeys::new(prefix, key);
+        LineKeys { lock, base: queue }
+    }
+
+    fn under(&self, rest: &str) -> Vec<u8> {
+        let mut k = self.base.clone();
+        k.extend_from_slice(rest.as_bytes());
+        k
+    }
+
+    /// The segment of entries of `share`: `r/`, `w/`, `s<n>/`.
+    fn segment(share: Share) -> String {
+        match share {
+            Share::Read => "r/".into(),
+            Share::Write => "w/".into(),
+            Share::Permit(n) => format!("s{n}/"),
+        }
+    }
+
+    /// Every entry of `share`'s kind (for permits: of that limit).
+    pub fn kind(&self, share: Share) -> Range {
+        let start = self.under(&Self::segment(share));
+        let end = prefix_end(&start);
+        (start, end)
+    }
+
+    /// Readers and writers together: `r/` up to the end of `w/` (the
+    /// permits' `s...` between them are refused on a read/write lock).
+    pub fn readers_and_writers(&self) -> Range {
+        (self.under("r/"), prefix_end(&self.under("w/")))
+    }
+
+    /// Every permit, of any limit.
+    pub fn all_permits(&self) -> Range {
+        (self.under("s"), self.under("t"))
+    }
+
+    /// One locker's entries of `share`: `<segment><locker id>/`.
+    pub fn own(&self, share: Share, locker: &str) -> Range {
+        let start = self.under(&format!("{}{locker}/", Self::segment(share)));
+        let end = prefix_end(&start);
+        (start, end)
+    }
+
+    /// One entry's key.
+    pub fn entry(&self, share: Share, locker: &str, slot: u32) -> Vec<u8> {
+        let mut k = self.own(share, locker).0;
+        k.extend_from_slice(slot.to_string().as_bytes());
+        k
+    }
+
+    /// What entry `key` asks for, if fairlock named it so.
+    pub fn share_of(&self, key: &[u8]) -> Option<Share> {
+        let rest = std::str::from_utf8(key.strip_prefix(self.base.as_slice())?).ok()?;
+        let mut parts = rest.split('/');
+        let (kind, locker, slot) = (parts.next()?, parts.next()?, parts.next()?);
+        let locker_ok = locker.len() == 32 && locker.bytes().all(|b| b.is_ascii_hexdigit());
+        let slot_ok = (1..=10).contains(&slot.len()) && slot.bytes().all(|b| b.is_ascii_digit());
+        if parts.next().is_some() || !locker_ok || !slot_ok {
+            return None;
+        }
+        match kind {
+            "r" => Some(Share::Read),
+            "w" => Some(Share::Write),
+            _ => {
+                let n = kind.strip_prefix('s')?;
+                let limit: u32 = n.parse().ok().filter(|&l| l > 0)?;
+                (n == limit.to_string()).then_some(Share::Permit(limit))
+            }
+        }
+    }
+}
+
+/// The owner value a caller writes to its entry (see [`crate::owner`]):
+/// its kind's tag and a fresh UUID, then, for a permit, `limit=<n>`.
+pub(crate) fn owner_value(share: Share) -> Vec<u8> {
+    let (tag, extra) = match share {
+        Share::Read => ('r', String::new()),
+        Share::Write => ('w', String::new()),
+        Share::Permit(n) => ('s', format!("limit={n}")),
+    };
+    let attempt = format!("{tag}{}", uuid::Uuid::new_v4().simple());
+    crate::owner::owner_value(&attempt, &extra).into_bytes()
+}
+
+/// An entry of the line, as read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Entry {
+    pub key: Vec<u8>,
+    pub share: Share,
+    pub create_revision: i64,
+    /// 1 until someone touches it: a waiter not yet told it holds (or a
+    /// holder admitted when it joined, which a departure never touches).
+    pub version: i64,
+}
+
+/// Whom a departure from the line admits: the entries that hold after it
+/// and did not before, read from the line's head in batches (see
+/// `shared.rs`: the first batch in the departure's own txn, at revision
+/// `at`; the next ones later, of the entries created up to `at` only: one
+/// that joined after the departure was told then whether it holds).
+pub(crate) struct Departure {
+    share: Share,
+    /// The leaving entry's create revision: where it stood in line.
+    left: i64,
+    /// The revision of the departure.
+    pub at: i64,
+    before: Admission,
+    now: Admission,
+    passed: bool,
+}
+
+impl Departure {
+    /// The departure at revision `at` of an entry asking `share`, created
+    /// at `left`.
+    pub fn new(share: Share, left: i64, at: i64) -> Self {
+        Departure {
+            share,
+            left,
+            at,
+            before: Admission::default(),
+            now: Admission::default(),
+            passed: false,
+        }
+    }
+
+    /// The entries of the next batch (in line order, after the ones fed
+    /// so far) that hold now and did not before the departure.
+    pub fn admitted(&mut self, batch: &[Entry]) -> Vec<Entry> {
+        let mut admitted = Vec::new();
+        for e in batch.iter().filter(|e| e.create_revision <= self.at) {
+            if !self.passed && e.create_revision > self.left {
+                self.passed = true;
+                self.before.next(self.share);
+            }
+            let held = self.before.next(e.share);
+            if self.now.next(e.share) && !held {
+                admitted.push(e.clone());
+            }
+        }
+        admitted
+    }
+
+    /// Whether entries after those fed so far may hold too: every one fed
+    /// holds now.
+    pub fn more_may_hold(&self) -> bool {
+        !self.now.closed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shared::Share::{Permit, Read, Write};
+
+    fn line(kinds: &[Share]) -> Vec<Entry> {
+        kinds
+            .iter()
+            .enumerate()
+            .map(|(i, &share)| Entry {
+                key: format!("e{i}").into_bytes(),
+                share,
+                create_revision: 10 * (i as i64 + 1),
+                version: 1,
+            })
+            .collect()
+    }
+
+    fn admitted(share: Share, left: i64, kinds: &[Share]) -> Vec<usize> {
+        let after = line(kinds);
+        let got = Departure::new(share, left, 1000).admitted(&after);
+        got.iter()
+            .map(|e| after.iter().position(|a| a == e).expect("from the line"))
+            .collect()
+    }
+
+    #[test]
+    fn a_departure_admits_who_it_blocked() {
+        // A writer leaves the head: the readers up to the next writer hold.
+        assert_eq!(admitted(Write, 5, &[Read, Read, Write, Read]), [0, 1]);
+        assert_eq!(admitted(Write, 5, &[Write, Read]), [0]);
+        // A reader leaves: a writer holds once no reader is left ahead.
+        assert_eq!(admitted(Read, 5, &[Read, Write]), Vec::<usize>::new());
+        assert_eq!(admitted(Read, 5, &[Write, Read]), [0]);
+        // A permit leaves: the first waiting permit holds.
+        assert_eq!(
+            admitted(Permit(2), 5, &[Permit(2), Permit(2), Permit(2)]),
+            [1]
+        );
+        assert_eq!(
+            admitted(Permit(2), 15, &[Permit(2), Permit(2), Permit(2)]),
+            [1]
+        );
+        // A waiting writer gives up: the readers behind it join the readers
+        // that hold.
+        assert_eq!(admitted(Write, 15, &[Read, Read, Write]), [1]);
+        // A waiting reader gives up: nobody is admitted.
+        assert_eq!(
+            admitted(Read, 25, &[Write, Read, Read]),
+            Vec::<usize>::new()
+        );
+    }
+
+    #[test]
+    fn batches_go_on_where_the_last_one_stopped() {
+        let all = line(&[Read, Read, Read, Write, Read]);
+        let mut departure = Departure::new(Write, 5, 1000);
+        assert_eq!(departure.admitted(&all[..2]), all[..2]);
+        assert!(departure.more_may_hold(), "every reader read holds");
+        assert_eq!(departure.admitted(&all[2..]), all[2..3]);
+        assert!(!departure.more_may_hold(), "a writer waits");
+        // Entries that joined after the departure are not its to admit.
+        let mut departure = Departure::new(Write, 5, 15);
+        assert_eq!(departure.admitted(&all), all[..1]);
+    }
+
+    #[test]
+    fn entry_names_round_trip_and_others_do_not_parse() {
+        let keys = LineKeys::new("/p/", &Key::from("k"));
+        let id = "0123456789abcdef0123456789abcdef";
+        for share in [Read, Write, Permit(1), Permit(12)] {
+            let entry = keys.entry(share, id, 7);
+            assert_eq!(keys.share_of(&entry), Some(share));
+            let (start, end) = keys.kind(share);
+            assert!(entry >= start && entry < end);
+        }
+        let (rw_start, rw_end) = keys.readers_and_writers();
+        for share in [Read, Write] {
+            let entry = keys.entry(share, id, 7);
+            assert!(entry >= rw_start && entry < rw_end);
+        }
+        let mutex_entry = format!("/p/k/_OWNERS_/{id}/f1");
+        assert_eq!(keys.share_of(mutex_entry.as_bytes()), None);
+        for stray in [
+            "s0/x",
+            "s01/",
+            "r/short/1",
+            "q/0123456789abcdef0123456789abcdef/1",
+        ] {
+            let k = format!("/p/k/_OWNERS_/{stray}");
+            assert_eq!(keys.share_of(k.as_bytes()), None, "{stray}");
+        }
+        let (s12, _) = keys.kind(Permit(12));
+        let (s1, s1_end) = keys.kind(Permit(1));
+        assert!(
+            !(s12 >= s1 && s12 < s1_end),
+            "limit 12 is not inside limit 1's range"
+        );
+    }
+}

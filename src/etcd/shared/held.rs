@@ -1,0 +1,209 @@
+//! A held read lock, write lock or permit: what its guard releases, and the
+//! watch that tells its holder it was lost.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio::task::AbortHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::depart::{Leaving, depart};
+use crate::etcd::client::error::{EtcdError, EtcdResult};
+use crate::etcd::client::request::retry_backoff;
+use crate::etcd::client::watch::{Events, Target, WatchMsg};
+use crate::etcd::protocol::line::LineKeys;
+use crate::etcd::protocol::shared::held_since;
+use crate::etcd::session::handout::Lease;
+use crate::etcd::session::revival::Holding;
+use crate::etcd::session::slots::Slot;
+use crate::etcd::session::state::LockerState;
+use crate::loss::LossCell;
+use crate::shared::Share;
+use crate::{Error, GuardRelease, Key, LossCause, Result};
+
+/// A held entry of a line: what a guard releases.
+pub(crate) struct SharedHeld {
+    pub state: Arc<LockerState>,
+    pub key: Key,
+    pub keys: LineKeys,
+    pub share: Share,
+    pub entry: Vec<u8>,
+    pub created: i64,
+    /// The revision of the grant: the entry's mod revision since.
+    pub token: i64,
+    pub lease: Arc<Lease>,
+    /// The slot naming the entry, freed once the release deleted it.
+    pub slot: Option<Slot>,
+    /// Names this holding in the session's record (see
+    /// `session/revival.rs`) until its release.
+    holding: u64,
+    watcher: std::sync::Mutex<Option<AbortHandle>>,
+    loss: LossCell,
+}
+
+impl SharedHeld {
+    /// The holding of `entry` granted at `token`; recorded with the
+    /// session, so that a revived lease first deletes it, as etcd would
+    /// have had the lease expired.
+    pub fn new(
+        state: Arc<LockerState>,
+        (key, keys, share): (Key, LineKeys, Share),
+        (entry, created, token): (Vec<u8>, i64, i64),
+        lease: Arc<Lease>,
+        slot: Option<Slot>,
+    ) -> Self {
+        let holding = state.session.hold(Holding {
+            lease: lease.id,
+            lock: entry.clone(),
+            token,
+            queue: None,
+        });
+        SharedHeld {
+            state,
+            key,
+            keys,
+            share,
+            entry,
+            created,
+            token,
+            lease,
+            slot,
+            holding,
+            watcher: std::sync::Mutex::new(None),
+            loss: LossCell::default(),
+        }
+    }
+
+    fn stop_watching(&self) {
+        if let Ok(Some(w)) = self.watcher.lock().map(|mut w| w.take()) {
+            w.abort();
+        }
+    }
+
+    /// Leaves the line, retried until done, lost, or the lease is lost
+    /// (the entry then expires with it).
+    async fn release_durably(mut self) -> EtcdResult<()> {
+        let mut backoff = retry_backoff();
+        let mut uncertain = false;
+        let leaving = Leaving {
+            keys: &self.keys,
+            share: self.share,
+            entry: &self.entry,
+            created: self.created,
+        };
+        let outcome = loop {
+            match depart(&self.state, &leaving, held_since(&self.entry, self.token)).await {
+                Ok(true) => break Ok(()),
+                // An earlier attempt that got no answer was applied.
+                Ok(false) if uncertain && !self.lease.lost.is_cancelled() => break Ok(()),
+                Ok(false) => break Err(lost(&self.key, "its entry was deleted or rewritten")),
+                Err(_) if self.lease.lost.is_cancelled() => {
+                    break Err(lost(
+                        &self.key,
+                        "the session lease was lost before the release",
+                    ));
+                }
+                Err(_) => {
+                    uncertain = true;
+                    self.lease.pause(&mut backoff).await;
+                }
+            }
+        };
+        self.state.session.released(self.holding);
+        if let (Some(slot), false) = (self.slot.take(), uncertain) {
+            slot.free();
+        }
+        outcome
+    }
+}
+
+fn lost(key: &Key, why: &str) -> EtcdError {
+    EtcdError::Public(Error::LockLost {
+        key: key.to_string(),
+        reason: format!("{why} (did the session lease expire?)"),
+    })
+}
+
+impl Drop for SharedHeld {
+    fn drop(&mut self) {
+        self.stop_watching();
+    }
+}
+
+#[async_trait]
+impl GuardRelease for SharedHeld {
+    async fn release(self: Box<Self>) -> Result<()> {
+        self.stop_watching();
+        Ok(self.release_durably().await?)
+    }
+
+    fn watch_for_loss(&self, lost: CancellationToken) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let task = rt.spawn(watch_entry(
+            Arc::clone(&self.state),
+            (self.entry.clone(), self.token),
+            Arc::clone(&self.lease),
+            (lost, self.loss.clone()),
+        ));
+        if let Ok(mut w) = self.watcher.lock() {
+            *w = Some(task.abort_handle());
+        }
+    }
+
+    fn loss_cause(&self) -> Option<LossCause> {
+        self.loss.get().or_else(|| self.lease.loss.get())
+    }
+}
+
+/// Cancels `lost` when `entry` changes after the grant at `token`: deleted
+/// (its lease ended, or someone deleted it) or rewritten. Only the
+/// holder's own release changes it while held, and that stops this watch
+/// first.
+async fn watch_entry(
+    state: Arc<LockerState>,
+    (entry, token): (Vec<u8>, i64),
+    lease: Arc<Lease>,
+    (lost, loss): (CancellationToken, LossCell),
+) {
+    let mut backoff = retry_backoff();
+    let mut from = token + 1;
+    while !lost.is_cancelled() {
+        let target = Target {
+            key: entry.clone(),
+            range_end: None,
+            start_revision: Some(from),
+            events: Events::All,
+        };
+        if let Ok(mut sub) = state.hub.subscribe(target).await {
+            loop {
+                match sub.recv().await {
+                    WatchMsg::Events { events } if events.iter().any(|e| e.key == entry) => {
+                        loss.record(lease.loss.get().unwrap_or(LossCause::KeyChanged));
+                        lost.cancel();
+                        return;
+                    }
+                    WatchMsg::Ended(_) => break,
+                    _ => {}
+                }
+            }
+        }
+        // Compacted past the grant, or etcd unreachable (the lease deadline
+        // covers that): read the entry before watching again.
+        if let Ok(resp) = state
+            .get("entry check", entry.clone(), Default::default())
+            .await
+        {
+            if resp.kvs().first().map(|kv| kv.mod_revision()) != Some(token) {
+                loss.record(lease.loss.get().unwrap_or(LossCause::KeyChanged));
+                lost.cancel();
+                return;
+            }
+            if let Some(header) = resp.header() {
+                from = header.revision() + 1;
+            }
+        }
+        backoff.sleep().await;
+    }
+}

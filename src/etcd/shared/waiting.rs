@@ -1,0 +1,242 @@
+//! A caller waiting in a read/write lock's or semaphore's line: what it
+//! listens to, how it checks its place (telling itself it holds when
+//! nobody told it), and leaving the line when it gives up.
+
+use std::sync::Arc;
+
+use etcd_client::Txn;
+
+use super::depart::{Leaving, depart};
+use super::held::SharedHeld;
+use crate::etcd::client::error::{EtcdError, EtcdResult};
+use crate::etcd::client::request::retry_backoff;
+use crate::etcd::client::shared_watch::Listener;
+use crate::etcd::client::watch::{Events, Subscription, Target, WatchMsg};
+use crate::etcd::protocol::line::LineKeys;
+use crate::etcd::protocol::shared::{
+    Own, ahead, check, in_the_way, queued_at, read_ahead, read_own, read_self_grant, self_grant,
+};
+use crate::etcd::session::handout::{Lease, margin};
+use crate::etcd::session::slots::Slot;
+use crate::etcd::session::state::LockerState;
+use crate::shared::Share;
+use crate::{Error, Key, LockGuard};
+
+/// A caller in line: leaves the line when dropped while armed.
+pub(crate) struct Waiting {
+    pub state: Arc<LockerState>,
+    pub key: Key,
+    pub keys: LineKeys,
+    pub share: Share,
+    pub entry: Vec<u8>,
+    pub created: i64,
+    pub lease: Arc<Lease>,
+    pub slot: Option<Slot>,
+    pub armed: bool,
+}
+
+impl Waiting {
+    /// The guard of its holding, granted at `token`.
+    pub(crate) fn granted(mut self, token: i64) -> LockGuard {
+        self.armed = false;
+        let (lost, expiry) = (self.lease.lost.child_token(), self.lease.expiry.clone());
+        let held = SharedHeld::new(
+            Arc::clone(&self.state),
+            (self.key.clone(), self.keys.clone(), self.share),
+            (self.entry.clone(), self.created, token),
+            Arc::clone(&self.lease),
+            self.slot.take(),
+        );
+        LockGuard::new(
+            self.key.clone(),
+            u64::try_from(token).unwrap_or_default(),
+            Box::new(held),
+        )
+        .with_loss_signal(lost, Some(expiry))
+    }
+
+    /// Leaves the line (admitting whom that lets in), retried until done
+    /// or the lease is lost; runs as a task of its own, so dropping this
+    /// future does not stop it.
+    pub(crate) async fn give_up(&mut self) -> EtcdResult<()> {
+        match self.start_give_up() {
+            Some(task) => task.await.unwrap_or(Ok(())),
+            None => Ok(()),
+        }
+    }
+
+    fn start_give_up(&mut self) -> Option<tokio::task::JoinHandle<EtcdResult<()>>> {
+        if !std::mem::take(&mut self.armed) {
+            return None;
+        }
+        let rt = tokio::runtime::Handle::try_current().ok()?;
+        let (state, keys, share) = (Arc::clone(&self.state), self.keys.clone(), self.share);
+        let (entry, created, lease) = (self.entry.clone(), self.created, Arc::clone(&self.lease));
+        let slot = self.slot.take();
+        Some(rt.spawn(async move {
+            let leaving = Leaving {
+                keys: &keys,
+                share,
+                entry: &entry,
+                created,
+            };
+            let mut backoff = retry_backoff();
+            let mut uncertain = false;
+            loop {
+                match depart(&state, &leaving, queued_at(&entry, created)).await {
+                    Ok(_) => {
+                        if let (Some(slot), false) = (slot, uncertain) {
+                            slot.free();
+                        }
+                        return Ok(());
+                    }
+                    Err(e) if lease.lost.is_cancelled() => return Err(e),
+                    Err(_) => {
+                        uncertain = true;
+                        lease.pause(&mut backoff).await;
+                    }
+                }
+            }
+        }))
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.start_give_up();
+    }
+}
+
+/// Waits until the waiter holds: its token.
+pub(crate) async fn wait(w: &Waiting, own: Option<Listener>) -> EtcdResult<i64> {
+    let state = &w.state;
+    let (own_start, own_end) = w.keys.own(w.share, &state.id);
+    let mut own = match own {
+        Some(own) => own,
+        None => {
+            // Opened after the join: a touch may have come before; check.
+            let own = state.watches.listen(&own_start, Some(&own_end)).await?;
+            if let Some(token) = check_place(w).await? {
+                return Ok(token);
+            }
+            own
+        }
+    };
+    let patience = tokio::time::sleep(margin(state.config.ttl()));
+    tokio::pin!(patience);
+    let mut blockers: Option<Subscription> = None;
+    loop {
+        tokio::select! {
+            msg = own.recv() => match msg {
+                WatchMsg::Events { events } => {
+                    let told = events.iter().find(|e| {
+                        e.key == w.entry && e.create_revision == w.created && e.mod_revision > w.created
+                    });
+                    if let Some(ev) = told {
+                        return Ok(ev.mod_revision);
+                    }
+                }
+                WatchMsg::Ended(_) => {
+                    own = state.watches.listen(&own_start, Some(&own_end)).await?;
+                    if let Some(token) = check_place(w).await? {
+                        return Ok(token);
+                    }
+                }
+                WatchMsg::Created => {}
+            },
+            () = w.lease.lost.cancelled() => return Err(session_lost(w, "the session lease could not be renewed for a whole TTL")),
+            () = &mut patience, if blockers.is_none() => {
+                blockers = Some(watch_blockers(w).await?);
+                if let Some(token) = check_place(w).await? {
+                    return Ok(token);
+                }
+            }
+            msg = next(&mut blockers) => match msg {
+                WatchMsg::Events { .. } => {
+                    if let Some(token) = check_place(w).await? {
+                        return Ok(token);
+                    }
+                }
+                WatchMsg::Ended(_) => {
+                    blockers = Some(watch_blockers(w).await?);
+                    if let Some(token) = check_place(w).await? {
+                        return Ok(token);
+                    }
+                }
+                WatchMsg::Created => {}
+            },
+        }
+    }
+}
+
+/// Watches what may be in the waiter's way, from now on (a check follows
+/// each opening, so nothing slips by).
+async fn watch_blockers(w: &Waiting) -> EtcdResult<Subscription> {
+    let (start, end) = match w.share {
+        Share::Read => w.keys.kind(Share::Write),
+        Share::Write => w.keys.readers_and_writers(),
+        Share::Permit(_) => w.keys.kind(w.share),
+    };
+    w.state
+        .hub
+        .subscribe(Target {
+            key: start,
+            range_end: Some(end),
+            start_revision: None,
+            events: Events::All,
+        })
+        .await
+}
+
+/// Checks the waiter's place: its token if it holds (telling itself when
+/// nobody told it), `None` while it waits.
+async fn check_place(w: &Waiting) -> EtcdResult<Option<i64>> {
+    let state = &w.state;
+    let resp = state
+        .txn_hedged("place check", check(&w.keys, w.share, &w.entry, w.created))
+        .await?;
+    match read_own(w.created, &resp) {
+        Own::Gone => {
+            return Err(session_lost(
+                w,
+                "its entry vanished (its session lease expired or someone deleted it)",
+            ));
+        }
+        Own::Told(token) => return Ok(Some(token)),
+        Own::Untold => {}
+    }
+    let (mut counted, mut more) = read_ahead(&w.keys, &resp, 1);
+    while counted < in_the_way(w.share) {
+        let Some(after) = more else {
+            // Fewer in the way than keep it waiting: it holds.
+            let resp = state
+                .txn("self grant", self_grant(&w.entry, w.created))
+                .await?;
+            return match read_self_grant(w.created, &resp, resp.revision) {
+                Some(token) => Ok(Some(token)),
+                None => Err(session_lost(w, "its entry vanished before it could hold")),
+            };
+        };
+        let next = Txn::new().and_then([ahead(&w.keys, w.share, w.created, Some(after))]);
+        let resp = state.txn_hedged("place check", next).await?;
+        let (n, m) = read_ahead(&w.keys, &resp, 0);
+        (counted, more) = (counted + n, m);
+    }
+    Ok(None)
+}
+
+fn session_lost(w: &Waiting, reason: &str) -> EtcdError {
+    let key = String::from_utf8_lossy(&w.keys.lock).into_owned();
+    EtcdError::Public(Error::SessionLost {
+        key,
+        reason: reason.into(),
+    })
+}
+
+/// The next message of an open subscription; never ready without one.
+async fn next(sub: &mut Option<Subscription>) -> WatchMsg {
+    match sub {
+        Some(sub) => sub.recv().await,
+        None => std::future::pending().await,
+    }
+}
