@@ -146,7 +146,7 @@ pub use key::{Key, MAX_KEY_LEN};
 pub use locker::{LockGuard, Locker};
 pub use loss::LossCause;
 pub use registry::{get_locker, register_locker_provider};
-pub use status::{LeaseId, LockHolder, LockStatus, LockWaiter, NodeCount};
+pub use status::{LeaseId, LockHolder, LockKind, LockStatus, LockWaiter, NodeCount};
 #[cfg(any(feature = "etcd", feature = "redis"))]
 pub use tls::TlsConfig;
 pub use tokio_util::sync::CancellationToken;

@@ -8,41 +8,53 @@ use std::time::Duration;
 
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 
-use crate::{LeaseId, LockHolder, LockStatus, LockWaiter, NodeCount, Owner};
+use crate::{LeaseId, LockHolder, LockKind, LockStatus, LockWaiter, NodeCount, Owner};
 
-/// `{"key", "holder", "waiters", "foreign"}`.
+/// `{"key", "holder", "waiters", "foreign", "kind", "limit", "holders"}`:
+/// `kind` is `"lock"`, `"read/write"` or `"semaphore"`, `limit` a
+/// semaphore's (else `null`).
 impl Serialize for LockStatus {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut s = serializer.serialize_struct("LockStatus", 4)?;
+        let (kind, limit) = match self.kind {
+            LockKind::Mutex => ("lock", None),
+            LockKind::ReadWrite => ("read/write", None),
+            LockKind::Semaphore { limit } => ("semaphore", Some(limit)),
+        };
+        let mut s = serializer.serialize_struct("LockStatus", 7)?;
         s.serialize_field("key", &self.key)?;
         s.serialize_field("holder", &self.holder)?;
         s.serialize_field("waiters", &self.waiters)?;
         s.serialize_field("foreign", &self.foreign)?;
+        s.serialize_field("kind", kind)?;
+        s.serialize_field("limit", &limit)?;
+        s.serialize_field("holders", &self.holders)?;
         s.end()
     }
 }
 
-/// `{"owner", "fencing_token", "lease", "ttl_left_ms", "nodes"}`; what a
-/// backend does not fill is `null`.
+/// `{"owner", "fencing_token", "lease", "ttl_left_ms", "nodes", "reads"}`;
+/// what a backend does not fill is `null`.
 impl Serialize for LockHolder {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut s = serializer.serialize_struct("LockHolder", 5)?;
+        let mut s = serializer.serialize_struct("LockHolder", 6)?;
         s.serialize_field("owner", &self.owner)?;
         s.serialize_field("fencing_token", &self.fencing_token)?;
         s.serialize_field("lease", &self.lease)?;
         s.serialize_field("ttl_left_ms", &self.ttl_left.as_ref().map(millis_of))?;
         s.serialize_field("nodes", &self.nodes)?;
+        s.serialize_field("reads", &self.reads)?;
         s.end()
     }
 }
 
-/// `{"owner", "locker", "fair"}`.
+/// `{"owner", "locker", "fair", "reads"}`.
 impl Serialize for LockWaiter {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut s = serializer.serialize_struct("LockWaiter", 3)?;
+        let mut s = serializer.serialize_struct("LockWaiter", 4)?;
         s.serialize_field("owner", &self.owner)?;
         s.serialize_field("locker", &self.locker)?;
         s.serialize_field("fair", &self.fair)?;
+        s.serialize_field("reads", &self.reads)?;
         s.end()
     }
 }
@@ -87,7 +99,7 @@ fn millis_of(d: &Duration) -> u64 {
 mod tests {
     use std::time::Duration;
 
-    use crate::{LeaseId, LockHolder, LockStatus, LockWaiter, NodeCount, Owner};
+    use crate::{LeaseId, LockHolder, LockKind, LockStatus, LockWaiter, NodeCount, Owner};
 
     #[test]
     fn owners_serialize_with_the_status_field_names() {
@@ -119,12 +131,26 @@ mod tests {
                 concat!(
                     r#"{{"key":"k","holder":{{"owner":{owner},"fencing_token":12,"#,
                     r#""lease":"390da2049c119906","ttl_left_ms":1500,"#,
-                    r#""nodes":{{"holding":2,"total":3}}}},"#,
-                    r#""waiters":[{{"owner":{owner},"locker":"L","fair":true}}],"#,
-                    r#""foreign":["/p/k/_OWNERS_/x"]}}"#
+                    r#""nodes":{{"holding":2,"total":3}},"reads":false}},"#,
+                    r#""waiters":[{{"owner":{owner},"locker":"L","fair":true,"reads":false}}],"#,
+                    r#""foreign":["/p/k/_OWNERS_/x"],"kind":"lock","limit":null,"holders":[]}}"#
                 ),
                 owner = owner
             )
         );
+    }
+
+    #[test]
+    fn a_semaphore_serializes_its_kind_limit_and_holders() {
+        let mut lock = LockStatus::new("k");
+        lock.kind = LockKind::Semaphore { limit: 3 };
+        let mut reader = LockHolder::new(Owner::parse("plain"), 5);
+        reader.reads = true;
+        lock.holders = vec![reader.clone(), reader];
+        let json = serde_json::to_value(&lock).expect("serialize");
+        assert_eq!(json["kind"], "semaphore");
+        assert_eq!(json["limit"], 3);
+        assert_eq!(json["holders"].as_array().map(Vec::len), Some(2));
+        assert_eq!(json["holders"][1]["reads"], true);
     }
 }

@@ -40,6 +40,29 @@ pub struct LockStatus {
     /// counter that cannot count), as full Redis keys; remove them with
     /// `redis-cli DEL <key>`.
     pub foreign: Vec<String>,
+    /// What kind of lock the key is: a mutex, a read/write lock or a
+    /// semaphore.
+    pub kind: LockKind,
+    /// Every holder of a read/write lock or semaphore, in line order (the
+    /// first is also [`LockStatus::holder`]); empty for a mutex, whose one
+    /// holder is [`LockStatus::holder`].
+    pub holders: Vec<LockHolder>,
+}
+
+/// What kind of lock a key is, as [`LockStatus::kind`] tells.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LockKind {
+    /// A mutex (`Locker::lock`): one holder.
+    Mutex,
+    /// A read/write lock (`Locker::read_lock`, `write_lock`): readers
+    /// together, or one writer.
+    ReadWrite,
+    /// A semaphore (`Locker::acquire`): up to `limit` holders.
+    Semaphore {
+        /// How many may hold at once.
+        limit: u32,
+    },
 }
 
 /// The holder of a lock.
@@ -63,6 +86,8 @@ pub struct LockHolder {
     /// key (Redlock needs a majority). `None` on etcd, which replicates by
     /// itself.
     pub nodes: Option<NodeCount>,
+    /// `true` for a reader of a read/write lock.
+    pub reads: bool,
 }
 
 /// A queued waiter.
@@ -77,6 +102,8 @@ pub struct LockWaiter {
     /// `true` for a fair waiter (handed the lock in order), `false` for an
     /// unfair one (woken to try).
     pub fair: bool,
+    /// `true` for a reader of a read/write lock.
+    pub reads: bool,
 }
 
 /// An etcd lease id. Shown as etcd's own tools show it, 16 hex digits
@@ -124,6 +151,8 @@ impl LockStatus {
             holder: None,
             waiters: Vec::new(),
             foreign: Vec::new(),
+            kind: LockKind::Mutex,
+            holders: Vec::new(),
         }
     }
 }
@@ -138,6 +167,7 @@ impl LockHolder {
             lease: None,
             ttl_left: None,
             nodes: None,
+            reads: false,
         }
     }
 }
@@ -150,6 +180,7 @@ impl LockWaiter {
             owner,
             locker: locker.into(),
             fair,
+            reads: false,
         }
     }
 }

@@ -111,6 +111,22 @@ pub struct LockArgs {
     /// Take the lock in arrival order (the default)
     #[arg(long, overrides_with = "unfair", hide = true)]
     pub fair: bool,
+    /// Hold KEY as a reader of a read/write lock: with other readers,
+    /// once no writer holds it or waits ahead
+    #[arg(long, conflicts_with_all = ["write", "limit", "unfair"])]
+    pub read: bool,
+    /// Hold KEY as the writer of a read/write lock: alone, once the
+    /// readers and writers ahead are done
+    #[arg(long, conflicts_with_all = ["limit", "unfair"])]
+    pub write: bool,
+    /// Hold one of N permits of the semaphore KEY: at most N run at once
+    #[arg(
+        long,
+        value_name = "N",
+        conflicts_with = "unfair",
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub limit: Option<u32>,
     /// If the lock is held, do not wait: exit at once with the conflict
     /// code, without running CMD
     #[arg(short, long)]
@@ -151,10 +167,33 @@ impl LockArgs {
         !self.unfair
     }
 
+    /// What to hold: a mutex, a read or write lock, or a permit.
+    pub fn hold(&self) -> Hold {
+        match (self.read, self.write, self.limit) {
+            (true, _, _) => Hold::Read,
+            (_, true, _) => Hold::Write,
+            (_, _, Some(limit)) => Hold::Permit(limit),
+            _ => Hold::Lock,
+        }
+    }
+
     /// The key, checked to be there and not empty.
     pub fn key(&self) -> &str {
         self.key.as_deref().unwrap_or_default()
     }
+}
+
+/// What `fairlock lock` holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hold {
+    /// The mutex (the default).
+    Lock,
+    /// A read lock (`--read`).
+    Read,
+    /// A write lock (`--write`).
+    Write,
+    /// A permit of a semaphore with this limit (`--limit N`).
+    Permit(u32),
 }
 
 #[derive(Debug, Args)]

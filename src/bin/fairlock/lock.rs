@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use fairlock::{BackendConfig, Context, Error, Key, LockGuard, LockStatus};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use crate::args::LockArgs;
+use crate::args::{Hold, LockArgs};
 use crate::backend::Conn;
 use crate::exit::{self, report};
 
@@ -84,7 +84,14 @@ async fn acquire(
     signals: &mut Signals,
 ) -> Result<LockGuard, u8> {
     if a.nonblock {
-        return match locker.locker().try_lock(key).await {
+        let inner = locker.locker();
+        let tried = match a.hold() {
+            Hold::Lock => inner.try_lock(key).await,
+            Hold::Read => inner.try_read_lock(key).await,
+            Hold::Write => inner.try_write_lock(key).await,
+            Hold::Permit(limit) => inner.try_acquire(key, limit).await,
+        };
+        return match tried {
             Ok(Some(guard)) => Ok(guard),
             Ok(None) => {
                 let holder = describe_holder(locker, key).await;
@@ -105,7 +112,13 @@ async fn acquire(
         ctx = ctx.with_timeout(timeout);
     }
     let (ctx, cancel) = ctx.with_cancel();
-    let lock = locker.locker().lock(&ctx, key);
+    let inner = locker.locker();
+    let lock = match a.hold() {
+        Hold::Lock => inner.lock(&ctx, key),
+        Hold::Read => inner.read_lock(&ctx, key),
+        Hold::Write => inner.write_lock(&ctx, key),
+        Hold::Permit(limit) => inner.acquire(&ctx, key, limit),
+    };
     tokio::pin!(lock);
     let started = Instant::now();
     let mut progress = Progress::new();

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use fairlock::{BackendConfig, Key, LeaseId, LockStatus};
+use fairlock::{BackendConfig, Key, LeaseId, LockKind, LockStatus};
 
 use crate::args::StatusArgs;
 use crate::backend::Conn;
@@ -54,6 +54,10 @@ pub async fn run(config: BackendConfig, a: StatusArgs) -> u8 {
 fn table(locks: &[LockStatus], backend: &str) -> String {
     let mut out = String::new();
     for lock in locks {
+        if lock.kind != LockKind::Mutex {
+            shared(&mut out, lock);
+            continue;
+        }
         match &lock.holder {
             Some(h) => {
                 let mut lease = String::new();
@@ -109,6 +113,47 @@ fn table(locks: &[LockStatus], backend: &str) -> String {
         queue(&mut out, &lock.waiters);
     }
     out
+}
+
+/// A read/write lock or semaphore: every holder, then the line.
+fn shared(out: &mut String, lock: &LockStatus) {
+    let kind = match lock.kind {
+        LockKind::Semaphore { limit } => format!("semaphore of {limit}"),
+        _ => "read/write lock".into(),
+    };
+    let held = match lock.holders.len() {
+        0 => "free".to_string(),
+        n => format!("{n} holding"),
+    };
+    let _ = writeln!(out, "{} ({kind}): {held}", lock.key);
+    for h in &lock.holders {
+        let what = if h.reads { "reading" } else { "holding" };
+        let mut lease = String::new();
+        if let Some(left) = h.ttl_left {
+            let _ = write!(lease, ", expires in {:.1}s", left.as_secs_f64());
+        }
+        let _ = writeln!(
+            out,
+            "  {what}: {}, fencing token {}{lease}, asked {} ago",
+            h.owner.describe(),
+            h.fencing_token,
+            age(&h.owner),
+        );
+    }
+    for (i, w) in lock.waiters.iter().enumerate() {
+        let what = match (lock.kind, w.reads) {
+            (LockKind::ReadWrite, true) => "to read",
+            (LockKind::ReadWrite, false) => "to write",
+            _ => "for a permit",
+        };
+        let _ = writeln!(
+            out,
+            "  {}. waiting {what}: {}, asked {} ago",
+            i + 1,
+            w.owner.describe(),
+            age(&w.owner),
+        );
+    }
 }
 
 /// One line of `status --json`.

@@ -8,6 +8,8 @@ use etcd_client::{Compare, Txn, TxnOpResponse, TxnResponse};
 use super::held::HeldLock;
 use crate::etcd::client::error::EtcdError;
 use crate::etcd::protocol::fence;
+use crate::etcd::session::state::LockerState;
+use crate::etcd::shared::held::SharedHeld;
 use crate::{Error, LockGuard, LossCause, Result};
 
 /// etcd operations conditional on holding the lock; implemented for
@@ -19,8 +21,9 @@ use crate::{Error, LockGuard, LossCause, Result};
 /// checked in the same transaction as the write.
 pub trait FencedTxn: sealed::Sealed {
     /// The compare that holds exactly while this guard holds the lock: the
-    /// lock key's mod revision equals the fencing token. Put it in the
-    /// `when` of your own txn.
+    /// lock key's mod revision equals the fencing token (for a read lock,
+    /// write lock or permit: its entry's). Put it in the `when` of your
+    /// own txn.
     ///
     /// # Errors
     /// [`Error::Unsupported`] if the guard does not come from the etcd
@@ -63,16 +66,19 @@ mod sealed {
     impl Sealed for crate::LockGuard {}
 }
 
-fn held(guard: &LockGuard) -> Result<&HeldLock> {
-    guard
-        .backend()
-        .and_then(|b| b.downcast_ref::<HeldLock>())
-        .ok_or_else(|| {
-            Error::Unsupported(
-                "fenced etcd txns need a guard from the etcd backend (fairlock::etcd::EtcdLocker)"
-                    .into(),
-            )
-        })
+/// The key a guard from the etcd backend holds, and its token: the lock
+/// key of a mutex, the entry of a read lock, write lock or permit.
+fn held(guard: &LockGuard) -> Result<(&[u8], i64, &LockerState)> {
+    let backend = guard.backend();
+    if let Some(held) = backend.and_then(|b| b.downcast_ref::<HeldLock>()) {
+        return Ok((&held.keys.lock, held.token, &held.state));
+    }
+    if let Some(held) = backend.and_then(|b| b.downcast_ref::<SharedHeld>()) {
+        return Ok((&held.entry, held.token, &held.state));
+    }
+    Err(Error::Unsupported(
+        "fenced etcd txns need a guard from the etcd backend (fairlock::etcd::EtcdLocker)".into(),
+    ))
 }
 
 fn lost(guard: &LockGuard, cause: LossCause, reason: &str) -> Error {
@@ -85,12 +91,12 @@ fn lost(guard: &LockGuard, cause: LossCause, reason: &str) -> Error {
 
 impl FencedTxn for LockGuard {
     fn fence(&self) -> Result<Compare> {
-        let held = held(self)?;
-        Ok(fence::fence(&held.keys.lock, held.token))
+        let (key, token, _) = held(self)?;
+        Ok(fence::fence(key, token))
     }
 
     async fn fenced_txn(&self, txn: Txn) -> Result<TxnResponse> {
-        let held = held(self)?;
+        let (_, _, state) = held(self)?;
         if !self.is_held() {
             return Err(lost(
                 self,
@@ -99,7 +105,7 @@ impl FencedTxn for LockGuard {
             ));
         }
         let fenced = fence::fenced(self.fence()?, txn);
-        let resp = held.state.txn("fenced txn", fenced).await?;
+        let resp = state.txn("fenced txn", fenced).await?;
         if !resp.succeeded() {
             return Err(lost(
                 self,

@@ -11,7 +11,11 @@ use super::locker::EtcdLocker;
 use crate::etcd::client::error::EtcdError;
 use crate::etcd::client::request::request;
 use crate::etcd::protocol::keys::{entry_name, prefix_end};
-use crate::{Key, LeaseId, LockHolder, LockStatus, LockWaiter, Owner, RESERVED_SEGMENT, Result};
+use crate::etcd::protocol::line::LineKeys;
+use crate::shared::{Admission, Share};
+use crate::{
+    Key, LeaseId, LockHolder, LockKind, LockStatus, LockWaiter, Owner, RESERVED_SEGMENT, Result,
+};
 
 impl EtcdLocker {
     /// The locks under this locker's prefix (or just `key`), with holders
@@ -59,7 +63,10 @@ impl EtcdLocker {
     /// `locks` with each holder's `ttl_left` from its lease's time to live.
     async fn with_ttl(&self, mut locks: Vec<LockStatus>) -> Result<Vec<LockStatus>> {
         let mut known: HashMap<LeaseId, Option<Duration>> = HashMap::new();
-        for holder in locks.iter_mut().filter_map(|l| l.holder.as_mut()) {
+        let holders = locks
+            .iter_mut()
+            .flat_map(|l| l.holder.iter_mut().chain(l.holders.iter_mut()));
+        for holder in holders {
             let Some(lease) = holder.lease.filter(|&l| l != LeaseId::NONE) else {
                 continue;
             };
@@ -124,6 +131,7 @@ impl EtcdLocker {
 fn group(prefix: &str, kvs: Vec<(Vec<u8>, Vec<u8>, i64, i64)>) -> Vec<LockStatus> {
     let marker = format!("/{RESERVED_SEGMENT}/");
     let mut locks: BTreeMap<String, LockStatus> = BTreeMap::new();
+    let mut lines: BTreeMap<String, Vec<LineEntry>> = BTreeMap::new();
     for (key, value, mod_revision, lease) in kvs {
         let key = String::from_utf8_lossy(&key);
         let Some(name) = key.strip_prefix(prefix) else {
@@ -147,13 +155,29 @@ fn group(prefix: &str, kvs: Vec<(Vec<u8>, Vec<u8>, i64, i64)>) -> Vec<LockStatus
                     .waiters
                     .push(LockWaiter::new(owner, name.locker, name.mode.is_fair()));
             }
-            Some(None) => entry.foreign.push(key.clone().into_owned()),
+            Some(None) => match line_entry(prefix, lock, key.as_bytes(), lease) {
+                Some((share, locker)) => {
+                    lines.entry(lock.to_owned()).or_default().push(LineEntry {
+                        share,
+                        locker,
+                        owner,
+                        token: mod_revision,
+                        lease,
+                    })
+                }
+                None => entry.foreign.push(key.clone().into_owned()),
+            },
             None => {
                 let token = u64::try_from(mod_revision).unwrap_or_default();
                 let mut holder = LockHolder::new(owner, token);
                 holder.lease = Some(LeaseId(lease));
                 entry.holder = Some(holder);
             }
+        }
+    }
+    for (lock, entries) in lines {
+        if let Some(status) = locks.get_mut(&lock) {
+            line_status(status, entries);
         }
     }
     // A fair holder's own queue key stays until it releases, and may sort
@@ -164,6 +188,49 @@ fn group(prefix: &str, kvs: Vec<(Vec<u8>, Vec<u8>, i64, i64)>) -> Vec<LockStatus
         }
     }
     locks.into_values().collect()
+}
+
+/// An entry of a read/write lock's or semaphore's line, as read.
+struct LineEntry {
+    share: Share,
+    locker: String,
+    owner: Owner,
+    token: i64,
+    lease: i64,
+}
+
+/// What line entry `key` of lock `lock` asks for, and its locker's id.
+fn line_entry(prefix: &str, lock: &str, key: &[u8], lease: i64) -> Option<(Share, String)> {
+    if lease == 0 {
+        return None;
+    }
+    let keys = LineKeys::new(prefix, &Key::from(lock));
+    keys.parse(key)
+        .map(|(share, locker)| (share, locker.to_owned()))
+}
+
+/// Fills `status` with its line's holders and waiters, told apart by the
+/// rule every backend grants by (`crate::shared`).
+fn line_status(status: &mut LockStatus, entries: Vec<LineEntry>) {
+    let mut admission = Admission::default();
+    for e in entries {
+        status.kind = match e.share {
+            Share::Permit(limit) => LockKind::Semaphore { limit },
+            Share::Read | Share::Write => LockKind::ReadWrite,
+        };
+        let reads = e.share == Share::Read;
+        if admission.next(e.share) {
+            let mut holder = LockHolder::new(e.owner, u64::try_from(e.token).unwrap_or_default());
+            holder.lease = Some(LeaseId(e.lease));
+            holder.reads = reads;
+            status.holders.push(holder);
+        } else {
+            let mut waiter = LockWaiter::new(e.owner, e.locker, true);
+            waiter.reads = reads;
+            status.waiters.push(waiter);
+        }
+    }
+    status.holder = status.holders.first().cloned();
 }
 
 #[cfg(test)]

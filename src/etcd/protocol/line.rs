@@ -84,6 +84,12 @@ impl LineKeys {
 
     /// What entry `key` asks for, if fairlock named it so.
     pub fn share_of(&self, key: &[u8]) -> Option<Share> {
+        self.parse(key).map(|(share, _)| share)
+    }
+
+    /// What entry `key` asks for and the id of its locker, if fairlock
+    /// named it so.
+    pub fn parse<'a>(&self, key: &'a [u8]) -> Option<(Share, &'a str)> {
         let rest = std::str::from_utf8(key.strip_prefix(self.base.as_slice())?).ok()?;
         let mut parts = rest.split('/');
         let (kind, locker, slot) = (parts.next()?, parts.next()?, parts.next()?);
@@ -92,15 +98,19 @@ impl LineKeys {
         if parts.next().is_some() || !locker_ok || !slot_ok {
             return None;
         }
-        match kind {
-            "r" => Some(Share::Read),
-            "w" => Some(Share::Write),
+        let share = match kind {
+            "r" => Share::Read,
+            "w" => Share::Write,
             _ => {
                 let n = kind.strip_prefix('s')?;
                 let limit: u32 = n.parse().ok().filter(|&l| l > 0)?;
-                (n == limit.to_string()).then_some(Share::Permit(limit))
+                if n != limit.to_string() {
+                    return None;
+                }
+                Share::Permit(limit)
             }
-        }
+        };
+        Some((share, locker))
     }
 }
 
