@@ -37,6 +37,8 @@ pub struct MemoryStore {
 #[derive(Default)]
 struct Shared {
     state: Mutex<StoreState>,
+    /// The leaders' values and their observers (see `election.rs`).
+    elections: Arc<election::Board>,
 }
 
 #[derive(Default)]
@@ -313,5 +315,29 @@ impl Locker for MemoryLocker {
 
     fn is_fair(&self) -> bool {
         self.fairness.is_fair()
+    }
+}
+
+mod election;
+
+pub use election::MemoryElector;
+
+impl MemoryStore {
+    /// An elector on this store (see [`MemoryElector`]): electors of one
+    /// store (or its clones) take part in the same elections.
+    #[must_use]
+    pub fn elector(&self) -> MemoryElector {
+        MemoryElector::new(
+            Arc::new(self.locker(true)),
+            Arc::clone(&self.inner.elections),
+        )
+    }
+
+    /// `true` when no election of this store has a leader: with
+    /// [`MemoryStore::is_idle`], what a test checks to prove a leadership
+    /// left nothing behind.
+    #[must_use]
+    pub fn has_no_leaders(&self) -> bool {
+        self.inner.elections.has_no_leaders()
     }
 }
