@@ -10,6 +10,7 @@ use etcd_client::{GetOptions, SortOrder, SortTarget};
 use super::locker::EtcdLocker;
 use crate::etcd::client::error::EtcdError;
 use crate::etcd::client::request::request;
+use crate::etcd::protocol::election::is_value_key;
 use crate::etcd::protocol::keys::{entry_name, prefix_end};
 use crate::{Key, LeaseId, LockHolder, LockStatus, LockWaiter, Owner, RESERVED_SEGMENT, Result};
 
@@ -147,6 +148,8 @@ fn group(prefix: &str, kvs: Vec<(Vec<u8>, Vec<u8>, i64, i64)>) -> Vec<LockStatus
                     .waiters
                     .push(LockWaiter::new(owner, name.locker, name.mode.is_fair()));
             }
+            // An election's leader record: fairlock's own, not a waiter.
+            Some(None) if is_value_key(queue.as_bytes(), key.as_bytes()) => {}
             Some(None) => entry.foreign.push(key.clone().into_owned()),
             None => {
                 let token = u64::try_from(mod_revision).unwrap_or_default();
@@ -198,6 +201,11 @@ mod tests {
                     6,
                 ),
                 kv("/p/a/_OWNERS_/foreign", "not-a-fairlock-value", 7),
+                kv(
+                    "/p/a/_OWNERS_/leader",
+                    "00000000000000000005 e1 since=1\nv",
+                    8,
+                ),
                 (
                     "/p/a/_OWNERS_/00000000000000000000000000000005/f2".into(),
                     "no lease".into(),
