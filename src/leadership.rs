@@ -174,7 +174,8 @@ impl Leadership {
         let value = value.as_ref();
         check_value(value)?;
         if !self.is_leader() {
-            return Err(self.not_leader("the leadership was lost; nothing was written"));
+            let cause = self.loss_cause().unwrap_or(LossCause::Unspecified);
+            return Err(self.not_leader(&format!("{cause}; nothing was written")));
         }
         let record = self
             .record

@@ -55,6 +55,7 @@ async fn status_shows_an_election_as_its_lock() {
     assert_eq!(holder.fencing_token, leadership.term());
     assert_eq!(lock.waiters.len(), 1, "{lock:?}");
     assert_eq!(lock.waiters[0].locker, candidate.id());
+    assert!(lock.waiters[0].fair, "candidates wait as fair waiters");
     assert!(
         lock.foreign.is_empty(),
         "listed as foreign: {:?}",
@@ -103,6 +104,11 @@ async fn the_mutex_neither_waits_for_nor_grants_the_value_key() {
         let guard = locker.lock(&patient(), &key).await.expect("lock");
         let status = locker.status(Some(&key)).await.expect("status");
         assert!(status[0].waiters.is_empty() && status[0].foreign.is_empty());
+        let read = b.etcd_elector().leader(&key).await.expect("leader");
+        assert_eq!(
+            read, None,
+            "a lock holder without a value of its term leads"
+        );
         guard.unlock().await.expect("unlock");
         locker.close().await.expect("close");
     }

@@ -134,7 +134,9 @@ impl ElectionBackend for EtcdElections {
             let Some(lease) = elector.locker().session_lease().await else {
                 continue;
             };
-            elector.close().await.expect("close");
+            // A lease a test revoked is gone already: closing fails, and
+            // the check below still holds.
+            let _ = elector.close().await;
             let ttl = self
                 .client
                 .clone()
