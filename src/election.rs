@@ -142,6 +142,22 @@ impl LeaderWatch {
     /// the watch started; later calls wait for a change. Two states in a
     /// row always differ.
     ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> fairlock::Result<()> {
+    /// use fairlock::{Context, Elector, Key, memory::MemoryStore};
+    ///
+    /// let elector = MemoryStore::new().elector();
+    /// let name = Key::from("scheduler");
+    /// let mut changes = elector.observe(&name).await?;
+    /// assert_eq!(changes.next().await?, None); // nobody leads yet
+    /// let leadership = elector.campaign(&Context::background(), &name, b"node-1").await?;
+    /// assert_eq!(changes.next().await?.map(|l| l.value), Some(b"node-1".to_vec()));
+    /// leadership.resign().await?;
+    /// assert_eq!(changes.next().await?, None);
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     /// A backend error that ended the watch for good (a permission
     /// withdrawn, say); passing outages do not end it: the changes arrive

@@ -121,6 +121,14 @@ impl Leadership {
     /// passed, the lease ended, or the election's lock key was deleted or
     /// taken over. Never while it still leads; not on [`Leadership::resign`].
     ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(leadership: fairlock::Leadership) {
+    /// leadership.lost().await;
+    /// eprintln!("no longer the leader: {:?}", leadership.loss_cause());
+    /// # }
+    /// ```
+    ///
     /// # Cancel safety
     /// Cancel safe: it only waits.
     pub async fn lost(&self) {

@@ -56,6 +56,15 @@ impl EtcdElector {
 
     /// Connects to etcd and makes an elector with its own session lease.
     ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo() -> fairlock::Result<()> {
+    /// use fairlock::etcd::{EtcdConfig, EtcdElector};
+    ///
+    /// let elector = EtcdElector::connect(EtcdConfig::from_env()?).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     /// As [`EtcdLocker::connect`].
     ///
@@ -87,6 +96,13 @@ impl EtcdElector {
 
     /// Revokes the session lease now: every candidate of this elector
     /// leaves the line, and every leadership it holds ends at once.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(elector: fairlock::etcd::EtcdElector) -> fairlock::Result<()> {
+    /// elector.close().await?; // the next candidates in line are elected
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     /// As [`EtcdLocker::close`].
