@@ -128,6 +128,26 @@ pub enum Error {
         reason: String,
     },
 
+    /// A leadership was no longer held when an operation that needs it
+    /// ran ([`crate::Leadership::proclaim`], [`crate::Leadership::resign`]):
+    /// its lease expired or was revoked, or its lock key was deleted or
+    /// taken over. Nothing was written.
+    #[error("not the leader of election {name} any more: {reason}")]
+    NotLeader {
+        /// The election's name.
+        name: String,
+        /// What was observed.
+        reason: String,
+    },
+
+    /// A leader's value cannot be used: it is too long
+    /// ([`crate::MAX_VALUE_LEN`]).
+    #[error("invalid leader value: {reason}")]
+    InvalidValue {
+        /// What is wrong with it and what to do instead.
+        reason: String,
+    },
+
     /// A waiter's session ended while it waited (its queue entry or lease
     /// vanished), so it can no longer be granted the lock.
     #[error("session lost while waiting for lock {key}: {reason}")]

@@ -3,6 +3,9 @@
 
 use async_trait::async_trait;
 
+use std::sync::Arc;
+
+use super::election::MemoryElector;
 use super::store::{Enqueued, MemoryStore, lost};
 use crate::fairness::Fairness;
 use crate::observe::{self, Site};
@@ -17,6 +20,15 @@ impl MemoryStore {
             store: self.clone(),
             fairness: Fairness::from_fair(fair),
         }
+    }
+}
+
+impl MemoryStore {
+    /// An elector on this store (see [`MemoryElector`]): electors of one
+    /// store (or its clones) take part in the same elections.
+    #[must_use]
+    pub fn elector(&self) -> MemoryElector {
+        MemoryElector::new(Arc::new(self.locker(true)), Arc::clone(&self.elections))
     }
 }
 

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{Notify, oneshot};
 
+use super::election::Board;
 use super::mutex::{FairWaiter, KeyState};
 use super::shared::Line;
 use crate::shared::Share;
@@ -16,6 +17,8 @@ use crate::{Error, Key, Result};
 #[derive(Clone, Default)]
 pub struct MemoryStore {
     inner: Arc<Mutex<StoreState>>,
+    /// The leaders' values and their observers (see `election.rs`).
+    pub(super) elections: Arc<Board>,
 }
 
 #[derive(Default)]
@@ -83,6 +86,14 @@ impl MemoryStore {
         let state = self.state();
         state.keys.get(key.as_str()).map_or(0, |ks| ks.queue.len())
             + state.lines.get(key.as_str()).map_or(0, Line::len)
+    }
+
+    /// `true` when no election of this store has a leader: with
+    /// [`MemoryStore::is_idle`], what a test checks to prove a leadership
+    /// left nothing behind.
+    #[must_use]
+    pub fn has_no_leaders(&self) -> bool {
+        self.elections.has_no_leaders()
     }
 
     fn state(&self) -> MutexGuard<'_, StoreState> {

@@ -23,6 +23,7 @@ pub mod cli;
 pub mod cluster;
 pub mod emulate;
 pub mod etcd_backend;
+pub mod etcd_elections;
 pub mod net;
 pub mod proxy;
 #[cfg(feature = "redis")]

@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::error::ErrorKind;
 use clap::{ArgAction, Args, CommandFactory, Parser, Subcommand};
 
+use crate::election_args::{ELECT_AFTER_HELP, ElectArgs, LeaderArgs, check_elect, check_leader};
 use crate::exit;
 use crate::help::{AFTER_HELP, LOCK_AFTER_HELP};
 
@@ -95,6 +96,15 @@ pub enum Command {
     /// every grant against the order etcd saw the requests arrive, a
     /// verdict per mode and a summary.
     Demo(DemoArgs),
+    /// Campaign for election NAME (in arrival order), run CMD while leading,
+    /// resign when CMD ends; exit with CMD's status.
+    #[command(
+        after_help = ELECT_AFTER_HELP,
+        override_usage = "fairlock [GLOBAL OPTIONS] elect [OPTIONS] NAME [--] CMD [ARGS...]"
+    )]
+    Elect(ElectArgs),
+    /// Show the leader of election NAME: its value, term, host and pid.
+    Leader(LeaderArgs),
     /// Print a completion script for SHELL (source it, or install it where
     /// your shell looks for completions).
     Completions {
@@ -296,6 +306,14 @@ fn check(command: &Command) -> Result<(), clap::Error> {
             ErrorKind::InvalidValue,
             "KEY is empty; name the lock, e.g. `fairlock status backups`".into(),
         ),
+        Command::Elect(a) => match check_elect(a) {
+            Some((kind, msg)) => fail("elect", kind, msg),
+            None => Ok(()),
+        },
+        Command::Leader(a) => match check_leader(a) {
+            Some((kind, msg)) => fail("leader", kind, msg),
+            None => Ok(()),
+        },
         Command::Demo(d) if d.processes == 0 || d.tasks == 0 || d.processes * d.tasks > 1000 => {
             fail(
                 "demo",
@@ -317,7 +335,9 @@ pub fn report(err: &clap::Error) -> u8 {
             Some(ContextValue::String(s)) => s.clone(),
             _ => String::new(),
         };
-        eprintln!("fairlock: unknown command {given:?}: use lock, status, demo or completions");
+        eprintln!(
+            "fairlock: unknown command {given:?}: use lock, status, elect, leader, demo or completions"
+        );
         if let Some(ContextValue::Strings(similar)) = err.get(ContextKind::SuggestedSubcommand) {
             for s in similar {
                 eprintln!("  tip: a similar command exists: '{s}'");
