@@ -20,7 +20,7 @@ use fairlock::{Context, Elector, Key, Leadership};
 
 /// What a leader does while it leads: here, a short pause.
 async fn work(node: &str, leadership: &Leadership) {
-    println!("{node}: leading in term {}", leadership.term());
+    println!("{node}: leading in term {}", leadership.fencing_token());
     tokio::time::sleep(Duration::from_millis(200)).await;
 }
 
@@ -53,7 +53,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
                     println!(
                         "follower: {} leads (term {}, {})",
                         String::from_utf8_lossy(&leader.value),
-                        leader.term,
+                        leader.fencing_token,
                         leader.owner.describe()
                     );
                 }

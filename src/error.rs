@@ -118,24 +118,14 @@ pub enum Error {
         key: String,
     },
 
-    /// The lock was no longer held when the operation ran: its lease
-    /// expired, or the lock key was deleted or taken over by someone else.
+    /// The lock (or leadership: `key` is then the election's name) was no
+    /// longer held when the operation ran: its lease expired, or the lock
+    /// key was deleted or taken over by someone else. A refused
+    /// [`crate::Leadership::proclaim`] wrote nothing.
     #[error("lock {key} was lost: {reason}")]
     LockLost {
         /// The lock key.
         key: String,
-        /// What was observed.
-        reason: String,
-    },
-
-    /// A leadership was no longer held when an operation that needs it
-    /// ran ([`crate::Leadership::proclaim`], [`crate::Leadership::resign`]):
-    /// its lease expired or was revoked, or its lock key was deleted or
-    /// taken over. Nothing was written.
-    #[error("not the leader of election {name} any more: {reason}")]
-    NotLeader {
-        /// The election's name.
-        name: String,
         /// What was observed.
         reason: String,
     },

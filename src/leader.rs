@@ -25,7 +25,7 @@ pub const MAX_VALUE_LEN: usize = 64 * 1024;
 ///     Some(leader) => println!(
 ///         "{} leads (term {}, on {})",
 ///         String::from_utf8_lossy(&leader.value),
-///         leader.term,
+///         leader.fencing_token,
 ///         leader.owner.describe()
 ///     ),
 ///     None => println!("no leader"),
@@ -40,8 +40,8 @@ pub struct Leader {
     /// The value the leader campaigned with, or proclaimed last.
     pub value: Vec<u8>,
     /// The leader's term: its fencing token, which grows with every new
-    /// leader of this election ([`crate::Leadership::term`]).
-    pub term: u64,
+    /// leader of this election ([`crate::Leadership::fencing_token`]).
+    pub fencing_token: u64,
     /// Who leads: process id, host, and when it started to campaign
     /// ([`Owner::requested_at`], by its clock).
     pub owner: Owner,

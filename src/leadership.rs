@@ -20,7 +20,7 @@ use crate::{Error, Key, LockGuard, LossCause, Result};
 #[async_trait]
 pub trait LeaderRecord: Send + Sync + 'static {
     /// Makes `value` the leader's value, only while this leadership holds
-    /// (fenced with its term): otherwise [`Error::NotLeader`], and nothing
+    /// (fenced with its term): otherwise [`Error::LockLost`], and nothing
     /// is written.
     async fn proclaim(&self, value: &[u8]) -> Result<()>;
 
@@ -36,9 +36,9 @@ pub trait LeaderRecord: Send + Sync + 'static {
 ///
 /// It holds the election's lock (a fair lock on the election's name)
 /// through a [`LockGuard`], and so tells the same things: whether it still
-/// leads ([`Leadership::is_leader`], from a local deadline, no request),
+/// leads ([`Leadership::is_held`], from a local deadline, no request),
 /// the moment it stops ([`Leadership::lost`]), and a term that grows with
-/// every new leader, to fence writes with ([`Leadership::term`]).
+/// every new leader, to fence writes with ([`Leadership::fencing_token`]).
 /// [`Leadership::resign`] hands the lock to the next candidate in line;
 /// dropping the leadership does the same in the background.
 ///
@@ -52,7 +52,7 @@ pub trait LeaderRecord: Send + Sync + 'static {
 ///     .campaign(&Context::background(), &Key::from("scheduler"), b"10.0.0.7:8080")
 ///     .await?;
 /// tokio::select! {
-///     () = lead(leadership.term()) => leadership.resign().await?,
+///     () = lead(leadership.fencing_token()) => leadership.resign().await?,
 ///     () = leadership.lost() => eprintln!("no longer the leader: stopped"),
 /// }
 /// # Ok(()) }
@@ -91,13 +91,13 @@ impl Leadership {
         &self.name
     }
 
-    /// This leader's term: the fencing token of the election's lock, which
+    /// This leader's fencing token (its term): the fencing token of the election's lock, which
     /// grows strictly with every new leader of this election. Pass it with
     /// every write the leader makes, and have the resource refuse terms
     /// lower than the highest it has seen: a leader that was paused past
     /// its lease then cannot overwrite its successor's work.
     #[must_use]
-    pub fn term(&self) -> u64 {
+    pub fn fencing_token(&self) -> u64 {
         self.held().fencing_token()
     }
 
@@ -105,7 +105,7 @@ impl Leadership {
     /// cheap and local, no request ([`LockGuard::is_held`]). `false` for
     /// good once the lease's local deadline passed or a loss was seen.
     #[must_use]
-    pub fn is_leader(&self) -> bool {
+    pub fn is_held(&self) -> bool {
         self.held().is_held()
     }
 
@@ -169,8 +169,8 @@ impl Leadership {
     /// ```
     ///
     /// # Errors
-    /// [`Error::NotLeader`] when it no longer leads (refused without a
-    /// request once [`Leadership::is_leader`] is `false`): nothing was
+    /// [`Error::LockLost`] when it no longer leads (refused without a
+    /// request once [`Leadership::is_held`] is `false`): nothing was
     /// written. [`Error::InvalidValue`] for a value over
     /// [`crate::MAX_VALUE_LEN`]. Backend errors; after one that got no
     /// answer the value may or may not have been written.
@@ -181,7 +181,7 @@ impl Leadership {
     pub async fn proclaim(&self, value: impl AsRef<[u8]> + Send) -> Result<()> {
         let value = value.as_ref();
         check_value(value)?;
-        if !self.is_leader() {
+        if !self.is_held() {
             let cause = self.loss_cause().unwrap_or(LossCause::Unspecified);
             return Err(self.not_leader(&format!("{cause}; nothing was written")));
         }
@@ -203,7 +203,7 @@ impl Leadership {
     /// ```
     ///
     /// # Errors
-    /// [`Error::NotLeader`] when the leadership had been lost before
+    /// [`Error::LockLost`] when the leadership had been lost before
     /// (the value is removed all the same); backend errors.
     ///
     /// # Cancel safety
@@ -213,15 +213,10 @@ impl Leadership {
         let (Some(guard), Some(record)) = (self.guard.take(), self.record.take()) else {
             return Ok(());
         };
-        let name = self.name.clone();
         let work = async move {
             let unlocked = guard.unlock().await;
             let retracted = record.retract().await;
             match unlocked {
-                Err(Error::LockLost { reason, .. }) => Err(Error::NotLeader {
-                    name: name.to_string(),
-                    reason,
-                }),
                 Err(e) => Err(e),
                 Ok(()) => retracted,
             }
@@ -240,9 +235,9 @@ impl Leadership {
     }
 
     fn not_leader(&self, reason: &str) -> Error {
-        Error::NotLeader {
-            name: self.name.to_string(),
-            reason: reason.into(),
+        Error::LockLost {
+            key: self.name.to_string(),
+            reason: format!("not the leader any more: {reason}"),
         }
     }
 }

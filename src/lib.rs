@@ -155,7 +155,10 @@ pub use env::{connect_from_env, register_from_env};
 
 pub use context::Context;
 pub use duration::parse_duration;
-pub use election::{Elector, LeaderWatch};
+pub use election::{
+    BACKLOG, ChangeReceiver, ChangeSender, Closed, Elector, LeaderStream, LeaderWatch,
+    leader_stream,
+};
 pub use error::{BoxError, Error, Result};
 pub use key::{Key, MAX_KEY_LEN};
 pub use leader::{Leader, MAX_VALUE_LEN};

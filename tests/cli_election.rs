@@ -78,7 +78,7 @@ async fn elect_runs_the_command_and_leader_shows_it() {
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(json["name"], "web");
     assert_eq!(json["leader"]["value"], "10.0.0.7:80");
-    assert_eq!(json["leader"]["term"], term);
+    assert_eq!(json["leader"]["token"], term);
     assert!(json["leader"]["pid"].is_u64() && json["leader"]["since_ms"].is_u64());
     assert!(resign(leader).success());
     let out = run(fairlock(&prefix).args(["leader", "web"]));
@@ -95,14 +95,15 @@ async fn elect_runs_the_command_and_leader_shows_it() {
     wait_clean(&prefix).await;
 }
 
-/// Candidates are elected in turn; `leader --watch` prints the leader and
-/// every change until SIGINT (exit 0); a candidate not elected within
+/// Candidates are elected in turn (the value given as `--value` or as
+/// PROPOSAL); `elect --listen` prints the leader and every change until
+/// SIGINT (exit 0); a candidate not elected within
 /// `--timeout` exits with the conflict code without running its command.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn candidates_take_turns_and_watchers_follow() {
     let prefix = support::unique_prefix("cli-turns");
     let mut watcher = fairlock(&prefix)
-        .args(["leader", "e", "--watch"])
+        .args(["elect", "--listen", "e"])
         .stdout(Stdio::piped())
         .spawn()
         .expect("spawn");
@@ -120,7 +121,7 @@ async fn candidates_take_turns_and_watchers_follow() {
     );
     assert!(stderr(&out).contains("led by one"), "{}", stderr(&out));
     let second = fairlock(&prefix)
-        .args(["elect", "--value", "two", "e", "--", "true"])
+        .args(["elect", "e", "two", "--", "true"])
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
@@ -200,6 +201,11 @@ fn bad_input_is_a_usage_error() {
         (vec!["elect"], "needs a NAME"),
         (vec!["elect", "", "--", "true"], "NAME is empty"),
         (vec!["elect", "e"], "no command"),
+        (vec!["elect", "e", "p"], "no command"),
+        (
+            vec!["elect", "--listen", "e", "--", "true"],
+            "runs no command",
+        ),
         (vec!["leader", ""], "NAME is empty"),
         (vec!["elect", "a/_OWNERS_", "--", "true"], "reserved"),
         (

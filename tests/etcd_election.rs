@@ -52,7 +52,7 @@ async fn status_shows_an_election_as_its_lock() {
     assert_eq!(status.len(), 1, "{status:?}");
     let lock = &status[0];
     let holder = lock.holder.as_ref().expect("the leader holds the lock");
-    assert_eq!(holder.fencing_token, leadership.term());
+    assert_eq!(holder.fencing_token, leadership.fencing_token());
     assert_eq!(lock.waiters.len(), 1, "{lock:?}");
     assert_eq!(lock.waiters[0].locker, candidate.id());
     assert!(lock.waiters[0].fair, "candidates wait as fair waiters");

@@ -60,14 +60,14 @@ fn child_process_entry() {
             .campaign(&patient(), &Key::from(name), b"child")
             .await
             .expect("campaign");
-        println!("ELECTED {}", leadership.term());
+        println!("ELECTED {}", leadership.fencing_token());
         std::io::stdout().flush().expect("flush");
         let mut line = String::new();
         std::io::stdin().read_line(&mut line).expect("stdin");
-        println!("LEADER {}", leadership.is_leader());
+        println!("LEADER {}", leadership.is_held());
         match leadership.proclaim(b"stale").await {
             Ok(()) => println!("PROCLAIM applied"),
-            Err(Error::NotLeader { .. }) => println!("PROCLAIM refused"),
+            Err(Error::LockLost { .. }) => println!("PROCLAIM refused"),
             Err(e) => println!("PROCLAIM error {e}"),
         }
         let write = Txn::new().and_then([TxnOp::put(format!("{prefix}fenced"), "x", None)]);
@@ -149,7 +149,7 @@ async fn paused_leader_is_deposed_and_its_writes_refused() {
     let follower = b.elector();
     let mut watch = follower.observe(&name).await.expect("observe");
     let first = next_state(&mut watch).await.expect("the child leads");
-    assert_eq!((first.value.as_slice(), first.term), (&b"child"[..], term));
+    assert_eq!((first.value.as_slice(), first.fencing_token), (&b"child"[..], term));
     let candidate = b.elector();
     let next = {
         let name = name.clone();
@@ -158,7 +158,7 @@ async fn paused_leader_is_deposed_and_its_writes_refused() {
     b.wait_candidates(&name, 1).await;
     child.signal("-STOP");
     let leadership = next.await.expect("task").expect("elected");
-    assert!(leadership.term() > term);
+    assert!(leadership.fencing_token() > term);
     assert_eq!(
         shown(next_state(&mut watch).await),
         "none",
@@ -166,8 +166,8 @@ async fn paused_leader_is_deposed_and_its_writes_refused() {
     );
     let now = next_state(&mut watch).await.expect("the next leader");
     assert_eq!(
-        (now.value.as_slice(), now.term),
-        (&b"next"[..], leadership.term())
+        (now.value.as_slice(), now.fencing_token),
+        (&b"next"[..], leadership.fencing_token())
     );
     child.signal("-CONT");
     child.check();
@@ -185,7 +185,7 @@ async fn paused_leader_is_deposed_and_its_writes_refused() {
 
 /// A leader whose lease is revoked learns it at once (`lost()`, cause
 /// `LeaseEnded`); the candidate in line is elected; the deposed leader's
-/// proclaim and resign answer `NotLeader`.
+/// proclaim and resign answer `LockLost`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn revoked_lease_ends_the_leadership() {
     let b = etcd("el-revoked").await;
@@ -204,16 +204,16 @@ async fn revoked_lease_ends_the_leadership() {
     tokio::time::timeout(Duration::from_secs(120), leadership.lost())
         .await
         .expect("the loss signal never fired");
-    assert!(!leadership.is_leader());
+    assert!(!leadership.is_held());
     assert_eq!(leadership.loss_cause(), Some(LossCause::LeaseEnded));
     let second = next.await.expect("task").expect("elected");
     assert_eq!(shown(next_state(&mut watch).await), "none");
     assert_eq!(shown(next_state(&mut watch).await), "c");
     let e = leadership.proclaim(b"late").await.expect_err("deposed");
-    assert!(matches!(e, Error::NotLeader { .. }), "{e}");
+    assert!(matches!(e, Error::LockLost { .. }), "{e}");
     assert!(e.to_string().contains("the server ended the lease"), "{e}");
     let e = leadership.resign().await.expect_err("deposed");
-    assert!(matches!(e, Error::NotLeader { .. }), "{e}");
+    assert!(matches!(e, Error::LockLost { .. }), "{e}");
     assert_eq!(shown(c.leader(&name).await.expect("leader")), "c");
     second.resign().await.expect("resign");
     b.wait_clean().await;
@@ -244,13 +244,13 @@ async fn deleted_lock_key_ends_the_leadership_and_its_value() {
     assert_eq!(shown(next_state(&mut watch).await), "none");
     b.wait_clean().await;
     let e = leadership.resign().await.expect_err("deposed");
-    assert!(matches!(e, Error::NotLeader { .. }), "{e}");
+    assert!(matches!(e, Error::LockLost { .. }), "{e}");
     b.finish().await;
 }
 
 /// A proclaim sent while the leader still believes it leads, but that
 /// reaches etcd after its lock key was deleted, is refused by etcd (the
-/// term's fence): `NotLeader`, and the value stays as it was. The leader's
+/// term's fence): `LockLost`, and the value stays as it was. The leader's
 /// connection goes through a relay that delays it, so it learns of the
 /// deletion only after its proclaim is on its way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -279,11 +279,11 @@ async fn a_proclaim_landing_after_the_loss_is_refused() {
         .await
         .expect("delete");
     assert!(
-        leadership.is_leader(),
+        leadership.is_held(),
         "the leader learnt of the deletion too soon"
     );
     let e = leadership.proclaim(b"late").await.expect_err("fenced");
-    assert!(matches!(e, Error::NotLeader { .. }), "{e}");
+    assert!(matches!(e, Error::LockLost { .. }), "{e}");
     let value_key = format!("{}fenced/_OWNERS_/leader", b.config.prefix());
     let stored = b.client.clone().get(value_key, None).await.expect("get");
     assert!(

@@ -66,7 +66,7 @@ pub async fn election_order(b: &impl ElectionBackend) {
         .campaign(&patient(), &name, b"first")
         .await
         .expect("campaign");
-    let elected = Arc::new(Mutex::new(vec![(0, first.term())]));
+    let elected = Arc::new(Mutex::new(vec![(0, first.fencing_token())]));
     let mut tasks = Vec::new();
     for i in 1..=CANDIDATES {
         let elector = b.elector();
@@ -77,14 +77,18 @@ pub async fn election_order(b: &impl ElectionBackend) {
                 .campaign(&patient(), &key, value.as_bytes())
                 .await
                 .expect("campaign");
-            assert!(leadership.is_leader(), "a new leadership must lead");
+            assert!(leadership.is_held(), "a new leadership must lead");
             let leader = elector.leader(&key).await.expect("leader").expect("some");
             assert_eq!(leader.value, value.as_bytes(), "the leader read");
-            assert_eq!(leader.term, leadership.term(), "the leader's term");
+            assert_eq!(
+                leader.fencing_token,
+                leadership.fencing_token(),
+                "the leader's term"
+            );
             elected
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .push((i, leadership.term()));
+                .push((i, leadership.fencing_token()));
             leadership.resign().await.expect("resign");
         }));
         b.wait_candidates(&name, i).await;
@@ -157,19 +161,19 @@ pub async fn one_leader_at_a_time(b: &impl ElectionBackend) {
                         .expect("campaign");
                     assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two leaders");
                     let lost = leadership.lost_token();
-                    let term = leadership.term();
+                    let term = leadership.fencing_token();
                     let before = last_term.swap(term, Ordering::SeqCst);
                     assert!(term > before, "term {term} after {before}");
                     let leader = elector.leader(&name).await.expect("leader").expect("some");
                     assert_eq!(
-                        (leader.term, leader.value.as_slice()),
+                        (leader.fencing_token, leader.value.as_slice()),
                         (term, value.as_bytes())
                     );
                     let seen = counter.load(Ordering::SeqCst);
                     tokio::time::sleep(Duration::from_millis(1)).await; // widen the race
                     counter.store(seen + 1, Ordering::SeqCst);
                     inside.fetch_sub(1, Ordering::SeqCst);
-                    assert!(leadership.is_leader(), "lost while leading");
+                    assert!(leadership.is_held(), "lost while leading");
                     leadership.resign().await.expect("resign");
                     assert!(!lost.is_cancelled(), "a resignation reported as a loss");
                 }
@@ -211,14 +215,18 @@ pub async fn resign_hands_over(b: &impl ElectionBackend) {
         !next.is_finished(),
         "a candidate elected while another leads"
     );
-    let term = first.term();
+    let term = first.fencing_token();
     first.resign().await.expect("resign");
     let second = next.await.expect("task").expect("elected");
-    assert!(second.term() > term, "term {} after {term}", second.term());
+    assert!(
+        second.fencing_token() > term,
+        "term {} after {term}",
+        second.fencing_token()
+    );
     let leader = a.leader(&name).await.expect("leader").expect("some");
     assert_eq!(
-        (leader.value.as_slice(), leader.term),
-        (&b"c"[..], second.term())
+        (leader.value.as_slice(), leader.fencing_token),
+        (&b"c"[..], second.fencing_token())
     );
     second.resign().await.expect("resign");
     assert_eq!(a.leader(&name).await.expect("leader"), None);
@@ -251,8 +259,8 @@ pub async fn proclaim_changes_the_value(b: &impl ElectionBackend) {
     let leader = elector.leader(&name).await.expect("leader").expect("some");
     assert_eq!(leader.name, "proclaim");
     assert_eq!(
-        (leader.value.as_slice(), leader.term),
-        (&b"v1"[..], leadership.term())
+        (leader.value.as_slice(), leader.fencing_token),
+        (&b"v1"[..], leadership.fencing_token())
     );
     assert_eq!(
         leader.owner.pid,
@@ -264,7 +272,10 @@ pub async fn proclaim_changes_the_value(b: &impl ElectionBackend) {
     for value in [&b"v2"[..], b"", &[0, 10, 255]] {
         leadership.proclaim(value).await.expect("proclaim");
         let now = elector.leader(&name).await.expect("leader").expect("some");
-        assert_eq!((now.value.as_slice(), now.term), (value, leadership.term()));
+        assert_eq!(
+            (now.value.as_slice(), now.fencing_token),
+            (value, leadership.fencing_token())
+        );
         assert_eq!(now.since, leader.since, "elected once");
     }
     let big = vec![b'x'; MAX_VALUE_LEN + 1];

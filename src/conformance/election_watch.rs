@@ -21,7 +21,7 @@ async fn values_until_none_after(watch: &mut LeaderWatch, last: &[u8]) -> Vec<(V
     let mut seen: Vec<(Vec<u8>, u64)> = Vec::new();
     loop {
         match next_state(watch).await {
-            Some(leader) => seen.push((leader.value, leader.term)),
+            Some(leader) => seen.push((leader.value, leader.fencing_token)),
             None if seen.last().is_some_and(|(v, _)| v == last) => return seen,
             None => {}
         }
@@ -56,7 +56,10 @@ pub async fn observers_see_every_change(b: &impl ElectionBackend) {
     first.proclaim(b"a2").await.expect("proclaim");
     let mut late = follower.observe(&name).await.expect("observe");
     let now = next_state(&mut late).await.expect("a leader");
-    assert_eq!((now.value.as_slice(), now.term), (&b"a2"[..], first.term()));
+    assert_eq!(
+        (now.value.as_slice(), now.fencing_token),
+        (&b"a2"[..], first.fencing_token())
+    );
     let next = {
         let name = name.clone();
         tokio::spawn(async move {
@@ -69,7 +72,7 @@ pub async fn observers_see_every_change(b: &impl ElectionBackend) {
         })
     };
     b.wait_candidates(&name, 1).await;
-    let (t1, a1) = (first.term(), b"a1".to_vec());
+    let (t1, a1) = (first.fencing_token(), b"a1".to_vec());
     first.resign().await.expect("resign");
     next.await.expect("second leader");
     let seen = values_until_none_after(&mut early, b"c2").await;
@@ -178,8 +181,8 @@ pub async fn dropping_a_leadership_hands_over(b: &impl ElectionBackend) {
     let second = c.campaign(&patient(), &name, b"c").await.expect("campaign");
     let leader = a.leader(&name).await.expect("leader").expect("some");
     assert_eq!(
-        (leader.value.as_slice(), leader.term),
-        (&b"c"[..], second.term())
+        (leader.value.as_slice(), leader.fencing_token),
+        (&b"c"[..], second.fencing_token())
     );
     second.resign().await.expect("resign");
     b.wait_clean().await;

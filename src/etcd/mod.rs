@@ -56,6 +56,7 @@ mod config;
 mod election;
 mod endpoint;
 mod lock;
+mod primitives;
 mod protocol;
 mod session;
 mod shared;

@@ -6,14 +6,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
 use async_trait::async_trait;
-use tokio::sync::mpsc;
 
 use crate::leader::check_value;
 use crate::{
-    Context, Elector, Key, Leader, LeaderRecord, LeaderWatch, Leadership, Locker, Owner, Result,
+    ChangeSender, Context, Elector, Key, Leader, LeaderRecord, LeaderWatch, Leadership, Locker,
+    Owner, Result,
 };
 
-type Observer = mpsc::UnboundedSender<Result<Option<Leader>>>;
+type Observer = ChangeSender;
 
 /// The elections of one store: who leads each, and who watches it.
 #[derive(Default)]
@@ -70,7 +70,7 @@ impl Board {
 /// let name = Key::from("scheduler");
 /// let leadership = elector.campaign(&Context::background(), &name, b"node-1").await?;
 /// let leader = elector.leader(&name).await?.expect("a leader");
-/// assert_eq!((leader.value.as_slice(), leader.term), (&b"node-1"[..], leadership.term()));
+/// assert_eq!((leader.value.as_slice(), leader.fencing_token), (&b"node-1"[..], leadership.fencing_token()));
 /// leadership.resign().await?;
 /// assert!(elector.leader(&name).await?.is_none());
 /// # Ok(()) }
@@ -107,7 +107,7 @@ impl LeaderRecord for MemoryRecord {
         let leader = Leader {
             name: self.name.to_string(),
             value: value.to_vec(),
-            term: self.term,
+            fencing_token: self.term,
             owner: self.owner.clone(),
             since: Some(self.since),
         };
@@ -119,7 +119,7 @@ impl LeaderRecord for MemoryRecord {
     async fn retract(self: Box<Self>) -> Result<()> {
         let term = self.term;
         self.board.update(self.name.as_str(), |now| {
-            now.filter(|l| l.term == term).map(|_| None)
+            now.filter(|l| l.fencing_token == term).map(|_| None)
         });
         Ok(())
     }
@@ -153,7 +153,7 @@ impl Elector for MemoryElector {
 
     async fn observe(&self, name: &Key) -> Result<LeaderWatch> {
         name.validate()?;
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = LeaderWatch::channel();
         let mut names = self.board.names();
         let election = names.entry(name.to_string()).or_default();
         let _ = tx.send(Ok(election.leader.clone()));

@@ -121,9 +121,9 @@ pub struct LockArgs {
     /// Take the lock in arrival order (the default)
     #[arg(long, overrides_with = "unfair", hide = true)]
     pub fair: bool,
-    /// Hold KEY as a reader of a read/write lock: with other readers,
-    /// once no writer holds it or waits ahead
-    #[arg(long, conflicts_with_all = ["write", "limit", "unfair"])]
+    /// Hold KEY as a reader of a read/write lock (a shared lock): with
+    /// other readers, once no writer holds it or waits ahead
+    #[arg(long, visible_alias = "shared", conflicts_with_all = ["write", "limit", "unfair"])]
     pub read: bool,
     /// Hold KEY as the writer of a read/write lock: alone, once the
     /// readers and writers ahead are done
@@ -137,6 +137,15 @@ pub struct LockArgs {
         value_parser = clap::value_parser!(u32).range(1..)
     )]
     pub limit: Option<u32>,
+    /// With --limit N: hold K of the N permits (1 for now)
+    #[arg(
+        long,
+        value_name = "K",
+        requires = "limit",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub permits: u32,
     /// If the lock is held, do not wait: exit at once with the conflict
     /// code, without running CMD
     #[arg(short, long)]
@@ -182,7 +191,10 @@ impl LockArgs {
         match (self.read, self.write, self.limit) {
             (true, _, _) => Hold::Read,
             (_, true, _) => Hold::Write,
-            (_, _, Some(limit)) => Hold::Permit(limit),
+            (_, _, Some(limit)) => Hold::Permits {
+                n: self.permits,
+                limit,
+            },
             _ => Hold::Lock,
         }
     }
@@ -202,8 +214,14 @@ pub enum Hold {
     Read,
     /// A write lock (`--write`).
     Write,
-    /// A permit of a semaphore with this limit (`--limit N`).
-    Permit(u32),
+    /// `n` permits of a semaphore with `limit` permits (`--limit N
+    /// --permits K`).
+    Permits {
+        /// How many permits (`--permits`).
+        n: u32,
+        /// The semaphore's limit (`--limit`).
+        limit: u32,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -31,7 +31,7 @@ pub async fn run(config: BackendConfig, a: ElectArgs) -> u8 {
             return usage_or(&e);
         }
     };
-    let value = a.value.clone().unwrap_or_else(default_value);
+    let value = a.proposal().map_or_else(default_value, str::to_string);
     let code = match campaign(&elector, &name, value.as_bytes(), &a, &mut signals).await {
         Ok(leadership) => lead(leadership, &a, &mut signals).await,
         Err(code) => code,
@@ -128,7 +128,7 @@ async fn campaign(
 /// Runs the command while leading; returns the exit code.
 async fn lead(leadership: Leadership, a: &ElectArgs, signals: &mut Signals) -> u8 {
     let name = leadership.name().clone();
-    let term = leadership.term().to_string();
+    let term = leadership.fencing_token().to_string();
     let mut child = match tokio::process::Command::new(&a.cmd[0])
         .args(&a.cmd[1..])
         .env("FAIRLOCK_ELECTION", name.as_str())
@@ -162,7 +162,7 @@ async fn lead(leadership: Leadership, a: &ElectArgs, signals: &mut Signals) -> u
     match outcome {
         Ok(Ok(status)) => match leadership.resign().await {
             Ok(()) => exit_code(status),
-            Err(e @ Error::NotLeader { .. }) => {
+            Err(e @ Error::LockLost { .. }) => {
                 report(&e);
                 eprintln!(
                     "fairlock: {} finished, but the leadership was not held to the end",
@@ -215,7 +215,7 @@ async fn describe_leader(elector: &EtcdElector, name: &Key) -> String {
         Ok(Ok(Some(l))) => format!(
             "led by {} in term {}",
             String::from_utf8_lossy(&l.value),
-            l.term
+            l.fencing_token
         ),
         Ok(Ok(None)) => "no leader yet".into(),
         _ => "its leader unknown".into(),

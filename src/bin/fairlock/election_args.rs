@@ -11,9 +11,12 @@ use crate::exit;
 /// What `fairlock elect --help` shows after the options.
 pub const ELECT_AFTER_HELP: &str = "\
 Candidates are elected in arrival order (an election is a fair lock on
-NAME). CMD gets FAIRLOCK_ELECTION (NAME), FAIRLOCK_TERM and FAIRLOCK_TOKEN
-(the term: it grows with every new leader, fence writes with it) in its
-environment. `fairlock leader NAME` shows the leader and its value.
+NAME). PROPOSAL is what observers see of this candidate while it leads
+(default HOST:PID). CMD gets FAIRLOCK_ELECTION (NAME), FAIRLOCK_TERM and
+FAIRLOCK_TOKEN (the term: it grows with every new leader, fence writes
+with it) in its environment. `fairlock elect --listen NAME` (or `fairlock
+leader NAME --watch`) prints the leader's value at every change, and
+`no leader` when the seat is empty, until Ctrl-C or stdout closes.
 
 EXIT STATUS:
     CMD's own exit status (128+N when CMD was killed by signal N), or
@@ -29,15 +32,23 @@ EXIT STATUS:
 
 EXAMPLES:
     fairlock elect scheduler -- ./scheduler --serve
-    fairlock elect --value 10.0.0.7:8080 --timeout 5m api-primary -- ./api
-    fairlock leader scheduler --watch";
+    fairlock elect --timeout 5m api-primary 10.0.0.7:8080 -- ./api
+    fairlock elect --listen --json api-primary";
 
 #[derive(Debug, Args)]
 pub struct ElectArgs {
-    /// What observers see of this candidate while it leads (`fairlock
-    /// leader`) [default: HOST:PID]
-    #[arg(long, value_name = "V")]
+    /// What observers see of this candidate while it leads (the same as
+    /// PROPOSAL) [default: HOST:PID]
+    #[arg(long, value_name = "V", conflicts_with = "proposal")]
     pub value: Option<String>,
+    /// Do not campaign: print the leader's value now and at every change
+    /// (`no leader` for an empty seat) until Ctrl-C or stdout closes
+    #[arg(long, conflicts_with_all = ["value", "proposal", "timeout"])]
+    pub listen: bool,
+    /// With --listen: one JSON object per line (name, leader: null for an
+    /// empty seat, else value, token, pid, host, since_ms)
+    #[arg(long, requires = "listen")]
+    pub json: bool,
     /// Give up after waiting DUR to be elected: exit with the conflict
     /// code
     #[arg(short = 'w', long, value_name = "DUR", value_parser = fairlock::parse_duration)]
@@ -58,14 +69,12 @@ pub struct ElectArgs {
     /// The election's name
     #[arg(value_name = "NAME")]
     pub name: Option<String>,
-    /// The command to run while leading, with its arguments (after `--`
-    /// if they start with `-`)
-    #[arg(
-        value_name = "CMD",
-        num_args = 0..,
-        trailing_var_arg = true,
-        allow_hyphen_values = true
-    )]
+    /// What observers see of this candidate while it leads [default:
+    /// HOST:PID]
+    #[arg(value_name = "PROPOSAL")]
+    pub proposal: Option<String>,
+    /// The command to run while leading, with its arguments, after `--`
+    #[arg(value_name = "CMD", num_args = 0.., last = true, allow_hyphen_values = true)]
     pub cmd: Vec<String>,
 }
 
@@ -73,6 +82,20 @@ impl ElectArgs {
     /// The name, checked to be there and not empty.
     pub fn name(&self) -> &str {
         self.name.as_deref().unwrap_or_default()
+    }
+
+    /// The value to campaign with, if given (PROPOSAL or --value).
+    pub fn proposal(&self) -> Option<&str> {
+        self.proposal.as_deref().or(self.value.as_deref())
+    }
+
+    /// `elect --listen NAME` as the `leader --watch NAME` it is.
+    pub fn listening(&self) -> LeaderArgs {
+        LeaderArgs {
+            name: self.name().to_string(),
+            watch: true,
+            json: self.json,
+        }
     }
 }
 
@@ -85,7 +108,7 @@ pub struct LeaderArgs {
     #[arg(long)]
     pub watch: bool,
     /// One JSON object per line: name, leader (null when nobody leads)
-    /// with value, term, pid, host, since_ms
+    /// with value, token, pid, host, since_ms
     #[arg(long)]
     pub json: bool,
 }
@@ -101,10 +124,14 @@ pub fn check_elect(a: &ElectArgs) -> Option<(ErrorKind, String)> {
             ErrorKind::InvalidValue,
             "NAME is empty; name the election, e.g. `fairlock elect scheduler -- CMD`".into(),
         )),
-        Some(name) if a.cmd.is_empty() => Some((
+        Some(_) if a.listen && !a.cmd.is_empty() => Some((
+            ErrorKind::ArgumentConflict,
+            "--listen runs no command: fairlock elect --listen NAME".into(),
+        )),
+        Some(name) if a.cmd.is_empty() && !a.listen => Some((
             ErrorKind::MissingRequiredArgument,
             format!(
-                "no command to run while leading {name:?}: fairlock elect {name} -- CMD [ARGS...]"
+                "no command to run while leading {name:?}: fairlock elect {name} [PROPOSAL] -- CMD [ARGS...]"
             ),
         )),
         Some(_) => None,

@@ -89,7 +89,7 @@ fn text(name: &Key, state: Option<&Leader>) -> String {
             format!(
                 "{name}: {} (term {}, {}, leading for {leading})",
                 String::from_utf8_lossy(&l.value),
-                l.term,
+                l.fencing_token,
                 l.owner.describe()
             )
         }
@@ -105,7 +105,7 @@ fn json(name: &Key, state: Option<&Leader>) -> String {
     let leader = state.map(|l| {
         serde_json::json!({
             "value": String::from_utf8_lossy(&l.value),
-            "term": l.term,
+            "token": l.fencing_token,
             "pid": l.owner.pid,
             "host": l.owner.host,
             "since_ms": l.since.map(ms),

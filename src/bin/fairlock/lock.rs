@@ -89,7 +89,7 @@ async fn acquire(
             Hold::Lock => inner.try_lock(key).await,
             Hold::Read => inner.try_read_lock(key).await,
             Hold::Write => inner.try_write_lock(key).await,
-            Hold::Permit(limit) => inner.try_acquire(key, limit).await,
+            Hold::Permits { n, limit } => inner.try_acquire_permits(key, n, limit).await,
         };
         return match tried {
             Ok(Some(guard)) => Ok(guard),
@@ -117,7 +117,7 @@ async fn acquire(
         Hold::Lock => inner.lock(&ctx, key),
         Hold::Read => inner.read_lock(&ctx, key),
         Hold::Write => inner.write_lock(&ctx, key),
-        Hold::Permit(limit) => inner.acquire(&ctx, key, limit),
+        Hold::Permits { n, limit } => inner.acquire_permits(&ctx, key, n, limit),
     };
     tokio::pin!(lock);
     let started = Instant::now();

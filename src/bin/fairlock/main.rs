@@ -51,6 +51,9 @@ fn main() -> ExitCode {
         }
         Command::Lock(a) => with_config(&global, |config| lock::run(config, a)),
         Command::Status(a) => with_config(&global, |config| status::run(config, a)),
+        Command::Elect(a) if a.listen => {
+            with_config(&global, |config| leader::run(config, a.listening()))
+        }
         Command::Elect(a) => with_config(&global, |config| elect::run(config, a)),
         Command::Leader(a) => with_config(&global, |config| leader::run(config, a)),
         Command::Demo(a) => with_config(&global, |config| demo::run(config, a)),

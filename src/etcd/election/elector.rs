@@ -38,7 +38,7 @@ use crate::{Context, Elector, Error, Key, Leader, LeaderWatch, Leadership, Locke
 /// let leadership = elector
 ///     .campaign(&Context::background(), &Key::from("scheduler"), b"10.0.0.7:8080")
 ///     .await?;
-/// // ... lead, fencing writes with leadership.term() ...
+/// // ... lead, fencing writes with leadership.fencing_token() ...
 /// leadership.resign().await?;
 /// elector.close().await?;
 /// # Ok(()) }
@@ -163,7 +163,7 @@ impl Elector for EtcdElector {
         };
         match elected {
             Ok(()) => {
-                tracing::debug!(name = %name, term = leadership.term(), "elected");
+                tracing::debug!(name = %name, term = leadership.fencing_token(), "elected");
                 Ok(leadership)
             }
             Err(e) => {

@@ -98,9 +98,9 @@ impl LeaderRecord for EtcdRecord {
         if resp.succeeded() {
             return Ok(());
         }
-        Err(Error::NotLeader {
-            name: self.name.to_string(),
-            reason: "the election's lock key was deleted or taken over (did the session \
+        Err(Error::LockLost {
+            key: self.name.to_string(),
+            reason: "not the leader any more: the election's lock key was deleted or taken over (did the session \
                      lease expire?); nothing was written"
                 .into(),
         })

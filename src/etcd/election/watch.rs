@@ -2,8 +2,6 @@
 //! the watch that follows the value key's changes in order (see the spec's
 //! "Leader election" section in `protocol/mod.rs`).
 
-use tokio::sync::mpsc;
-
 use crate::etcd::client::error::EtcdResult;
 use crate::etcd::client::request::retry_backoff;
 use crate::etcd::client::watch::{Events, Target, WatchMsg};
@@ -11,7 +9,7 @@ use crate::etcd::lock::locker::EtcdLocker;
 use crate::etcd::protocol::election::{decode, read_leader, read_leader_answer, value_key};
 use crate::etcd::protocol::keys::LockKeys;
 use crate::etcd::session::state::LockerState;
-use crate::{Error, Key, Leader, LeaderWatch, Owner, Result};
+use crate::{ChangeSender, Error, Key, Leader, LeaderWatch, Owner, Result};
 
 /// The leader a value key's value `raw` names, if fairlock wrote it.
 fn leader_of(name: &Key, raw: &[u8]) -> Option<Leader> {
@@ -19,7 +17,7 @@ fn leader_of(name: &Key, raw: &[u8]) -> Option<Leader> {
     Some(Leader {
         name: name.to_string(),
         value: record.value.to_vec(),
-        term: u64::try_from(record.term).ok()?,
+        fencing_token: u64::try_from(record.term).ok()?,
         owner: Owner::parse(record.owner),
         since: record.since,
     })
@@ -41,7 +39,7 @@ pub(crate) async fn read(
 pub(crate) async fn observe(locker: EtcdLocker, name: &Key) -> Result<LeaderWatch> {
     let keys = locker.inner().keys(name);
     let (now, at) = read(locker.inner(), name, &keys).await?;
-    let (tx, rx) = mpsc::unbounded_channel();
+    let (tx, rx) = LeaderWatch::channel();
     let _ = tx.send(Ok(now.clone()));
     let task = tokio::spawn(follow(locker, name.clone(), keys, (now, at), tx));
     Ok(LeaderWatch::new(rx, Some(task.abort_handle())))
@@ -59,7 +57,7 @@ async fn follow(
     name: Key,
     keys: LockKeys,
     (mut shown, mut at): (Option<Leader>, i64),
-    tx: mpsc::UnboundedSender<Result<Option<Leader>>>,
+    tx: ChangeSender,
 ) {
     let state = locker.inner();
     let value_key = value_key(&keys);
