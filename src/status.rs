@@ -58,7 +58,7 @@ pub enum LockKind {
     /// A read/write lock (`Locker::read_lock`, `write_lock`): readers
     /// together, or one writer.
     ReadWrite,
-    /// A semaphore (`Locker::acquire`): up to `limit` holders.
+    /// A semaphore (`Locker::acquire_permits`): up to `limit` holders.
     Semaphore {
         /// How many may hold at once.
         limit: u32,

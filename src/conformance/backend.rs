@@ -65,7 +65,7 @@ pub trait Backend: Send + Sync + 'static {
     }
 
     /// `true` for a backend with read/write locks and semaphores
-    /// ([`Locker::read_lock`], [`Locker::acquire`]): their checks run only
+    /// ([`Locker::read_lock`], [`Locker::acquire_permits`]): their checks run only
     /// then. [`Backend::wait_queued`] then also counts the callers in a
     /// read/write lock's or semaphore's line, holders included.
     fn supports_shared(&self) -> bool {

@@ -1,6 +1,6 @@
 //! The checks of read/write locks and semaphores (see
 //! [`Locker::read_lock`](crate::Locker::read_lock) and
-//! [`Locker::acquire`](crate::Locker::acquire)): who holds together, in
+//! [`Locker::acquire_permits`](crate::Locker::acquire_permits)): who holds together, in
 //! which order, and that giving up leaves nothing behind.
 
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -19,7 +19,7 @@
 //! ```
 //!
 //! Read/write locks and semaphores ([`crate::Locker::read_lock`],
-//! [`crate::Locker::acquire`]) work here too, by the same rule as on etcd.
+//! [`crate::Locker::acquire_permits`]) work here too, by the same rule as on etcd.
 //!
 //! ## Layout
 //! From the bottom up: `mutex.rs` (one key's mutex: holder and fair

@@ -27,19 +27,23 @@
 //! `L` the lock key, `Q` the queue prefix, `q` the caller's entry (created
 //! at `my_rev`), `v` its owner value, `l` its lease, `T` a holder's token.
 //! "Q empty" compares `create_revision == 0` over the prefix, which an
-//! empty range passes.
+//! empty range passes; "no line" compares so over the range of the
+//! read/write lock and semaphore entries of the same name (`r/` to the
+//! end of `w/` under Q, see below): a key in use as one is never a free
+//! mutex, and its joins compare L absent, so the two never hold at once.
 //!
 //! ```text
-//! enqueue (lock)          if L absent [fair: and Q empty]
+//! enqueue (lock)          if L absent and no line [fair: and Q empty]
 //!   take.rs                 then put L=v@l                 granted, T = revision
 //!                           else put q=v@l                 queued, my_rev = revision
-//! take (queued waiter)    if L absent and q.create == my_rev
+//! take (queued waiter)    if L absent and q.create == my_rev and no line
 //!   take.rs                 then put L=v@l [unfair: delete q]
-//! try_lock                if L absent [fair: and Q empty]
+//!                           else count the line (> 0: InvalidKey, leave)
+//! try_lock                if L absent and no line [fair: and Q empty]
 //!   take.rs                 then put L=v@l
 //!                           else [fair] count L; read Q's first 16
 //!   then, if L was free and Q held no waiter, newest at rev N:
-//!                         if L absent and every Q entry created <= N
+//!                         if L absent, no line, every Q entry created <= N
 //!                           then put L=v@l
 //! release round           if L.mod == T and (successor s known: s.create == known
 //!   release.rs                               | none known: every Q entry created <= after)
@@ -50,7 +54,7 @@
 //!                           else read L (keys only), Q's first 4 after `after`; delete q
 //! free (out of space)     if L.mod == T then delete L, q  else delete q
 //! serve a free lock       read: count L, Q's first 4;  if L absent and waiter s first:
-//!   release.rs              if L absent and s.create == known
+//!   release.rs              if L absent and s.create == known and no line
 //!                           then touch s [fair: put L=s.value@s.lease]
 //! abandon (gave up)       if L.value == v then read L, q  else delete q
 //!   abandon.rs              (granted meanwhile: release it as a holder would)

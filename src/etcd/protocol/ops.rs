@@ -1,7 +1,11 @@
 //! The parts every transaction of the protocol is built from, and the
 //! reader of their answers.
 
-use etcd_client::{GetResponse, PutOptions, TxnOp, TxnOpResponse, TxnResponse};
+use etcd_client::{
+    Compare, CompareOp, GetOptions, GetResponse, PutOptions, TxnOp, TxnOpResponse, TxnResponse,
+};
+
+use super::keys::LockKeys;
 
 /// `put key value` bound to `lease`.
 pub(crate) fn put_leased(key: &[u8], value: &[u8], lease: i64) -> TxnOp {
@@ -28,4 +32,23 @@ pub(crate) fn range_at(resp: &TxnResponse, i: usize) -> Option<GetResponse> {
         TxnOpResponse::Get(get) => Some(get),
         _ => None,
     }
+}
+
+/// No reader, writer or permit of the same name holds or waits
+/// ([`LockKeys::line`]): a key held as a read/write lock or semaphore is
+/// not a free mutex (an empty range compares as a key that does not
+/// exist).
+pub(crate) fn no_line(keys: &LockKeys) -> Compare {
+    let (start, end) = keys.line();
+    Compare::create_revision(start, CompareOp::Equal, 0).with_range(end)
+}
+
+/// A count of the line's entries: what a take refused by [`no_line`]
+/// reads (`take.rs`).
+pub(crate) fn count_line(keys: &LockKeys) -> TxnOp {
+    let (start, end) = keys.line();
+    TxnOp::get(
+        start,
+        Some(GetOptions::new().with_range(end).with_count_only()),
+    )
 }

@@ -5,7 +5,7 @@
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnResponse};
 
 use super::keys::{LockKeys, Successor, pass_along, waiter_mode};
-use super::ops::{put_leased, range_at, touch};
+use super::ops::{no_line, put_leased, range_at, touch};
 use super::queue::{successor_query, successors};
 use crate::fairness::Fairness;
 
@@ -170,6 +170,8 @@ pub(crate) fn serve(keys: &LockKeys, read: &TxnResponse) -> Option<Txn> {
                     CompareOp::Equal,
                     first.create_revision,
                 ),
+                // Readers may have joined while L was free: the mutex is not.
+                no_line(keys),
             ])
             .and_then(then),
     )

@@ -4,32 +4,13 @@
 use etcd_client::{Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnResponse};
 
 use super::keys::{LockKeys, is_waiter};
-use super::ops::{put_leased, range_at};
+use super::ops::{count_line, no_line, put_leased, range_at};
 use crate::fairness::Fairness;
 
 /// How many queue entries a fair `try_lock` looks at when the lock is free
 /// but the queue is not empty (to tell entries fairlock did not write from
 /// waiters); with more, it answers "held".
 const FOREIGN_SCAN: i64 = 16;
-
-/// No reader, writer or permit of the same name holds or waits
-/// ([`LockKeys::line`]): a key held as a read/write lock or semaphore is
-/// not a free mutex (an empty range compares as a key that does not
-/// exist).
-fn no_line(keys: &LockKeys) -> Compare {
-    let (start, end) = keys.line();
-    Compare::create_revision(start, CompareOp::Equal, 0).with_range(end)
-}
-
-/// A count of the line's entries: what a take refused by [`no_line`]
-/// reads.
-fn count_line(keys: &LockKeys) -> TxnOp {
-    let (start, end) = keys.line();
-    TxnOp::get(
-        start,
-        Some(GetOptions::new().with_range(end).with_count_only()),
-    )
-}
 
 /// The compares under which a lock is free for a newcomer: the lock key
 /// absent, no read/write lock or semaphore entry of the same name, and,
