@@ -143,11 +143,8 @@ pub trait Locker: Send + Sync + 'static {
     /// most `limit` permits are held at a time, granted in arrival order
     /// (in fair mode a request that does not fit yet holds back the ones
     /// behind it). Every user of one key must pass the same limit. The
-    /// guard holds its `n` permits until it is unlocked or lost.
-    ///
-    /// Today every backend takes one permit per call (`n == 1`); a larger
-    /// `n` is refused with [`crate::Error::Unsupported`] rather than
-    /// granted partly.
+    /// guard holds its `n` permits, all granted at once (never in part),
+    /// until it is unlocked or lost.
     ///
     /// # Examples
     /// ```
@@ -168,8 +165,8 @@ pub trait Locker: Send + Sync + 'static {
     /// As [`Locker::lock`]; [`crate::Error::InvalidConfig`] for a limit or
     /// `n` of 0, or `n` over the limit; [`crate::Error::InvalidKey`] when
     /// `key` is in use with another limit, as a read/write lock or as a
-    /// mutex; [`crate::Error::Unsupported`] for `n` over 1, and from a
-    /// backend without semaphores (Redis).
+    /// mutex; [`crate::Error::Unsupported`] from a backend without
+    /// semaphores (Redis).
     ///
     /// # Cancel safety
     /// As [`Locker::lock`].

@@ -32,29 +32,32 @@ impl Serialize for LockStatus {
     }
 }
 
-/// `{"owner", "fencing_token", "lease", "ttl_left_ms", "nodes", "reads"}`;
+/// `{"owner", "fencing_token", "lease", "ttl_left_ms", "nodes", "reads",
+/// "permits"}`;
 /// what a backend does not fill is `null`.
 impl Serialize for LockHolder {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut s = serializer.serialize_struct("LockHolder", 6)?;
+        let mut s = serializer.serialize_struct("LockHolder", 7)?;
         s.serialize_field("owner", &self.owner)?;
         s.serialize_field("fencing_token", &self.fencing_token)?;
         s.serialize_field("lease", &self.lease)?;
         s.serialize_field("ttl_left_ms", &self.ttl_left.as_ref().map(millis_of))?;
         s.serialize_field("nodes", &self.nodes)?;
         s.serialize_field("reads", &self.reads)?;
+        s.serialize_field("permits", &self.permits)?;
         s.end()
     }
 }
 
-/// `{"owner", "locker", "fair", "reads"}`.
+/// `{"owner", "locker", "fair", "reads", "permits"}`.
 impl Serialize for LockWaiter {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut s = serializer.serialize_struct("LockWaiter", 4)?;
+        let mut s = serializer.serialize_struct("LockWaiter", 5)?;
         s.serialize_field("owner", &self.owner)?;
         s.serialize_field("locker", &self.locker)?;
         s.serialize_field("fair", &self.fair)?;
         s.serialize_field("reads", &self.reads)?;
+        s.serialize_field("permits", &self.permits)?;
         s.end()
     }
 }
@@ -131,8 +134,9 @@ mod tests {
                 concat!(
                     r#"{{"key":"k","holder":{{"owner":{owner},"fencing_token":12,"#,
                     r#""lease":"390da2049c119906","ttl_left_ms":1500,"#,
-                    r#""nodes":{{"holding":2,"total":3}},"reads":false}},"#,
-                    r#""waiters":[{{"owner":{owner},"locker":"L","fair":true,"reads":false}}],"#,
+                    r#""nodes":{{"holding":2,"total":3}},"reads":false,"permits":1}},"#,
+                    r#""waiters":[{{"owner":{owner},"locker":"L","fair":true,"reads":false,"#,
+                    r#""permits":1}}],"#,
                     r#""foreign":["/p/k/_OWNERS_/x"],"kind":"lock","limit":null,"holders":[]}}"#
                 ),
                 owner = owner

@@ -6,8 +6,10 @@
 //! that may hold together:
 //! - a **writer** holds alone: once nobody is ahead of it;
 //! - a **reader** holds with the readers around it: once no writer is ahead;
-//! - a **permit** of a semaphore with limit `n` holds once fewer than `n`
-//!   permits are ahead.
+//! - a request for `n` **permits** of a semaphore with limit `L` holds once
+//!   the permits of the requests ahead and its own fit: at most `L`
+//!   (so a large request at the head holds back the small ones behind
+//!   it: arrival order, never barging).
 //!
 //! So a writer waits for the readers ahead of it, and readers that arrive
 //! after a waiting writer wait behind it (no writer starves); a key used
@@ -24,48 +26,55 @@ pub(crate) enum Share {
     Read,
     /// Exclusive.
     Write,
-    /// One of `limit` permits.
-    Permit(u32),
+    /// `n` of `limit` permits.
+    Permit {
+        /// The semaphore's limit: the same for every user of a key.
+        limit: u32,
+        /// How many permits this call holds: 1 to `limit`.
+        n: u32,
+    },
 }
 
 impl Share {
-    /// A permit of a semaphore with `limit` permits; a limit of 0 is
-    /// refused.
-    pub fn permit(limit: u32) -> crate::Result<Share> {
+    /// `n` permits of a semaphore with `limit` permits: refused for a
+    /// limit or `n` of 0 and for `n` over the limit.
+    pub fn permits(n: u32, limit: u32) -> crate::Result<Share> {
         if limit == 0 {
             return Err(Error::InvalidConfig(
-                "a semaphore's limit must be at least 1 (the number of holders it admits at once)"
-                    .into(),
+                "a semaphore's limit must be at least 1 (the number of permits it has)".into(),
             ));
         }
-        Ok(Share::Permit(limit))
-    }
-
-    /// `n` permits of a semaphore with `limit` permits: refused for a
-    /// limit or `n` of 0 and for `n` over the limit; `n` over 1 is not
-    /// supported yet (refused, never granted in part).
-    pub fn permits(n: u32, limit: u32) -> crate::Result<Share> {
-        let share = Share::permit(limit)?;
         if n == 0 || n > limit {
             return Err(Error::InvalidConfig(format!(
                 "cannot take {n} of a semaphore's {limit} permits: ask for 1 to {limit}"
             )));
         }
-        if n > 1 {
-            return Err(Error::Unsupported(format!(
-                "taking {n} permits in one call is not supported yet: ask for 1 permit per \
-                 guard, or give each unit of work one permit"
-            )));
-        }
-        Ok(share)
+        Ok(Share::Permit { limit, n })
     }
 
-    /// How many may hold together with a first holder of this kind.
+    /// How much may hold together with a first holder of this kind.
     fn limit(self) -> usize {
         match self {
             Share::Read => usize::MAX,
             Share::Write => 1,
-            Share::Permit(n) => usize::try_from(n).unwrap_or(usize::MAX),
+            Share::Permit { limit, .. } => usize::try_from(limit).unwrap_or(usize::MAX),
+        }
+    }
+
+    /// How much of [`Share::limit`] this call takes.
+    fn weight(self) -> usize {
+        match self {
+            Share::Read | Share::Write => 1,
+            Share::Permit { n, .. } => usize::try_from(n).unwrap_or(usize::MAX),
+        }
+    }
+
+    /// Whether `self` and `other` are the same kind of lock: both reads,
+    /// both writes, or permits of one limit (however many each takes).
+    pub fn same_kind(self, other: Share) -> bool {
+        match (self, other) {
+            (Share::Permit { limit: a, .. }, Share::Permit { limit: b, .. }) => a == b,
+            (a, b) => a == b,
         }
     }
 
@@ -74,7 +83,7 @@ impl Share {
         match self {
             Share::Read => "a read lock".into(),
             Share::Write => "a write lock".into(),
-            Share::Permit(n) => format!("a semaphore with limit {n}"),
+            Share::Permit { limit, .. } => format!("a semaphore with limit {limit}"),
         }
     }
 }
@@ -95,11 +104,15 @@ impl Admission {
         let holds = !self.closed
             && match self.head {
                 None => true,
-                Some(head) => share == head && head != Share::Write && self.holding < head.limit(),
+                Some(head) => {
+                    share.same_kind(head)
+                        && head != Share::Write
+                        && self.holding.saturating_add(share.weight()) <= head.limit()
+                }
             };
         if holds {
             self.head.get_or_insert(share);
-            self.holding += 1;
+            self.holding = self.holding.saturating_add(share.weight());
         } else {
             self.closed = true;
         }
@@ -123,8 +136,8 @@ pub(crate) fn holders(line: impl IntoIterator<Item = Share>) -> usize {
 /// permits of one limit.
 pub(crate) fn may_share_a_key(a: Share, b: Share) -> bool {
     match (a, b) {
-        (Share::Permit(x), Share::Permit(y)) => x == y,
-        (Share::Permit(_), _) | (_, Share::Permit(_)) => false,
+        (Share::Permit { limit: x, .. }, Share::Permit { limit: y, .. }) => x == y,
+        (Share::Permit { .. }, _) | (_, Share::Permit { .. }) => false,
         _ => true,
     }
 }
@@ -144,8 +157,17 @@ pub(crate) fn conflict(key: &Key, want: Share, present: Share) -> Option<Error> 
 
 #[cfg(test)]
 mod tests {
-    use super::Share::{Permit, Read, Write};
+    use super::Share::{Read, Write};
     use super::*;
+
+    #[allow(non_snake_case)]
+    fn Permit(limit: u32) -> Share {
+        Share::Permit { limit, n: 1 }
+    }
+
+    fn permits(n: u32, limit: u32) -> Share {
+        Share::Permit { limit, n }
+    }
 
     #[test]
     fn who_holds() {
@@ -162,6 +184,18 @@ mod tests {
             1,
             "another limit waits"
         );
+        assert_eq!(
+            holders([permits(2, 3), permits(2, 3), Permit(3)]),
+            1,
+            "2 + 2 > 3"
+        );
+        assert_eq!(
+            holders([permits(2, 3), Permit(3), Permit(3)]),
+            2,
+            "in order"
+        );
+        assert_eq!(holders([permits(3, 3), Permit(3)]), 1);
+        assert_eq!(holders([Permit(3), permits(2, 3), Permit(3)]), 2);
     }
 
     #[test]
@@ -174,10 +208,10 @@ mod tests {
         assert!(err.to_string().contains("limit 3"), "{err}");
         assert!(conflict(&key, Read, Permit(3)).is_some());
         assert!(conflict(&key, Permit(3), Write).is_some());
-        assert!(Share::permit(0).is_err());
+        assert!(conflict(&key, permits(2, 3), Permit(3)).is_none());
+        assert!(Share::permits(1, 0).is_err());
         assert!(matches!(Share::permits(0, 3), Err(Error::InvalidConfig(_))));
         assert!(matches!(Share::permits(4, 3), Err(Error::InvalidConfig(_))));
-        assert!(matches!(Share::permits(2, 3), Err(Error::Unsupported(_))));
-        assert_eq!(Share::permits(1, 3).ok(), Some(Permit(3)));
+        assert_eq!(Share::permits(2, 3).ok(), Some(permits(2, 3)));
     }
 }

@@ -88,6 +88,9 @@ pub struct LockHolder {
     pub nodes: Option<NodeCount>,
     /// `true` for a reader of a read/write lock.
     pub reads: bool,
+    /// How many of a semaphore's permits it holds (1 for every other
+    /// lock).
+    pub permits: u32,
 }
 
 /// A queued waiter.
@@ -104,6 +107,9 @@ pub struct LockWaiter {
     pub fair: bool,
     /// `true` for a reader of a read/write lock.
     pub reads: bool,
+    /// How many of a semaphore's permits it asks for (1 for every other
+    /// lock).
+    pub permits: u32,
 }
 
 /// An etcd lease id. Shown as etcd's own tools show it, 16 hex digits
@@ -168,6 +174,7 @@ impl LockHolder {
             ttl_left: None,
             nodes: None,
             reads: false,
+            permits: 1,
         }
     }
 }
@@ -181,6 +188,7 @@ impl LockWaiter {
             locker: locker.into(),
             fair,
             reads: false,
+            permits: 1,
         }
     }
 }

@@ -63,6 +63,30 @@ fn a_semaphore_runs_up_to_its_limit() {
     finish(two);
 }
 
+/// `--permits K` takes K of the N permits.
+#[test]
+fn permits_takes_several() {
+    let prefix = support::unique_prefix("cli-permits");
+    let two = hold(&prefix, "gpus", &["--limit", "3", "--permits", "2"]);
+    assert_eq!(
+        nonblock(&prefix, "gpus", &["--limit", "3", "--permits", "2"]),
+        Some(75),
+        "2 + 2 of 3"
+    );
+    assert_eq!(
+        nonblock(&prefix, "gpus", &["--limit", "3"]),
+        Some(0),
+        "2 + 1 of 3"
+    );
+    let status = run(fairlock(&prefix).args(["status", "gpus"]));
+    let shown = text(&status.stdout);
+    assert!(
+        shown.contains("gpus (semaphore of 3): 1 holding"),
+        "{shown}"
+    );
+    finish(two);
+}
+
 #[test]
 fn readers_share_and_a_writer_waits() {
     let prefix = support::unique_prefix("cli-rw");
@@ -95,7 +119,6 @@ fn conflicting_options_are_a_usage_error() {
         &["--unfair", "--write"],
         &["--permits", "1"],
         &["--limit", "2", "--permits", "3"],
-        &["--limit", "2", "--permits", "2"],
     ] {
         let out = run(fairlock(&prefix)
             .arg("lock")

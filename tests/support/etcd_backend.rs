@@ -10,7 +10,7 @@ use fairlock::conformance::Backend;
 use fairlock::etcd::{EtcdConfig, EtcdLocker};
 use fairlock::{Key, Locker};
 
-use super::{count_keys, wait_for_count};
+use super::{count_keys, wait_for_calls, wait_for_count};
 
 /// Lockers on one connection under one prefix, and a connection that may
 /// read everything under it for the checks.
@@ -61,7 +61,7 @@ impl Backend for EtcdBackend {
     }
     async fn wait_queued(&self, key: &Key, n: usize) {
         let queue = format!("{}{key}/_OWNERS_/", self.config.prefix());
-        wait_for_count(&mut self.checker.clone(), &queue, n as i64, false).await;
+        wait_for_calls(&mut self.checker.clone(), &queue, n as i64).await;
     }
     async fn wait_clean(&self) {
         wait_for_count(&mut self.checker.clone(), self.config.prefix(), 0, true).await;

@@ -366,17 +366,42 @@ pub async fn count_keys(client: &mut Client, prefix: &str) -> i64 {
 /// Waits (on watch events, not on a clock) until at least `want` keys exist
 /// under `prefix` (or at most, when `at_most`).
 pub async fn wait_for_count(client: &mut Client, prefix: &str, want: i64, at_most: bool) {
+    let opts = GetOptions::new().with_prefix().with_count_only();
+    wait_until_counted(client, prefix, opts, |resp| resp.count(), want, at_most).await;
+}
+
+/// Waits (on watch events) until at least `want` calls have entries under
+/// `prefix`: a read/write lock's or semaphore's call of several permits
+/// has a key per permit (`<slot>-<i>-<n>`), counted once (by `i` = 0).
+pub async fn wait_for_calls(client: &mut Client, prefix: &str, want: i64) {
+    let opts = GetOptions::new().with_prefix().with_keys_only();
+    let calls = |resp: &etcd_client::GetResponse| {
+        let extra = |key: &[u8]| {
+            let last = key.rsplit(|&b| b == b'/').next().unwrap_or_default();
+            let parts: Vec<&[u8]> = last.split(|&b| b == b'-').collect();
+            parts.len() == 3 && parts[1] != b"0"
+        };
+        resp.kvs().iter().filter(|kv| !extra(kv.key())).count() as i64
+    };
+    wait_until_counted(client, prefix, opts, calls, want, false).await;
+}
+
+async fn wait_until_counted(
+    client: &mut Client,
+    prefix: &str,
+    opts: GetOptions,
+    count: impl Fn(&etcd_client::GetResponse) -> i64,
+    want: i64,
+    at_most: bool,
+) {
     let done = |n: i64| if at_most { n <= want } else { n >= want };
     let wait = async {
         loop {
             let resp = client
-                .get(
-                    prefix,
-                    Some(GetOptions::new().with_prefix().with_count_only()),
-                )
+                .get(prefix, Some(opts.clone()))
                 .await
                 .expect("count keys");
-            if done(resp.count()) {
+            if done(count(&resp)) {
                 return;
             }
             let rev = resp.header().expect("header").revision();

@@ -137,7 +137,7 @@ pub struct LockArgs {
         value_parser = clap::value_parser!(u32).range(1..)
     )]
     pub limit: Option<u32>,
-    /// With --limit N: hold K of the N permits (1 for now)
+    /// With --limit N: hold K of the N permits (1 to N; default 1)
     #[arg(
         long,
         value_name = "K",

@@ -127,7 +127,11 @@ fn shared(out: &mut String, lock: &LockStatus) {
     };
     let _ = writeln!(out, "{} ({kind}): {held}", lock.key);
     for h in &lock.holders {
-        let what = if h.reads { "reading" } else { "holding" };
+        let what = match lock.kind {
+            LockKind::Semaphore { limit } => format!("holding {} of {limit}", h.permits),
+            _ if h.reads => "reading".into(),
+            _ => "holding".into(),
+        };
         let mut lease = String::new();
         if let Some(left) = h.ttl_left {
             let _ = write!(lease, ", expires in {:.1}s", left.as_secs_f64());
@@ -142,9 +146,10 @@ fn shared(out: &mut String, lock: &LockStatus) {
     }
     for (i, w) in lock.waiters.iter().enumerate() {
         let what = match (lock.kind, w.reads) {
-            (LockKind::ReadWrite, true) => "to read",
-            (LockKind::ReadWrite, false) => "to write",
-            _ => "for a permit",
+            (LockKind::ReadWrite, true) => "to read".into(),
+            (LockKind::ReadWrite, false) => "to write".into(),
+            (LockKind::Semaphore { limit }, _) => format!("for {} of {limit}", w.permits),
+            _ => "for a permit".to_string(),
         };
         let _ = writeln!(
             out,
@@ -200,13 +205,13 @@ mod tests {
         );
         assert!(
             line.contains(
-                r#","fencing_token":12,"lease":"390da2049c119906","ttl_left_ms":2500,"nodes":null,"reads":false},"#
+                r#","fencing_token":12,"lease":"390da2049c119906","ttl_left_ms":2500,"nodes":null,"reads":false,"permits":1},"#
             ),
             "{line}"
         );
         assert!(
             line.ends_with(
-                r#""locker":"L","fair":true,"reads":false}],"foreign":[],"kind":"lock","limit":null,"holders":[]}"#
+                r#""locker":"L","fair":true,"reads":false,"permits":1}],"foreign":[],"kind":"lock","limit":null,"holders":[]}"#
             ),
             "{line}"
         );

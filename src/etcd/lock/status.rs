@@ -210,8 +210,10 @@ fn line_entry(prefix: &str, lock: &str, key: &[u8], lease: i64) -> Option<(Share
         return None;
     }
     let keys = LineKeys::new(prefix, &Key::from(lock));
+    // A call of several permits shows once, by its main key.
     keys.parse(key)
-        .map(|(share, locker)| (share, locker.to_owned()))
+        .filter(|&(_, _, index)| index == 0)
+        .map(|(share, locker, _)| (share, locker.to_owned()))
 }
 
 /// Fills `status` with its line's holders and waiters, told apart by the
@@ -220,18 +222,24 @@ fn line_status(status: &mut LockStatus, entries: Vec<LineEntry>) {
     let mut admission = Admission::default();
     for e in entries {
         status.kind = match e.share {
-            Share::Permit(limit) => LockKind::Semaphore { limit },
+            Share::Permit { limit, .. } => LockKind::Semaphore { limit },
             Share::Read | Share::Write => LockKind::ReadWrite,
         };
         let reads = e.share == Share::Read;
+        let permits = match e.share {
+            Share::Permit { n, .. } => n,
+            Share::Read | Share::Write => 1,
+        };
         if admission.next(e.share) {
             let mut holder = LockHolder::new(e.owner, u64::try_from(e.token).unwrap_or_default());
             holder.lease = Some(LeaseId(e.lease));
             holder.reads = reads;
+            holder.permits = permits;
             status.holders.push(holder);
         } else {
             let mut waiter = LockWaiter::new(e.owner, e.locker, true);
             waiter.reads = reads;
+            waiter.permits = permits;
             status.waiters.push(waiter);
         }
     }

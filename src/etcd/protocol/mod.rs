@@ -106,27 +106,33 @@
 //!
 //! # Read/write locks and semaphores
 //! A separate protocol on the same key names (`line.rs`, `shared.rs`):
-//! each `read_lock`, `write_lock` or `acquire` call puts an **entry**
-//! `P k/_OWNERS_/<r|w|s<n>>/<locker id>/<slot>` on its session lease,
-//! and the key's line is its entries by create revision. Who holds is a
-//! function of the line (`crate::shared`): a writer once nobody is ahead,
-//! a reader once no writer is, a permit once fewer than `n` permits are.
+//! each `read_lock`, `write_lock` or `acquire_permits` call puts an
+//! **entry** `P k/_OWNERS_/<r|w|s<L>>/<locker id>/<slot>` on its session
+//! lease (a call of `m > 1` of `L` permits puts `m` keys
+//! `<slot>-<i>-<m>` in the same txn: a key per permit, so every count of
+//! the line is a count of permits; `i = 0` is the call's main key, told,
+//! watched and fenced; departures walk main keys only, each weighing
+//! `m`), and the key's line is its entries by create revision. Who holds
+//! is a function of the line (`crate::shared`): a writer once nobody is
+//! ahead, a reader once no writer is, `m` permits once the permits ahead
+//! and its own are at most `L`.
 //! An entry's mod revision is its **token**: its create revision when it
 //! held at once, else the revision of the touch that told it.
 //!
 //! ```text
 //! join                    if L absent and no entry of another family (or limit)
-//!   shared.rs               then put e=v@l; count what is in the way (e included)
+//!   shared.rs               then put e=v@l (each key); count what is in the way (e included)
 //!                           else read L's count and the first r, w, s entry (to say why)
-//!   held at once: no writer (reader) | nobody else (writer) | count <= n (permit)
+//!   held at once: no writer (reader) | nobody else (writer) | count <= L (permits)
 //! try_join                the same, but puts only when it holds at once
 //!                           (a permit puts, and leaves again when it does not)
 //! leave (release,         if e.mod == T (holder) | e.create == C (waiter giving up)
-//!   give up)                then delete e; read the line's head (16, whole entries)
+//!   give up)                then delete e (every key of the call); read the line's head (16, whole entries)
 //!   then touch each entry the departure admits (line.rs: holds after it, not before):
 //! admit                   { if a.create == C_a and a.version == 1 then touch a } per entry
 //! check (a patient        read e; the first 16 in the way created before e
-//!   waiter)                 (more batches while fewer than stop it are fairlock's)
+//!   waiter)                 (more batches while fewer than stop it are fairlock's:
+//!                           1 for a reader or writer, L - m + 1 for m of L permits)
 //! self grant              if e.create == C and e.version == 1 then touch e else read e
 //! ```
 //!

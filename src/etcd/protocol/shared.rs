@@ -2,7 +2,8 @@
 //! `line.rs`).
 
 use etcd_client::{
-    Compare, CompareOp, GetOptions, KeyValue, SortOrder, SortTarget, Txn, TxnOp, TxnResponse,
+    Compare, CompareOp, DeleteOptions, GetOptions, KeyValue, SortOrder, SortTarget, Txn, TxnOp,
+    TxnResponse,
 };
 
 use super::line::{Entry, LineKeys, Range};
@@ -33,7 +34,7 @@ fn blockers(keys: &LineKeys, share: Share) -> Range {
     match share {
         Share::Read => keys.kind(Share::Write),
         Share::Write => keys.readers_and_writers(),
-        Share::Permit(_) => keys.kind(share),
+        Share::Permit { .. } => keys.kind(share),
     }
 }
 
@@ -47,7 +48,7 @@ fn may_join(keys: &LineKeys, share: Share) -> Vec<Compare> {
     )];
     match share {
         Share::Read | Share::Write => when.push(empty(keys.all_permits())),
-        Share::Permit(_) => {
+        Share::Permit { .. } => {
             let (all_start, all_end) = keys.all_permits();
             let (mine_start, mine_end) = keys.kind(share);
             when.push(empty(keys.kind(Share::Read)));
@@ -77,22 +78,31 @@ fn conflicts(keys: &LineKeys) -> Vec<TxnOp> {
     ]
 }
 
-/// Joining the line with `entry` (owner value `value`, on `lease`): puts
-/// it and counts what is in the way (it is the newest, so everything else
-/// is ahead). Refused, with the reads of [`read_conflict`], where `share`
-/// may not join.
-pub(crate) fn join(
+/// The puts of a call's entry keys (one, or one per permit), then the
+/// count of what is in the way (it is the newest, so everything else is
+/// ahead; a call of several permits counts its own keys too).
+fn put_and_count(
     keys: &LineKeys,
     share: Share,
-    entry: &[u8],
+    entries: &[Vec<u8>],
     (value, lease): (&[u8], i64),
-) -> Txn {
+) -> Vec<TxnOp> {
+    let mut ops: Vec<TxnOp> = entries
+        .iter()
+        .map(|entry| put_leased(entry, value, lease))
+        .collect();
+    ops.push(count(blockers(keys, share)));
+    ops
+}
+
+/// Joining the line with `entries` (the call's keys, [`LineKeys::entries`];
+/// owner value `value`, on `lease`): puts them and counts what is in the
+/// way. Refused, with the reads of [`read_conflict`], where `share` may
+/// not join.
+pub(crate) fn join(keys: &LineKeys, share: Share, entries: &[Vec<u8>], owner: (&[u8], i64)) -> Txn {
     Txn::new()
         .when(may_join(keys, share))
-        .and_then([
-            put_leased(entry, value, lease),
-            count(blockers(keys, share)),
-        ])
+        .and_then(put_and_count(keys, share, entries, owner))
         .or_else(conflicts(keys))
 }
 
@@ -102,21 +112,18 @@ pub(crate) fn join(
 pub(crate) fn try_join(
     keys: &LineKeys,
     share: Share,
-    entry: &[u8],
-    (value, lease): (&[u8], i64),
+    entries: &[Vec<u8>],
+    owner: (&[u8], i64),
 ) -> Txn {
     let mut when = may_join(keys, share);
     match share {
         Share::Read => when.push(empty(keys.kind(Share::Write))),
         Share::Write => when.push(empty(keys.readers_and_writers())),
-        Share::Permit(_) => return join(keys, share, entry, (value, lease)),
+        Share::Permit { .. } => return join(keys, share, entries, owner),
     }
     Txn::new()
         .when(when)
-        .and_then([
-            put_leased(entry, value, lease),
-            count(blockers(keys, share)),
-        ])
+        .and_then(put_and_count(keys, share, entries, owner))
         .or_else(conflicts(keys))
 }
 
@@ -133,11 +140,12 @@ pub(crate) fn try_refused(keys: &LineKeys, share: Share, resp: &TxnResponse) -> 
 /// once: the count of what is in the way, itself included where it
 /// counts.
 pub(crate) fn holds_at_join(share: Share, resp: &TxnResponse) -> bool {
-    let counted = range_at(resp, 1).map_or(i64::MAX, |g| g.count());
+    let last = resp.op_responses().len().saturating_sub(1);
+    let counted = range_at(resp, last).map_or(i64::MAX, |g| g.count());
     match share {
         Share::Read => counted == 0,
         Share::Write => counted == 1,
-        Share::Permit(limit) => counted <= i64::from(limit),
+        Share::Permit { limit, .. } => counted <= i64::from(limit),
     }
 }
 
@@ -213,11 +221,13 @@ pub(crate) fn read_ahead(keys: &LineKeys, resp: &TxnResponse, i: usize) -> (usiz
     (entries.len(), more)
 }
 
-/// How many entries in the way keep a waiter of `share` from holding.
+/// How many entries in the way keep a waiter of `share` from holding:
+/// for `n` of `limit` permits, `limit - n + 1` permits ahead (each key
+/// of the line is one permit).
 pub(crate) fn in_the_way(share: Share) -> usize {
     match share {
         Share::Read | Share::Write => 1,
-        Share::Permit(limit) => usize::try_from(limit).unwrap_or(usize::MAX),
+        Share::Permit { limit, n } => usize::try_from(limit - n + 1).unwrap_or(usize::MAX),
     }
 }
 
@@ -250,9 +260,14 @@ pub(crate) fn read_self_grant(created: i64, resp: &TxnResponse, revision: i64) -
 /// (`line.rs`, `Departure`): the state that decides whom it admits is
 /// exact.
 pub(crate) fn leave(keys: &LineKeys, share: Share, entry: &[u8], still: Compare) -> Txn {
+    let delete = match keys.keys_of_call(entry) {
+        // Several permits: every key of the call.
+        Some((start, end)) => TxnOp::delete(start, Some(DeleteOptions::new().with_range(end))),
+        None => TxnOp::delete(entry.to_vec(), None),
+    };
     Txn::new()
         .when([still])
-        .and_then([TxnOp::delete(entry.to_vec(), None), head(keys, share, None)])
+        .and_then([delete, head(keys, share, None)])
 }
 
 /// The compare of a holder's departure: its entry unchanged since the
@@ -273,7 +288,7 @@ pub(crate) fn queued_at(entry: &[u8], created: i64) -> Compare {
 pub(crate) fn head(keys: &LineKeys, share: Share, window: Option<(i64, i64)>) -> TxnOp {
     let range = match share {
         Share::Read | Share::Write => keys.readers_and_writers(),
-        Share::Permit(_) => keys.kind(share),
+        Share::Permit { .. } => keys.kind(share),
     };
     let mut opts = GetOptions::new()
         .with_range(range.1)
@@ -317,6 +332,7 @@ fn entry(keys: &LineKeys, kv: &KeyValue) -> Option<Entry> {
         key: kv.key().to_vec(),
         create_revision: kv.create_revision(),
         version: kv.version(),
+        main: keys.is_main(kv.key()),
     })
 }
 
@@ -343,4 +359,20 @@ pub(crate) fn admit(admitted: &[Entry]) -> Txn {
             })
             .collect::<Vec<_>>(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_keeps_a_waiter_from_holding() {
+        assert_eq!(in_the_way(Share::Read), 1, "a writer ahead");
+        assert_eq!(in_the_way(Share::Write), 1, "anyone ahead");
+        // Each key of the line is one permit: `n` of `limit` hold with up
+        // to `limit - n` permits ahead.
+        assert_eq!(in_the_way(Share::Permit { limit: 3, n: 1 }), 3);
+        assert_eq!(in_the_way(Share::Permit { limit: 3, n: 2 }), 2);
+        assert_eq!(in_the_way(Share::Permit { limit: 3, n: 3 }), 1);
+    }
 }

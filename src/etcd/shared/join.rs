@@ -122,13 +122,14 @@ async fn join_line(
         .await
         .map_err(|e| (e, Again::IfTransient))?;
     let slot = state.slots.take(&keys.kind(share).0);
-    let entry = keys.entry(share, &state.id, slot.number());
+    let entries = keys.entries(share, &state.id, slot.number());
+    let entry = entries[0].clone();
     let value = owner_value(share);
     let (own_start, own_end) = keys.own(share, &state.id);
     let open_own = state.watches.existing(&own_start, Some(&own_end)).await;
     let txn = match mode {
-        Mode::Wait => join(&keys, share, &entry, (&value, lease.id)),
-        Mode::Try => try_join(&keys, share, &entry, (&value, lease.id)),
+        Mode::Wait => join(&keys, share, &entries, (&value, lease.id)),
+        Mode::Try => try_join(&keys, share, &entries, (&value, lease.id)),
     };
     let sent = Sent::new(state, (&keys, share, &entry), &lease, txn);
     let resp = match sent.await {

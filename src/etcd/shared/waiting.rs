@@ -175,7 +175,7 @@ async fn watch_blockers(w: &Waiting) -> EtcdResult<Subscription> {
     let (start, end) = match w.share {
         Share::Read => w.keys.kind(Share::Write),
         Share::Write => w.keys.readers_and_writers(),
-        Share::Permit(_) => w.keys.kind(w.share),
+        Share::Permit { .. } => w.keys.kind(w.share),
     };
     w.state
         .hub
