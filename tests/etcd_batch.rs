@@ -95,8 +95,11 @@ async fn writes_made_at_the_same_time_share_requests() {
     let writes = writes_of(&mut client, &all, "k", CYCLES).await;
     let cycles = (LOCKERS * CYCLES) as i64;
     // Alone, each cycle is two writes (take, release): see the next test.
+    // How many go together depends on how the cycles meet, so on the
+    // machine's load (1.2 to 1.9 writes a cycle seen on 2 cores): the
+    // check is that some did, not how many (the bench measures that).
     assert!(
-        writes < cycles * 3 / 2,
+        writes < cycles * 2,
         "{cycles} lock cycles of {LOCKERS} lockers on one connection made {writes} \
          writes: fewer than 2 per cycle were expected, as writes made at the same \
          time go together"
