@@ -26,6 +26,12 @@ async fn wait_in_line(prefix: &str, key: &str, n: i64) {
     support::wait_for_count(&mut client, &line, n, false).await;
 }
 
+async fn wait_in_line_at_most(prefix: &str, key: &str, n: i64) {
+    let mut client = support::shared().client().await;
+    let line = format!("{prefix}{key}/_OWNERS_/");
+    support::wait_for_count(&mut client, &line, n, true).await;
+}
+
 /// `status` lists a semaphore's and a read/write lock's holders and
 /// waiters, told apart by the rule they are granted by, and none of their
 /// entries as someone else's.
@@ -131,6 +137,39 @@ async fn a_holder_whose_lease_ends_lets_the_next_in() {
     let err = held.unlock().await.expect_err("lost");
     assert!(matches!(err, Error::LockLost { .. }), "{err}");
     next.unlock().await.expect("unlock");
+}
+
+/// etcd issue 16221's case: a waiter whose session lease ends while it
+/// waits (its entry goes with it) is never counted as holding: once the
+/// writer ahead leaves it gets `SessionLost`, not a read lock, and a
+/// later reader is granted normally.
+#[tokio::test]
+async fn a_waiter_whose_lease_ends_never_holds() {
+    let prefix = support::unique_prefix("shared-16221");
+    let (a, b, c) = (
+        locker(&prefix).await,
+        locker(&prefix).await,
+        locker(&prefix).await,
+    );
+    let key = Key::from("k");
+    let writing = a.write_lock(&patient(), &key).await.expect("write lock");
+    let waiter = {
+        let (b, key) = (b.clone(), key.clone());
+        tokio::spawn(async move { b.read_lock(&patient(), &key).await })
+    };
+    wait_in_line(&prefix, "k", 2).await;
+    let lease = b.session_lease().await.expect("the waiter's lease");
+    let mut client = support::shared().client().await;
+    client.lease_revoke(lease).await.expect("revoke");
+    wait_in_line_at_most(&prefix, "k", 1).await;
+    writing.unlock().await.expect("unlock");
+    match waiter.await.expect("task") {
+        Err(Error::SessionLost { .. }) => {}
+        Ok(_) => panic!("a waiter whose lease ended was granted the read lock"),
+        Err(e) => panic!("{e}"),
+    }
+    let reading = c.try_read_lock(&key).await.expect("try").expect("free");
+    reading.unlock().await.expect("unlock");
 }
 
 /// A fenced txn of a write lock's guard applies while it holds, and not
