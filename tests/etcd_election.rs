@@ -249,3 +249,38 @@ async fn registry_hands_out_etcd_electors() {
         .expect("get");
     assert!(left.kvs().is_empty(), "{:?}", left.kvs());
 }
+
+/// etcd issue 19597's case: a candidate whose session lease ends while it
+/// waits returns `SessionLost` at once (it is told, not elected later),
+/// and leaves nothing behind: the leader's resignation elects nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_candidate_whose_session_ends_is_told_at_once() {
+    let b = etcd("el-19597").await;
+    let name = Key::from("web");
+    let leader = b.etcd_elector();
+    let leadership = leader
+        .campaign(&patient(), &name, b"one")
+        .await
+        .expect("campaign");
+    let candidate = b.etcd_elector();
+    let waiting = {
+        let (candidate, name) = (candidate.clone(), name.clone());
+        tokio::spawn(async move { candidate.campaign(&patient(), &name, b"two").await })
+    };
+    b.wait_candidates(&name, 1).await;
+    let lease = candidate
+        .locker()
+        .session_lease()
+        .await
+        .expect("the candidate's lease");
+    b.client.clone().lease_revoke(lease).await.expect("revoke");
+    match waiting.await.expect("task") {
+        Err(Error::SessionLost { .. }) => {}
+        Ok(_) => panic!("a candidate whose session ended was elected"),
+        Err(e) => panic!("{e}"),
+    }
+    assert!(leadership.is_held(), "the leader leads on");
+    leadership.resign().await.expect("resign");
+    assert_eq!(leader.leader(&name).await.expect("leader"), None);
+    b.wait_clean().await;
+}
