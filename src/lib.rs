@@ -119,6 +119,7 @@ mod env;
 mod error;
 mod expiry;
 mod fairness;
+mod guard;
 mod key;
 mod leader;
 mod leadership;
@@ -160,10 +161,11 @@ pub use election::{
     leader_stream,
 };
 pub use error::{BoxError, Error, Result};
+pub use guard::LockGuard;
 pub use key::{Key, MAX_KEY_LEN};
 pub use leader::{Leader, MAX_VALUE_LEN};
 pub use leadership::Leadership;
-pub use locker::{LockGuard, Locker};
+pub use locker::Locker;
 pub use loss::LossCause;
 pub use registry::{get_elector, get_locker, register_elector_provider, register_locker_provider};
 pub use status::{LeaseId, LockHolder, LockKind, LockStatus, LockWaiter, NodeCount};

@@ -129,6 +129,7 @@ mod election;
 mod election_watch;
 mod entry_points;
 mod exclusion;
+mod permits;
 mod shared;
 mod suite;
 
