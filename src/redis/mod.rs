@@ -140,8 +140,12 @@
 //! - `node.rs`: the masters (or the one cluster or sentinel-watched
 //!   master), the one request helper (timeout and error mapping), and
 //!   fan-out to all nodes.
+//! - `deferred.rs`: watchdogs that start when their first extend is due,
+//!   by one timer task per locker (a lock released before then never has
+//!   a task of its own).
 //! - `core.rs`: what a locker's operations share (nodes, configuration,
-//!   mode, id) and the poll and waiter-record times.
+//!   mode, id, the watchdogs' starter) and the poll and waiter-record
+//!   times.
 //! - `watchdog.rs`: the guard of a grant, extending it every TTL/3, loss
 //!   signals, release.
 //! - `attempt.rs`: one `lock`/`try_lock` call: a round on every node
@@ -154,6 +158,7 @@ mod attempt;
 mod config;
 mod connect;
 mod core;
+mod deferred;
 mod deployments;
 mod error;
 mod link;
