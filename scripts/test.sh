@@ -50,7 +50,7 @@ etcd_tests=()
 for file in tests/*.rs; do
   name=$(basename "$file" .rs)
   case "$name" in
-    *redis* | redlock | memory | bounds | module_graph) ;;
+    *redis* | redlock | memory | memory_* | bounds | module_graph) ;;
     *) etcd_tests+=(--test "$name") ;;
   esac
 done

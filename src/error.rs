@@ -118,13 +118,23 @@ pub enum Error {
         key: String,
     },
 
-    /// The lock was no longer held when the operation ran: its lease
-    /// expired, or the lock key was deleted or taken over by someone else.
+    /// The lock (or leadership: `key` is then the election's name) was no
+    /// longer held when the operation ran: its lease expired, or the lock
+    /// key was deleted or taken over by someone else. A refused
+    /// [`crate::Leadership::proclaim`] wrote nothing.
     #[error("lock {key} was lost: {reason}")]
     LockLost {
         /// The lock key.
         key: String,
         /// What was observed.
+        reason: String,
+    },
+
+    /// A leader's value cannot be used: it is too long
+    /// ([`crate::MAX_VALUE_LEN`]).
+    #[error("invalid leader value: {reason}")]
+    InvalidValue {
+        /// What is wrong with it and what to do instead.
         reason: String,
     },
 

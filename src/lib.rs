@@ -53,6 +53,17 @@
 //! a stale holder's writes. On etcd, [`FencedTxn`](etcd::FencedTxn) runs
 //! a transaction only while the guard still holds the lock.
 //!
+//! # Leader election
+//! [`get_elector`] hands out an [`Elector`]: candidates
+//! [`campaign`](Elector::campaign) for an election's name with a value and
+//! are elected one at a time, in arrival order (an election is a fair
+//! lock on its name). The [`Leadership`] tells its holder the moment it
+//! stops leading, as a [`LockGuard`] does, carries a term that grows with
+//! every new leader, [`proclaims`](Leadership::proclaim) new values fenced
+//! with it and [`resigns`](Leadership::resign) to the next candidate.
+//! Followers ask [`Elector::leader`] or follow every change with
+//! [`Elector::observe`]. On etcd and in memory; not on Redis.
+//!
 //! # Backends
 //! - [`etcd`] (feature `etcd`, default): fair and unfair, on one etcd or a
 //!   cluster. Building it needs `protoc`.
@@ -102,12 +113,15 @@ mod backend;
 mod backoff;
 mod context;
 mod duration;
+mod election;
 #[cfg(any(feature = "etcd", feature = "redis"))]
 mod env;
 mod error;
 mod expiry;
 mod fairness;
 mod key;
+mod leader;
+mod leadership;
 mod locker;
 mod loss;
 mod observe;
@@ -141,11 +155,17 @@ pub use env::{connect_from_env, register_from_env};
 
 pub use context::Context;
 pub use duration::parse_duration;
+pub use election::{
+    BACKLOG, ChangeReceiver, ChangeSender, Closed, Elector, LeaderStream, LeaderWatch,
+    leader_stream,
+};
 pub use error::{BoxError, Error, Result};
 pub use key::{Key, MAX_KEY_LEN};
+pub use leader::{Leader, MAX_VALUE_LEN};
+pub use leadership::Leadership;
 pub use locker::{LockGuard, Locker};
 pub use loss::LossCause;
-pub use registry::{get_locker, register_locker_provider};
+pub use registry::{get_elector, get_locker, register_elector_provider, register_locker_provider};
 pub use status::{LeaseId, LockHolder, LockKind, LockStatus, LockWaiter, NodeCount};
 #[cfg(any(feature = "etcd", feature = "redis"))]
 pub use tls::TlsConfig;
@@ -154,7 +174,10 @@ pub use tokio_util::sync::CancellationToken;
 // The backend-author items, documented in `provider`, also stay reachable
 // (hidden) at the root, where the crate's own modules name them.
 #[doc(hidden)]
-pub use provider::{Expiry, GuardRelease, LockerProvider, Owner, RESERVED_SEGMENT, Registry};
+pub use provider::{
+    ElectorProvider, Expiry, GuardRelease, LeaderRecord, LockerProvider, Owner, RESERVED_SEGMENT,
+    Registry,
+};
 
 // The README's code blocks, compiled and run by `cargo test --doc`.
 #[cfg(all(doctest, feature = "etcd", feature = "redis"))]

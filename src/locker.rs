@@ -11,7 +11,7 @@ use tracing::Instrument;
 use crate::loss::LossCell;
 use crate::observe::{self, Granted, Holding, Site};
 use crate::unstoppable::Unstoppable;
-use crate::{Context, Expiry, Key, LossCause, Result};
+use crate::{Context, Expiry, Key, Leader, LeaderStream, Leadership, LossCause, Result};
 
 /// A source of distributed locks: one backend, one mode (fair or unfair).
 ///
@@ -139,9 +139,15 @@ pub trait Locker: Send + Sync + 'static {
         Err(unsupported("read/write locks"))
     }
 
-    /// Waits for one of `limit` permits of the semaphore `key`: at most
-    /// `limit` holders at a time, granted in arrival order. Every user of
-    /// one key must pass the same limit.
+    /// Waits for `n` of the `limit` permits of the semaphore `key`: at
+    /// most `limit` permits are held at a time, granted in arrival order
+    /// (in fair mode a request that does not fit yet holds back the ones
+    /// behind it). Every user of one key must pass the same limit. The
+    /// guard holds its `n` permits until it is unlocked or lost.
+    ///
+    /// Today every backend takes one permit per call (`n == 1`); a larger
+    /// `n` is refused with [`crate::Error::Unsupported`] rather than
+    /// granted partly.
     ///
     /// # Examples
     /// ```
@@ -150,38 +156,49 @@ pub trait Locker: Send + Sync + 'static {
     ///
     /// let locker = MemoryStore::new().locker(true);
     /// let key = Key::from("gpu-slots");
-    /// let one = locker.acquire(&Context::background(), &key, 2).await?;
-    /// let two = locker.acquire(&Context::background(), &key, 2).await?;
-    /// assert!(locker.try_acquire(&key, 2).await?.is_none()); // both permits taken
+    /// let one = locker.acquire_permits(&Context::background(), &key, 1, 2).await?;
+    /// let two = locker.acquire_permits(&Context::background(), &key, 1, 2).await?;
+    /// assert!(locker.try_acquire_permits(&key, 1, 2).await?.is_none()); // both permits taken
     /// one.unlock().await?;
     /// two.unlock().await?;
     /// # Ok(()) }
     /// ```
     ///
     /// # Errors
-    /// As [`Locker::lock`]; [`crate::Error::InvalidConfig`] for a limit of
-    /// 0; [`crate::Error::InvalidKey`] when `key` is in use with another
-    /// limit, as a read/write lock or as a mutex;
-    /// [`crate::Error::Unsupported`] from a backend without semaphores
-    /// (Redis).
+    /// As [`Locker::lock`]; [`crate::Error::InvalidConfig`] for a limit or
+    /// `n` of 0, or `n` over the limit; [`crate::Error::InvalidKey`] when
+    /// `key` is in use with another limit, as a read/write lock or as a
+    /// mutex; [`crate::Error::Unsupported`] for `n` over 1, and from a
+    /// backend without semaphores (Redis).
     ///
     /// # Cancel safety
     /// As [`Locker::lock`].
-    async fn acquire(&self, ctx: &Context, key: &Key, limit: u32) -> Result<LockGuard> {
-        let _ = (ctx, key, limit);
+    async fn acquire_permits(
+        &self,
+        ctx: &Context,
+        key: &Key,
+        n: u32,
+        limit: u32,
+    ) -> Result<LockGuard> {
+        let _ = (ctx, key, n, limit);
         Err(unsupported("semaphores"))
     }
 
-    /// Takes one of `limit` permits of the semaphore `key` if that needs no
-    /// wait: fewer than `limit` hold it and nobody waits.
+    /// Takes `n` of the `limit` permits of the semaphore `key` if that
+    /// needs no wait: they fit beside the permits held and nobody waits.
     ///
     /// # Errors
-    /// As [`Locker::acquire`].
+    /// As [`Locker::acquire_permits`].
     ///
     /// # Cancel safety
     /// As [`Locker::try_lock`].
-    async fn try_acquire(&self, key: &Key, limit: u32) -> Result<Option<LockGuard>> {
-        let _ = (key, limit);
+    async fn try_acquire_permits(
+        &self,
+        key: &Key,
+        n: u32,
+        limit: u32,
+    ) -> Result<Option<LockGuard>> {
+        let _ = (key, n, limit);
         Err(unsupported("semaphores"))
     }
 
@@ -197,6 +214,85 @@ pub trait Locker: Send + Sync + 'static {
     /// on in the background.
     async fn unlock(&self, guard: LockGuard) -> Result<()> {
         guard.unlock().await
+    }
+
+    /// Campaigns for `election` with `value` (what followers see): waits
+    /// in arrival order, also on an unfair locker, until elected, or until
+    /// the context ends. The same as [`crate::Elector::campaign`] on an
+    /// elector of this locker's backend.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> fairlock::Result<()> {
+    /// use fairlock::{Context, Key, Locker, memory::MemoryStore};
+    ///
+    /// let locker = MemoryStore::new().locker(true);
+    /// let election = Key::from("scheduler");
+    /// let leadership = locker.campaign(&Context::background(), &election, b"node-1".to_vec()).await?;
+    /// let leader = locker.leader(&election).await?.expect("a leader");
+    /// assert_eq!(leader.fencing_token, leadership.fencing_token());
+    /// leadership.resign().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`crate::Elector::campaign`]; [`crate::Error::Unsupported`] from
+    /// a backend without elections (Redis).
+    ///
+    /// # Cancel safety
+    /// As [`crate::Elector::campaign`]: dropping the future leaves the line,
+    /// or resigns, in the background.
+    async fn campaign(&self, ctx: &Context, election: &Key, value: Vec<u8>) -> Result<Leadership> {
+        let _ = (ctx, election, value);
+        Err(unsupported("leader elections"))
+    }
+
+    /// Who leads `election` now, or `None` for an empty seat.
+    ///
+    /// # Errors
+    /// As [`crate::Elector::leader`]; [`crate::Error::Unsupported`] from a
+    /// backend without elections (Redis).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    async fn leader(&self, election: &Key) -> Result<Option<Leader>> {
+        let _ = election;
+        Err(unsupported("leader elections"))
+    }
+
+    /// Follows `election`: the stream yields its state when it starts
+    /// (`None` for an empty seat), then every change (a new leader, a
+    /// proclaimed value, an empty seat) in order. A consumer that falls
+    /// behind by more than [`crate::election::BACKLOG`] changes skips the
+    /// oldest: it gets the latest state, not an unbounded backlog. Nothing
+    /// is read until the stream is first polled; dropping it stops it.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> fairlock::Result<()> {
+    /// use fairlock::{Context, Key, Locker, memory::MemoryStore};
+    /// use tokio_stream::StreamExt;
+    ///
+    /// let locker = MemoryStore::new().locker(true);
+    /// let election = Key::from("scheduler");
+    /// let mut changes = locker.observe(&election);
+    /// assert_eq!(changes.next().await.transpose()?, Some(None)); // an empty seat
+    /// let leadership = locker.campaign(&Context::background(), &election, b"n1".to_vec()).await?;
+    /// let now = changes.next().await.transpose()?.flatten().expect("a leader");
+    /// assert_eq!(now.value, b"n1");
+    /// leadership.resign().await?;
+    /// assert_eq!(changes.next().await.transpose()?, Some(None));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// The stream yields [`crate::Error::InvalidKey`] for a bad name, the
+    /// error of its first read, or an error that ended it for good (then
+    /// it ends); [`crate::Error::Unsupported`] from a backend without
+    /// elections. Passing outages do not end it.
+    fn observe(&self, election: &Key) -> LeaderStream {
+        let _ = election;
+        crate::election::failed_stream(unsupported("leader elections"))
     }
 
     /// `true` if this locker grants in arrival order.

@@ -69,6 +69,15 @@
 //! slot of one's own (for tests, or a library that must not touch the
 //! process-wide one), holding a [`LockerProvider`].
 //!
+//! # Elections
+//! A backend with elections implements [`crate::Elector`]: its
+//! `campaign` takes a fair lock on the election's name and builds a
+//! [`crate::Leadership`] from the guard and a [`LeaderRecord`] of its own
+//! (where the leader's value goes); `observe` hands out a
+//! [`crate::LeaderWatch`] fed by a task of its own. Register it with
+//! [`crate::register_elector_provider`] ([`ElectorProvider`]) after its
+//! locker provider.
+//!
 //! # Records
 //! Keys never have a `/`-separated segment equal to [`RESERVED_SEGMENT`]
 //! ([`crate::Key::validate`] refuses them), so a backend can keep its own
@@ -81,6 +90,7 @@ use crate::locker::{LockGuard, Locker};
 
 pub use crate::expiry::Expiry;
 pub use crate::key::RESERVED_SEGMENT;
+pub use crate::leadership::LeaderRecord;
 pub use crate::locker::GuardRelease;
 pub use crate::owner::Owner;
-pub use crate::registry::{LockerProvider, Registry};
+pub use crate::registry::{ElectorProvider, LockerProvider, Registry};

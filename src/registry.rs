@@ -1,12 +1,16 @@
-//! The provider registry: `register_locker_provider` and `get_locker`.
+//! The provider registry: `register_locker_provider` and `get_locker`;
+//! `register_elector_provider` and `get_elector`.
 
 use std::fmt;
 use std::sync::{Arc, RwLock};
 
-use crate::{Error, Locker, Result};
+use crate::{Elector, Error, Locker, Result};
 
 /// Makes a locker: `provider(fair)`.
 pub type LockerProvider = Arc<dyn Fn(bool) -> Arc<dyn Locker> + Send + Sync>;
+
+/// Makes an elector: `provider()`.
+pub type ElectorProvider = Arc<dyn Fn() -> Arc<dyn Elector> + Send + Sync>;
 
 /// A slot holding at most one provider.
 ///
@@ -28,6 +32,8 @@ pub type LockerProvider = Arc<dyn Fn(bool) -> Arc<dyn Locker> + Send + Sync>;
 #[derive(Default)]
 pub struct Registry {
     provider: RwLock<Option<LockerProvider>>,
+    /// The elector provider of the backend registered last, if it has one.
+    electors: RwLock<Option<ElectorProvider>>,
 }
 
 impl Registry {
@@ -36,19 +42,55 @@ impl Registry {
     pub const fn new() -> Self {
         Registry {
             provider: RwLock::new(None),
+            electors: RwLock::new(None),
         }
     }
 
-    /// Sets the provider, replacing any earlier one.
+    /// Sets the provider, replacing any earlier one (and the elector
+    /// provider of the backend registered before, if any).
     pub fn register<F>(&self, provider: F)
     where
         F: Fn(bool) -> Arc<dyn Locker> + Send + Sync + 'static,
     {
+        *self.electors.write().unwrap_or_else(|e| e.into_inner()) = None;
         *self.provider.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(provider));
     }
 
-    /// Removes the provider.
+    /// Sets the elector provider of the backend just registered with
+    /// [`Registry::register`] (register the locker provider first: it
+    /// clears this one).
+    pub fn register_elector<F>(&self, provider: F)
+    where
+        F: Fn() -> Arc<dyn Elector> + Send + Sync + 'static,
+    {
+        *self.electors.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(provider));
+    }
+
+    /// A new elector from the elector provider.
+    ///
+    /// # Errors
+    /// [`Error::NoProvider`] if no backend is registered;
+    /// [`Error::Unsupported`] if the registered backend has no elections.
+    pub fn get_elector(&self) -> Result<Arc<dyn Elector>> {
+        let electors = self
+            .electors
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        match electors {
+            Some(provider) => Ok(provider()),
+            None if self.provider.read().is_ok_and(|p| p.is_some()) => Err(Error::Unsupported(
+                "the registered backend has no leader election; elections run on etcd \
+                     (fairlock::etcd::register) and on the in-memory backend"
+                    .into(),
+            )),
+            None => Err(Error::NoProvider),
+        }
+    }
+
+    /// Removes the provider (and the elector provider).
     pub fn clear(&self) {
+        *self.electors.write().unwrap_or_else(|e| e.into_inner()) = None;
         *self.provider.write().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
@@ -109,4 +151,37 @@ where
 /// [`Error::NoProvider`] when no provider has been registered.
 pub fn get_locker(fair: bool) -> Result<Arc<dyn Locker>> {
     GLOBAL.get_locker(fair)
+}
+
+/// Registers the process-wide elector provider of the backend registered
+/// last (register its locker provider first: [`register_locker_provider`]
+/// clears this one). Backends with elections do it in their own
+/// registration, e.g. [`crate::etcd::register`].
+///
+/// # Examples
+/// ```
+/// use std::sync::Arc;
+/// let store = fairlock::memory::MemoryStore::new();
+/// let lockers = store.clone();
+/// fairlock::register_locker_provider(move |fair| Arc::new(lockers.locker(fair)) as Arc<dyn fairlock::Locker>);
+/// fairlock::register_elector_provider(move || Arc::new(store.elector()) as Arc<dyn fairlock::Elector>);
+/// assert!(fairlock::get_elector().is_ok());
+/// ```
+pub fn register_elector_provider<F>(provider: F)
+where
+    F: Fn() -> Arc<dyn Elector> + Send + Sync + 'static,
+{
+    GLOBAL.register_elector(provider);
+}
+
+/// A new elector from the process-wide registry: of etcd after
+/// [`crate::etcd::register`] (its own session lease, sharing the
+/// connection).
+///
+/// # Errors
+/// [`Error::NoProvider`] when no backend has been registered;
+/// [`Error::Unsupported`] when the registered backend has no elections
+/// (Redis).
+pub fn get_elector() -> Result<Arc<dyn Elector>> {
+    GLOBAL.get_elector()
 }

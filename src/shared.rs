@@ -1,7 +1,7 @@
 //! Read/write locks and semaphores, as every backend grants them: who of a
 //! key's line holds.
 //!
-//! Every `read_lock`, `write_lock` and `acquire` call joins the key's line
+//! Every `read_lock`, `write_lock` and `acquire_permits` call joins the key's line
 //! in arrival order and holds once it is among the line's first entries
 //! that may hold together:
 //! - a **writer** holds alone: once nobody is ahead of it;
@@ -39,6 +39,25 @@ impl Share {
             ));
         }
         Ok(Share::Permit(limit))
+    }
+
+    /// `n` permits of a semaphore with `limit` permits: refused for a
+    /// limit or `n` of 0 and for `n` over the limit; `n` over 1 is not
+    /// supported yet (refused, never granted in part).
+    pub fn permits(n: u32, limit: u32) -> crate::Result<Share> {
+        let share = Share::permit(limit)?;
+        if n == 0 || n > limit {
+            return Err(Error::InvalidConfig(format!(
+                "cannot take {n} of a semaphore's {limit} permits: ask for 1 to {limit}"
+            )));
+        }
+        if n > 1 {
+            return Err(Error::Unsupported(format!(
+                "taking {n} permits in one call is not supported yet: ask for 1 permit per \
+                 guard, or give each unit of work one permit"
+            )));
+        }
+        Ok(share)
     }
 
     /// How many may hold together with a first holder of this kind.
@@ -156,5 +175,9 @@ mod tests {
         assert!(conflict(&key, Read, Permit(3)).is_some());
         assert!(conflict(&key, Permit(3), Write).is_some());
         assert!(Share::permit(0).is_err());
+        assert!(matches!(Share::permits(0, 3), Err(Error::InvalidConfig(_))));
+        assert!(matches!(Share::permits(4, 3), Err(Error::InvalidConfig(_))));
+        assert!(matches!(Share::permits(2, 3), Err(Error::Unsupported(_))));
+        assert_eq!(Share::permits(1, 3).ok(), Some(Permit(3)));
     }
 }

@@ -71,3 +71,32 @@ fn backends_are_lockers(
 fn bounds_hold() {
     let _: fn() = types_are_send_sync;
 }
+
+/// Leader election: the `Elector` futures (through the trait object and on
+/// each backend's type), the leadership's own, and its types: a campaign
+/// can run inside `tokio::spawn`, a `Leadership` and a `LeaderWatch` can
+/// move into a task.
+fn election_futures_are_send(
+    elector: &dyn fairlock::Elector,
+    memory: &fairlock::memory::MemoryElector,
+    #[cfg(feature = "etcd")] etcd: &fairlock::etcd::EtcdElector,
+    (ctx, key): (&Context, &Key),
+    (leadership, watched): (fairlock::Leadership, &fairlock::Leadership),
+    watch: &mut fairlock::LeaderWatch,
+) {
+    use fairlock::Elector;
+    send(&elector.campaign(ctx, key, b"v"));
+    send(&elector.leader(key));
+    send(&elector.observe(key));
+    send(&memory.campaign(ctx, key, b"v"));
+    #[cfg(feature = "etcd")]
+    send(&etcd.campaign(ctx, key, b"v"));
+    send(&watched.lost());
+    send(&watched.proclaim(b"v"));
+    send(&watch.next());
+    send(&leadership.resign());
+    send_sync_static::<fairlock::Leadership>();
+    send_sync_static::<fairlock::LeaderWatch>();
+    send_sync_static::<fairlock::Leader>();
+    send_sync::<Arc<dyn fairlock::Elector>>();
+}

@@ -73,6 +73,11 @@ fn readers_share_and_a_writer_waits() {
         "readers share"
     );
     assert_eq!(
+        nonblock(&prefix, "catalog", &["--shared"]),
+        Some(0),
+        "--shared is --read"
+    );
+    assert_eq!(
         nonblock(&prefix, "catalog", &["--write"]),
         Some(75),
         "a writer waits"
@@ -88,6 +93,9 @@ fn conflicting_options_are_a_usage_error() {
         &["--read", "--write"][..],
         &["--read", "--limit", "2"],
         &["--unfair", "--write"],
+        &["--permits", "1"],
+        &["--limit", "2", "--permits", "3"],
+        &["--limit", "2", "--permits", "2"],
     ] {
         let out = run(fairlock(&prefix)
             .arg("lock")

@@ -59,7 +59,13 @@ async fn round(cluster: &Cluster) -> Round {
         .with_prefix(prefix.clone())
         // Long enough for the revived lease's renewals to land while a
         // member just woken may still hold some requests back.
-        .with_ttl(Duration::from_secs(5));
+        .with_ttl(Duration::from_secs(5))
+        // A waiter gives up after two request timeouts of failed requests:
+        // the window without a quorum (up to a TTL until the lapse, then
+        // an election) must be shorter than that. With the default 5 s the
+        // waiter sometimes gave up reopening its watch ("etcd request
+        // failed during watch") before the new leader was elected.
+        .with_request_timeout(Duration::from_secs(10));
     let connect = || EtcdLocker::connect(config.clone(), true);
     let holder = connect().await.expect("connect");
     let waiter = Arc::new(connect().await.expect("connect"));

@@ -38,11 +38,17 @@ async fn status_lists_holders_and_waiters() {
         locker(&prefix).await,
     );
     let sem = Key::from("sem");
-    let one = a.acquire(&patient(), &sem, 2).await.expect("acquire");
-    let two = b.acquire(&patient(), &sem, 2).await.expect("acquire");
+    let one = a
+        .acquire_permits(&patient(), &sem, 1, 2)
+        .await
+        .expect("acquire");
+    let two = b
+        .acquire_permits(&patient(), &sem, 1, 2)
+        .await
+        .expect("acquire");
     let waiter = {
         let (c, sem) = (c.clone(), sem.clone());
-        tokio::spawn(async move { c.acquire(&patient(), &sem, 2).await })
+        tokio::spawn(async move { c.acquire_permits(&patient(), &sem, 1, 2).await })
     };
     wait_in_line(&prefix, "sem", 3).await;
     let rw = Key::from("rw");
@@ -104,10 +110,13 @@ async fn a_holder_whose_lease_ends_lets_the_next_in() {
     let prefix = support::unique_prefix("shared-lapse");
     let (a, b) = (locker(&prefix).await, locker(&prefix).await);
     let key = Key::from("k");
-    let held = a.acquire(&patient(), &key, 1).await.expect("acquire");
+    let held = a
+        .acquire_permits(&patient(), &key, 1, 1)
+        .await
+        .expect("acquire");
     let waiter = {
         let (b, key) = (b.clone(), key.clone());
-        tokio::spawn(async move { b.acquire(&patient(), &key, 1).await })
+        tokio::spawn(async move { b.acquire_permits(&patient(), &key, 1, 1).await })
     };
     wait_in_line(&prefix, "k", 2).await;
     let lease = a.session_lease().await.expect("a lease");
@@ -175,9 +184,20 @@ async fn a_key_is_one_kind_of_lock() {
     assert!(matches!(err, Error::InvalidKey { .. }), "{err}");
     assert!(err.to_string().contains("mutex"), "{err}");
     mutex.unlock().await.expect("unlock");
-    let permit = a.acquire(&patient(), &key, 3).await.expect("acquire");
+    // And the other way: a mutex of a key held as a read lock.
+    let read = a.read_lock(&patient(), &key).await.expect("read lock");
+    match b.try_lock(&key).await {
+        Ok(None) | Err(Error::InvalidKey { .. }) => {}
+        Ok(Some(_)) => panic!("the mutex of a key held by a reader was granted"),
+        Err(e) => panic!("{e}"),
+    }
+    read.unlock().await.expect("unlock");
+    let permit = a
+        .acquire_permits(&patient(), &key, 1, 3)
+        .await
+        .expect("acquire");
     let err = b
-        .try_acquire(&key, 2)
+        .try_acquire_permits(&key, 1, 2)
         .await
         .map(drop)
         .expect_err("another limit");

@@ -1,6 +1,6 @@
-//! The library examples (examples/basic.rs, fenced.rs, ordering.rs), run as
-//! a user would run them, against a real etcd that the tests start (see
-//! tests/support).
+//! The library examples (examples/basic.rs, fenced.rs, ordering.rs,
+//! election.rs), run as a user would run them, against a real etcd that
+//! the tests start (see tests/support).
 #![cfg(feature = "etcd")]
 
 mod support;
@@ -120,4 +120,18 @@ fn ordering_grants_in_arrival_order() {
         text.contains("fair mode granted all 4 requests in arrival order"),
         "{text}"
     );
+}
+
+#[test]
+fn election_elects_each_node_in_turn() {
+    let out = example("election", &[], &support::shared().endpoint);
+    assert!(out.status.success(), "{out:?}");
+    let text = stdout(&out);
+    for node in ["node-1", "node-2", "node-3"] {
+        assert!(text.contains(&format!("{node}: resigned")), "{text}");
+        assert!(
+            text.contains(&format!("follower: {node} leads (term ")),
+            "{text}"
+        );
+    }
 }

@@ -44,6 +44,16 @@
 //! [`patient`] is the context the checks give every `lock` that must
 //! succeed.
 //!
+//! # Leader election
+//! A backend with an [`Elector`](crate::Elector) also implements
+//! [`ElectionBackend`] and runs
+//! [`election_conformance_tests!`](crate::election_conformance_tests):
+//! [`election_order`], [`one_leader_at_a_time`], [`resign_hands_over`],
+//! [`proclaim_changes_the_value`], [`observers_see_every_change`],
+//! [`giving_up_a_campaign_leaves_nothing`],
+//! [`dropping_a_leadership_hands_over`], [`election_bad_input`]
+//! (`election.rs`, `election_watch.rs`).
+//!
 //! # Example
 //! The in-memory backend under the suite; a networked backend reads its
 //! server in [`Backend::is_clean`] and waits on the server's change events
@@ -115,6 +125,8 @@
 mod backend;
 mod cleanup;
 mod deadline;
+mod election;
+mod election_watch;
 mod entry_points;
 mod exclusion;
 mod shared;
@@ -125,6 +137,14 @@ pub use cleanup::{
     cancel_leaves_nothing, drop_future_leaves_nothing, drop_guard_releases, timeout_leaves_nothing,
 };
 pub use deadline::patient;
+pub use election::{
+    ElectionBackend, election_order, one_leader_at_a_time, proclaim_changes_the_value,
+    resign_hands_over,
+};
+pub use election_watch::{
+    dropping_a_leadership_hands_over, election_bad_input, giving_up_a_campaign_leaves_nothing,
+    observers_see_every_change,
+};
 pub use entry_points::{bad_input, try_lock};
 pub use exclusion::{fair_order, key_isolation, mutual_exclusion};
 pub use shared::{read_write_lock, semaphore, shared_bad_input, shared_giving_up_leaves_nothing};

@@ -140,17 +140,17 @@ pub async fn semaphore(b: &impl Backend) {
     let key = Key::from("sem");
     let lockers: Vec<_> = (0..4).map(|_| b.locker(true)).collect();
     let one = lockers[0]
-        .try_acquire(&key, LIMIT)
+        .try_acquire_permits(&key, 1, LIMIT)
         .await
         .expect("try")
         .expect("free");
     let two = lockers[1]
-        .acquire(&patient(), &key, LIMIT)
+        .acquire_permits(&patient(), &key, 1, LIMIT)
         .await
         .expect("second permit");
     assert!(
         lockers[2]
-            .try_acquire(&key, LIMIT)
+            .try_acquire_permits(&key, 1, LIMIT)
             .await
             .expect("try")
             .is_none(),
@@ -162,7 +162,7 @@ pub async fn semaphore(b: &impl Backend) {
         let (locker, k, order) = (Arc::clone(&lockers[i]), key.clone(), Arc::clone(&order));
         waiters.push(tokio::spawn(async move {
             let guard = locker
-                .acquire(&patient(), &k, LIMIT)
+                .acquire_permits(&patient(), &k, 1, LIMIT)
                 .await
                 .expect("acquire");
             log(&order, name);
@@ -198,7 +198,7 @@ pub async fn semaphore(b: &impl Backend) {
             tokio::spawn(async move {
                 for _ in 0..4 {
                     let guard = locker
-                        .acquire(&patient(), &key, LIMIT)
+                        .acquire_permits(&patient(), &key, 1, LIMIT)
                         .await
                         .expect("acquire");
                     let now = holding.fetch_add(1, Ordering::SeqCst) + 1;
@@ -285,17 +285,20 @@ pub async fn shared_giving_up_leaves_nothing(b: &impl Backend) {
     // A permit that times out; a dropped guard releases, and the next
     // caller gets the permit.
     let key = Key::from("give-up-permit");
-    let permit = h.acquire(&patient(), &key, 1).await.expect("acquire");
+    let permit = h
+        .acquire_permits(&patient(), &key, 1, 1)
+        .await
+        .expect("acquire");
     let short = Context::background().with_timeout(Duration::from_millis(50));
     let err = w
-        .acquire(&short, &key, 1)
+        .acquire_permits(&short, &key, 1, 1)
         .await
         .map(drop)
         .expect_err("must time out");
     assert!(matches!(err, Error::Timeout { .. }), "{err}");
     drop(permit);
     let again: LockGuard = w
-        .acquire(&patient(), &key, 1)
+        .acquire_permits(&patient(), &key, 1, 1)
         .await
         .expect("acquire after drop");
     again.unlock().await.expect("unlock");
@@ -327,15 +330,18 @@ pub async fn shared_bad_input(b: &impl Backend) {
     let locker = b.locker(true);
     let key = Key::from("kinds");
     let err = locker
-        .try_acquire(&key, 0)
+        .try_acquire_permits(&key, 1, 0)
         .await
         .map(drop)
         .expect_err("limit 0");
     assert!(matches!(err, Error::InvalidConfig(_)), "{err}");
-    let permit = locker.acquire(&patient(), &key, 3).await.expect("acquire");
+    let permit = locker
+        .acquire_permits(&patient(), &key, 1, 3)
+        .await
+        .expect("acquire");
     let other = b.locker(true);
     let err = other
-        .try_acquire(&key, 4)
+        .try_acquire_permits(&key, 1, 4)
         .await
         .map(drop)
         .expect_err("another limit");
@@ -352,6 +358,30 @@ pub async fn shared_bad_input(b: &impl Backend) {
         .map(drop)
         .expect_err("empty key");
     assert!(matches!(err, Error::InvalidKey { .. }), "{err}");
+    for (n, limit) in [(0, 3), (4, 3)] {
+        let err = other
+            .try_acquire_permits(&key, n, limit)
+            .await
+            .map(drop)
+            .expect_err("n of 0 or over the limit");
+        assert!(
+            matches!(err, Error::InvalidConfig(_)),
+            "{n} of {limit}: {err}"
+        );
+    }
+    // A mutex of a key held as a semaphore (or read/write lock) is never
+    // granted: refused, or waited for.
+    match other.try_lock(&key).await {
+        Ok(None) | Err(Error::InvalidKey { .. }) => {}
+        Ok(Some(_)) => panic!("the mutex of a key whose permit is held was granted"),
+        Err(e) => panic!("try_lock of a key held as a semaphore: {e}"),
+    }
+    let short = Context::background().with_timeout(Duration::from_millis(200));
+    match other.lock(&short, &key).await {
+        Err(Error::InvalidKey { .. } | Error::Timeout { .. }) => {}
+        Ok(_) => panic!("the mutex of a key whose permit is held was granted"),
+        Err(e) => panic!("lock of a key held as a semaphore: {e}"),
+    }
     permit.unlock().await.expect("unlock");
     assert!(b.is_clean().await, "a refused call left something behind");
     b.finish().await;

@@ -48,11 +48,15 @@
 //!   top (which also hands out the read/write locks and semaphores of
 //!   `shared/`), then one attempt, the wait in line, the held lock and its
 //!   release.
+//! - `election/`: leader election, [`EtcdElector`]: a fair lock per
+//!   election and the leader's record beside it.
 
 mod client;
 mod config;
+mod election;
 mod endpoint;
 mod lock;
+mod primitives;
 mod protocol;
 mod session;
 mod shared;
@@ -61,6 +65,7 @@ use std::sync::Arc;
 
 pub use crate::{Owner, parse_duration};
 pub use config::{DEFAULT_ENDPOINT, DEFAULT_PREFIX, EtcdConfig, MAX_TTL, MIN_TTL};
+pub use election::elector::EtcdElector;
 pub use endpoint::DEFAULT_PORT;
 pub use lock::fence::FencedTxn;
 pub use lock::locker::EtcdLocker;
@@ -71,7 +76,8 @@ use crate::{Locker, Result};
 /// every [`crate::get_locker`] call then returns a new [`EtcdLocker`] (its
 /// own session lease) sharing this connection, and sending the writes it
 /// makes at the same time as the others together with theirs (see
-/// [`EtcdConfig::with_write_batching`]).
+/// [`EtcdConfig::with_write_batching`]); and [`crate::get_elector`] a new
+/// [`EtcdElector`] on it.
 ///
 /// # Examples
 /// ```no_run
@@ -91,13 +97,13 @@ use crate::{Locker, Result};
 pub async fn register(config: EtcdConfig) -> Result<()> {
     let client = client::connect::connect(&config).await?;
     let writes = client::batch::Batcher::new(client.clone(), config.write_batching());
-    crate::register_locker_provider(move |fair| {
-        Arc::new(EtcdLocker::on_connection(
-            client.clone(),
-            Arc::clone(&writes),
-            config.clone(),
-            fair,
-        )) as Arc<dyn Locker>
+    let locker = move |fair| {
+        EtcdLocker::on_connection(client.clone(), Arc::clone(&writes), config.clone(), fair)
+    };
+    let elector = locker.clone();
+    crate::register_locker_provider(move |fair| Arc::new(locker(fair)) as Arc<dyn Locker>);
+    crate::register_elector_provider(move || {
+        Arc::new(EtcdElector::of(elector(true))) as Arc<dyn crate::Elector>
     });
     Ok(())
 }

@@ -1,13 +1,19 @@
 //! [`MemoryLocker`]: the `Locker` of a [`MemoryStore`], its guards, and the
-//! waits of `lock`, `read_lock`, `write_lock` and `acquire`.
+//! waits of `lock`, `read_lock`, `write_lock` and `acquire_permits`.
 
 use async_trait::async_trait;
 
+use std::sync::Arc;
+
+use super::election::MemoryElector;
 use super::store::{Enqueued, MemoryStore, lost};
 use crate::fairness::Fairness;
 use crate::observe::{self, Site};
 use crate::shared::Share;
-use crate::{Context, GuardRelease, Key, LockGuard, Locker, Result};
+use crate::{
+    Context, Elector, GuardRelease, Key, Leader, LeaderStream, Leadership, LockGuard, Locker,
+    Result, leader_stream,
+};
 
 impl MemoryStore {
     /// A locker on this store, fair (arrival order) or unfair.
@@ -17,6 +23,15 @@ impl MemoryStore {
             store: self.clone(),
             fairness: Fairness::from_fair(fair),
         }
+    }
+}
+
+impl MemoryStore {
+    /// An elector on this store (see [`MemoryElector`]): electors of one
+    /// store (or its clones) take part in the same elections.
+    #[must_use]
+    pub fn elector(&self) -> MemoryElector {
+        MemoryElector::new(Arc::new(self.locker(true)), Arc::clone(&self.elections))
     }
 }
 
@@ -119,7 +134,7 @@ impl MemoryLocker {
     }
 
     async fn lock_fair(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
-        match self.store.enqueue(key.as_str()) {
+        match self.store.enqueue(key.as_str())? {
             Enqueued::Holds(id, token) => Ok(self.guard(key, id, token, Held::Mutex)),
             Enqueued::Waits(id, rx) => self.wait(ctx, key, (id, Held::Mutex), rx).await,
         }
@@ -131,7 +146,7 @@ impl MemoryLocker {
             let notified = freed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if let Some((id, token)) = self.store.take_if_free(key.as_str(), false) {
+            if let Some((id, token)) = self.store.take_if_free(key.as_str(), false)? {
                 return Ok(self.guard(key, id, token, Held::Mutex));
             }
             tokio::select! {
@@ -172,7 +187,7 @@ impl Locker for MemoryLocker {
             key.validate()?;
             let taken = self
                 .store
-                .take_if_free(key.as_str(), self.fairness.is_fair());
+                .take_if_free(key.as_str(), self.fairness.is_fair())?;
             Ok(taken.map(|(id, token)| self.guard(key, id, token, Held::Mutex)))
         })
         .await
@@ -212,18 +227,42 @@ impl Locker for MemoryLocker {
         .await
     }
 
-    async fn acquire(&self, ctx: &Context, key: &Key, limit: u32) -> Result<LockGuard> {
+    async fn acquire_permits(
+        &self,
+        ctx: &Context,
+        key: &Key,
+        n: u32,
+        limit: u32,
+    ) -> Result<LockGuard> {
         observe::lock(self.site(), key, async {
-            self.shared(ctx, key, Share::permit(limit)?).await
+            self.shared(ctx, key, Share::permits(n, limit)?).await
         })
         .await
     }
 
-    async fn try_acquire(&self, key: &Key, limit: u32) -> Result<Option<LockGuard>> {
+    async fn try_acquire_permits(
+        &self,
+        key: &Key,
+        n: u32,
+        limit: u32,
+    ) -> Result<Option<LockGuard>> {
         observe::try_lock(self.site(), key, async {
-            self.try_shared(key, Share::permit(limit)?)
+            self.try_shared(key, Share::permits(n, limit)?)
         })
         .await
+    }
+
+    async fn campaign(&self, ctx: &Context, election: &Key, value: Vec<u8>) -> Result<Leadership> {
+        self.store.elector().campaign(ctx, election, &value).await
+    }
+
+    async fn leader(&self, election: &Key) -> Result<Option<Leader>> {
+        self.store.elector().leader(election).await
+    }
+
+    fn observe(&self, election: &Key) -> LeaderStream {
+        let (elector, election) = (self.store.elector(), election.clone());
+        leader_stream(async move { elector.observe(&election).await })
     }
 
     fn is_fair(&self) -> bool {

@@ -24,13 +24,16 @@
 //! ## Layout
 //! From the bottom up: `mutex.rs` (one key's mutex: holder and fair
 //! waiters), `shared.rs` (one key's line of readers, writers or permits),
-//! `store.rs` ([`MemoryStore`]: every key's, under one lock), `locker.rs`
-//! ([`MemoryLocker`] and the waits).
+//! `election.rs` ([`MemoryElector`]: leaders' values and their observers,
+//! over a fair locker), `store.rs` ([`MemoryStore`]: every key's, under
+//! one lock), `locker.rs` ([`MemoryLocker`] and the waits).
 
+mod election;
 mod locker;
 mod mutex;
 mod shared;
 mod store;
 
+pub use election::MemoryElector;
 pub use locker::MemoryLocker;
 pub use store::MemoryStore;

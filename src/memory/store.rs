@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{Notify, oneshot};
 
+use super::election::Board;
 use super::mutex::{FairWaiter, KeyState};
 use super::shared::Line;
 use crate::shared::Share;
@@ -16,6 +17,8 @@ use crate::{Error, Key, Result};
 #[derive(Clone, Default)]
 pub struct MemoryStore {
     inner: Arc<Mutex<StoreState>>,
+    /// The leaders' values and their observers (see `election.rs`).
+    pub(super) elections: Arc<Board>,
 }
 
 #[derive(Default)]
@@ -31,6 +34,20 @@ impl StoreState {
     fn next_id(&mut self) -> u64 {
         self.next_id += 1;
         self.next_id
+    }
+
+    /// Refuses the mutex of a key in use as a read/write lock or semaphore.
+    fn no_line(&self, key: &str) -> Result<()> {
+        if !self.lines.contains_key(key) {
+            return Ok(());
+        }
+        Err(Error::InvalidKey {
+            key: key.to_string(),
+            reason: "it is in use as a read/write lock or semaphore, so it cannot be used as \
+                     a mutex; take its write lock (write_lock) to exclude its readers, or \
+                     give the mutex a key of its own"
+                .into(),
+        })
     }
 
     /// Forgets `key`'s mutex once nobody holds or waits.
@@ -85,6 +102,14 @@ impl MemoryStore {
             + state.lines.get(key.as_str()).map_or(0, Line::len)
     }
 
+    /// `true` when no election of this store has a leader: with
+    /// [`MemoryStore::is_idle`], what a test checks to prove a leadership
+    /// left nothing behind.
+    #[must_use]
+    pub fn has_no_leaders(&self) -> bool {
+        self.elections.has_no_leaders()
+    }
+
     fn state(&self) -> MutexGuard<'_, StoreState> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -93,8 +118,10 @@ impl MemoryStore {
 
     /// Takes `key`'s mutex if it is free (and, with `fair`, nobody is
     /// queued): entry id and token.
-    pub(super) fn take_if_free(&self, key: &str, fair: bool) -> Option<(u64, u64)> {
+    /// Refused while `key` is in use as a read/write lock or semaphore.
+    pub(super) fn take_if_free(&self, key: &str, fair: bool) -> Result<Option<(u64, u64)>> {
         let mut state = self.state();
+        state.no_line(key)?;
         let id = state.next_id();
         let StoreState { revision, keys, .. } = &mut *state;
         let token = keys
@@ -102,22 +129,24 @@ impl MemoryStore {
             .or_default()
             .take_if_free(id, fair, revision);
         state.tidy(key);
-        token.map(|token| (id, token))
+        Ok(token.map(|token| (id, token)))
     }
 
     /// Takes `key`'s mutex if it is free and nobody is queued, else queues.
-    pub(super) fn enqueue(&self, key: &str) -> Enqueued {
+    /// Refused while `key` is in use as a read/write lock or semaphore.
+    pub(super) fn enqueue(&self, key: &str) -> Result<Enqueued> {
         let mut state = self.state();
+        state.no_line(key)?;
         let id = state.next_id();
         let StoreState { revision, keys, .. } = &mut *state;
         let ks = keys.entry(key.to_string()).or_default();
         if let Some(token) = ks.take_if_free(id, true, revision) {
-            return Enqueued::Holds(id, token);
+            return Ok(Enqueued::Holds(id, token));
         }
         let (tx, rx) = oneshot::channel();
         ks.queue.push_back(FairWaiter { id, grant: tx });
         crate::observe::queued(Some(ks.queue.len()));
-        Enqueued::Waits(id, rx)
+        Ok(Enqueued::Waits(id, rx))
     }
 
     /// What unfair waiters of `key` wait on: notified when it is freed.

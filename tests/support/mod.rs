@@ -23,6 +23,7 @@ pub mod cli;
 pub mod cluster;
 pub mod emulate;
 pub mod etcd_backend;
+pub mod etcd_elections;
 pub mod net;
 pub mod proxy;
 #[cfg(feature = "redis")]
@@ -261,7 +262,9 @@ impl Etcd {
         let tap = log.clone();
         std::thread::spawn(move || {
             let mut pid = None;
-            let mut tail = Vec::new();
+            // The last lines: where etcd says why it exits (a port taken,
+            // which `on_free_ports` retries), after its long start-up log.
+            let mut tail = std::collections::VecDeque::new();
             for line in stderr.lines().map_while(Result::ok) {
                 if let Some(p) = line.strip_prefix("pid ") {
                     pid = p.trim().parse::<u32>().ok();
@@ -273,12 +276,13 @@ impl Etcd {
                     tap.lock()
                         .unwrap()
                         .retain(|t: &mpsc::Sender<String>| t.send(line.clone()).is_ok());
-                    if tail.len() < 50 {
-                        tail.push(line);
+                    if tail.len() == 50 {
+                        tail.pop_front();
                     }
+                    tail.push_back(line);
                 }
             }
-            let _ = tx.send(Err(tail.join("\n")));
+            let _ = tx.send(Err(Vec::from(tail).join("\n")));
         });
         // The wrapper leaves the log pipe to etcd alone once it started
         // it, so an etcd that dies closes the pipe and ends the wait.

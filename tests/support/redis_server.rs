@@ -131,15 +131,19 @@ impl RedisServer {
         // Read the log until it accepts connections; keep draining it.
         let ready = spec.ready;
         std::thread::spawn(move || {
-            let mut tail = Vec::new();
+            // The last lines: where the server says why it exits.
+            let mut tail = std::collections::VecDeque::new();
             for line in stdout.lines().map_while(Result::ok) {
                 if line.contains(ready) {
                     let _ = tx.send(Ok(None));
-                } else if tail.len() < 50 {
-                    tail.push(line);
+                } else {
+                    if tail.len() == 50 {
+                        tail.pop_front();
+                    }
+                    tail.push_back(line);
                 }
             }
-            let _ = tx.send(Err(tail.join("\n")));
+            let _ = tx.send(Err(Vec::from(tail).join("\n")));
         });
         // The wrapper leaves the output pipes to the server alone once it
         // started it, so a server that dies closes them and ends the wait.

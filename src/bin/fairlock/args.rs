@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::error::ErrorKind;
 use clap::{ArgAction, Args, CommandFactory, Parser, Subcommand};
 
+use crate::election_args::{ELECT_AFTER_HELP, ElectArgs, LeaderArgs, check_elect, check_leader};
 use crate::exit;
 use crate::help::{AFTER_HELP, LOCK_AFTER_HELP};
 
@@ -95,6 +96,15 @@ pub enum Command {
     /// every grant against the order etcd saw the requests arrive, a
     /// verdict per mode and a summary.
     Demo(DemoArgs),
+    /// Campaign for election NAME (in arrival order), run CMD while leading,
+    /// resign when CMD ends; exit with CMD's status.
+    #[command(
+        after_help = ELECT_AFTER_HELP,
+        override_usage = "fairlock [GLOBAL OPTIONS] elect [OPTIONS] NAME [--] CMD [ARGS...]"
+    )]
+    Elect(ElectArgs),
+    /// Show the leader of election NAME: its value, term, host and pid.
+    Leader(LeaderArgs),
     /// Print a completion script for SHELL (source it, or install it where
     /// your shell looks for completions).
     Completions {
@@ -111,9 +121,9 @@ pub struct LockArgs {
     /// Take the lock in arrival order (the default)
     #[arg(long, overrides_with = "unfair", hide = true)]
     pub fair: bool,
-    /// Hold KEY as a reader of a read/write lock: with other readers,
-    /// once no writer holds it or waits ahead
-    #[arg(long, conflicts_with_all = ["write", "limit", "unfair"])]
+    /// Hold KEY as a reader of a read/write lock (a shared lock): with
+    /// other readers, once no writer holds it or waits ahead
+    #[arg(long, visible_alias = "shared", conflicts_with_all = ["write", "limit", "unfair"])]
     pub read: bool,
     /// Hold KEY as the writer of a read/write lock: alone, once the
     /// readers and writers ahead are done
@@ -127,6 +137,15 @@ pub struct LockArgs {
         value_parser = clap::value_parser!(u32).range(1..)
     )]
     pub limit: Option<u32>,
+    /// With --limit N: hold K of the N permits (1 for now)
+    #[arg(
+        long,
+        value_name = "K",
+        requires = "limit",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub permits: u32,
     /// If the lock is held, do not wait: exit at once with the conflict
     /// code, without running CMD
     #[arg(short, long)]
@@ -172,7 +191,10 @@ impl LockArgs {
         match (self.read, self.write, self.limit) {
             (true, _, _) => Hold::Read,
             (_, true, _) => Hold::Write,
-            (_, _, Some(limit)) => Hold::Permit(limit),
+            (_, _, Some(limit)) => Hold::Permits {
+                n: self.permits,
+                limit,
+            },
             _ => Hold::Lock,
         }
     }
@@ -192,8 +214,14 @@ pub enum Hold {
     Read,
     /// A write lock (`--write`).
     Write,
-    /// A permit of a semaphore with this limit (`--limit N`).
-    Permit(u32),
+    /// `n` permits of a semaphore with `limit` permits (`--limit N
+    /// --permits K`).
+    Permits {
+        /// How many permits (`--permits`).
+        n: u32,
+        /// The semaphore's limit (`--limit`).
+        limit: u32,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -296,6 +324,14 @@ fn check(command: &Command) -> Result<(), clap::Error> {
             ErrorKind::InvalidValue,
             "KEY is empty; name the lock, e.g. `fairlock status backups`".into(),
         ),
+        Command::Elect(a) => match check_elect(a) {
+            Some((kind, msg)) => fail("elect", kind, msg),
+            None => Ok(()),
+        },
+        Command::Leader(a) => match check_leader(a) {
+            Some((kind, msg)) => fail("leader", kind, msg),
+            None => Ok(()),
+        },
         Command::Demo(d) if d.processes == 0 || d.tasks == 0 || d.processes * d.tasks > 1000 => {
             fail(
                 "demo",
@@ -317,7 +353,9 @@ pub fn report(err: &clap::Error) -> u8 {
             Some(ContextValue::String(s)) => s.clone(),
             _ => String::new(),
         };
-        eprintln!("fairlock: unknown command {given:?}: use lock, status, demo or completions");
+        eprintln!(
+            "fairlock: unknown command {given:?}: use lock, status, elect, leader, demo or completions"
+        );
         if let Some(ContextValue::Strings(similar)) = err.get(ContextKind::SuggestedSubcommand) {
             for s in similar {
                 eprintln!("  tip: a similar command exists: '{s}'");

@@ -22,8 +22,11 @@ pub const NOT_FOUND: u8 = 127;
 pub fn of(e: &fairlock::Error) -> u8 {
     match e {
         fairlock::Error::Auth { .. } | fairlock::Error::PermissionDenied { .. } => NOPERM,
-        // A key in use as another kind of lock, say: retrying cannot help.
-        fairlock::Error::InvalidKey { .. } | fairlock::Error::InvalidConfig(_) => USAGE,
+        // A key in use as another kind of lock, or more permits than
+        // supported, say: retrying cannot help.
+        fairlock::Error::InvalidKey { .. }
+        | fairlock::Error::InvalidConfig(_)
+        | fairlock::Error::Unsupported(_) => USAGE,
         _ => UNAVAILABLE,
     }
 }

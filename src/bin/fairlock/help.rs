@@ -19,6 +19,8 @@ EXAMPLES:
     fairlock status
     fairlock status backups --json
     fairlock status --watch
+    fairlock elect scheduler -- ./scheduler --serve
+    fairlock leader scheduler --watch
     fairlock --endpoints redis://127.0.0.1:6379 lock backups -- ./backup.sh
     fairlock demo --processes 3 --tasks 8 --svg ordering.svg
     fairlock completions bash > /etc/bash_completion.d/fairlock";

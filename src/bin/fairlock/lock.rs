@@ -15,14 +15,14 @@ use crate::exit::{self, report};
 
 /// The signals `fairlock` handles: while waiting they cancel the wait,
 /// while the command runs they are passed on to it.
-struct Signals {
+pub struct Signals {
     int: Signal,
     term: Signal,
     hup: Signal,
 }
 
 impl Signals {
-    fn new() -> std::io::Result<Self> {
+    pub fn new() -> std::io::Result<Self> {
         Ok(Signals {
             int: signal(SignalKind::interrupt())?,
             term: signal(SignalKind::terminate())?,
@@ -31,7 +31,7 @@ impl Signals {
     }
 
     /// The next signal received.
-    async fn recv(&mut self) -> i32 {
+    pub async fn recv(&mut self) -> i32 {
         tokio::select! {
             _ = self.int.recv() => libc::SIGINT,
             _ = self.term.recv() => libc::SIGTERM,
@@ -89,7 +89,7 @@ async fn acquire(
             Hold::Lock => inner.try_lock(key).await,
             Hold::Read => inner.try_read_lock(key).await,
             Hold::Write => inner.try_write_lock(key).await,
-            Hold::Permit(limit) => inner.try_acquire(key, limit).await,
+            Hold::Permits { n, limit } => inner.try_acquire_permits(key, n, limit).await,
         };
         return match tried {
             Ok(Some(guard)) => Ok(guard),
@@ -117,7 +117,7 @@ async fn acquire(
         Hold::Lock => inner.lock(&ctx, key),
         Hold::Read => inner.read_lock(&ctx, key),
         Hold::Write => inner.write_lock(&ctx, key),
-        Hold::Permit(limit) => inner.acquire(&ctx, key, limit),
+        Hold::Permits { n, limit } => inner.acquire_permits(&ctx, key, n, limit),
     };
     tokio::pin!(lock);
     let started = Instant::now();
@@ -248,7 +248,7 @@ async fn run_holding(guard: LockGuard, a: &LockArgs, signals: &mut Signals) -> u
 }
 
 /// A shell's exit code for a finished command.
-fn exit_code(status: ExitStatus) -> u8 {
+pub fn exit_code(status: ExitStatus) -> u8 {
     match (status.code(), status.signal()) {
         (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(1),
         (None, Some(sig)) => 128 + u8::try_from(sig & 0x7f).unwrap_or(0),
@@ -257,7 +257,7 @@ fn exit_code(status: ExitStatus) -> u8 {
 }
 
 /// Sends `sig` to the child, if it is still there.
-fn send(pid: Option<u32>, sig: i32) {
+pub fn send(pid: Option<u32>, sig: i32) {
     let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) else {
         return;
     };

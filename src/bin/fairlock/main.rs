@@ -6,6 +6,9 @@
 //! - `logging.rs`: `-v`/`RUST_LOG` tracing output on stderr.
 //! - `backend.rs`: etcd or Redis, by the endpoints' scheme, behind one face.
 //! - `lock.rs`: `fairlock lock`, the command runner.
+//! - `election_args.rs`: the command lines of `elect` and `leader`;
+//!   `elect.rs`: `fairlock elect`, the command runner for a leader;
+//!   `leader.rs`: `fairlock leader`.
 //! - `status.rs`: `fairlock status`; `watch.rs`: `status --watch`;
 //!   `view.rs`: the text both show for holders' ages and the queue.
 //! - `exit.rs`: the exit codes, and how an error is reported on stderr.
@@ -14,8 +17,11 @@
 mod args;
 mod backend;
 mod demo;
+mod elect;
+mod election_args;
 mod exit;
 mod help;
+mod leader;
 mod lock;
 mod logging;
 mod status;
@@ -45,6 +51,11 @@ fn main() -> ExitCode {
         }
         Command::Lock(a) => with_config(&global, |config| lock::run(config, a)),
         Command::Status(a) => with_config(&global, |config| status::run(config, a)),
+        Command::Elect(a) if a.listen => {
+            with_config(&global, |config| leader::run(config, a.listening()))
+        }
+        Command::Elect(a) => with_config(&global, |config| elect::run(config, a)),
+        Command::Leader(a) => with_config(&global, |config| leader::run(config, a)),
         Command::Demo(a) => with_config(&global, |config| demo::run(config, a)),
     };
     ExitCode::from(code)

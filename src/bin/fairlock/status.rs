@@ -200,12 +200,14 @@ mod tests {
         );
         assert!(
             line.contains(
-                r#","fencing_token":12,"lease":"390da2049c119906","ttl_left_ms":2500,"nodes":null},"#
+                r#","fencing_token":12,"lease":"390da2049c119906","ttl_left_ms":2500,"nodes":null,"reads":false},"#
             ),
             "{line}"
         );
         assert!(
-            line.ends_with(r#""locker":"L","fair":true}],"foreign":[]}"#),
+            line.ends_with(
+                r#""locker":"L","fair":true,"reads":false}],"foreign":[],"kind":"lock","limit":null,"holders":[]}"#
+            ),
             "{line}"
         );
     }

@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use etcd_client::Client;
 
 use super::attempt::LockAttempt;
@@ -17,11 +16,9 @@ use crate::etcd::config::EtcdConfig;
 use crate::etcd::protocol::take::{self, Tried};
 use crate::etcd::session::handout::Lease;
 use crate::etcd::session::state::LockerState;
-use crate::etcd::shared::join;
 use crate::fairness::Fairness;
-use crate::observe::{self, Site};
-use crate::shared::Share;
-use crate::{Context, Key, LockGuard, Locker, Result};
+use crate::observe::Site;
+use crate::{Context, Key, LockGuard, Result};
 
 /// A fair or unfair locker on etcd, with its own session lease.
 ///
@@ -138,6 +135,11 @@ impl EtcdLocker {
         &self.inner.id
     }
 
+    /// The state shared with the line's calls (`shared/`), which keep it.
+    pub(crate) fn state(&self) -> &Arc<LockerState> {
+        &self.inner
+    }
+
     pub(crate) fn inner(&self) -> &LockerState {
         &self.inner
     }
@@ -247,57 +249,12 @@ impl EtcdLocker {
     }
 }
 
-#[async_trait]
-impl Locker for EtcdLocker {
-    async fn try_lock(&self, key: &Key) -> Result<Option<LockGuard>> {
-        observe::try_lock(self.site(), key, self.try_lock_unobserved(key)).await
-    }
-
-    async fn lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
-        observe::lock(self.site(), key, self.lock_unobserved(ctx, key)).await
-    }
-
-    async fn read_lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
-        let line = join::acquire(&self.inner, ctx, key, Share::Read);
-        observe::lock(self.site(), key, line).await
-    }
-
-    async fn try_read_lock(&self, key: &Key) -> Result<Option<LockGuard>> {
-        let line = join::try_acquire(&self.inner, key, Share::Read);
-        observe::try_lock(self.site(), key, line).await
-    }
-
-    async fn write_lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
-        let line = join::acquire(&self.inner, ctx, key, Share::Write);
-        observe::lock(self.site(), key, line).await
-    }
-
-    async fn try_write_lock(&self, key: &Key) -> Result<Option<LockGuard>> {
-        let line = join::try_acquire(&self.inner, key, Share::Write);
-        observe::try_lock(self.site(), key, line).await
-    }
-
-    async fn acquire(&self, ctx: &Context, key: &Key, limit: u32) -> Result<LockGuard> {
-        let line = async { join::acquire(&self.inner, ctx, key, Share::permit(limit)?).await };
-        observe::lock(self.site(), key, line).await
-    }
-
-    async fn try_acquire(&self, key: &Key, limit: u32) -> Result<Option<LockGuard>> {
-        let line = async { join::try_acquire(&self.inner, key, Share::permit(limit)?).await };
-        observe::try_lock(self.site(), key, line).await
-    }
-
-    fn is_fair(&self) -> bool {
-        self.inner.fairness.is_fair()
-    }
-}
-
 impl EtcdLocker {
-    fn site(&self) -> Site {
+    pub(crate) fn site(&self) -> Site {
         Site::new("etcd", self.inner.fairness)
     }
 
-    async fn try_lock_unobserved(&self, key: &Key) -> Result<Option<LockGuard>> {
+    pub(crate) async fn try_lock_unobserved(&self, key: &Key) -> Result<Option<LockGuard>> {
         key.validate()?;
         let mut retry = Retry::new(&self.inner.config, self.site());
         loop {
@@ -308,7 +265,7 @@ impl EtcdLocker {
         }
     }
 
-    async fn lock_unobserved(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
+    pub(crate) async fn lock_unobserved(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
         key.validate()?;
         ctx.check(key.as_str())?;
         let mut retry = Retry::new(&self.inner.config, self.site());

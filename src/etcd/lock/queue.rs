@@ -187,6 +187,9 @@ pub(crate) async fn acquire(attempt: &mut LockAttempt, queue_key: &[u8]) -> Etcd
                         let queue_rev = state.fairness.is_fair().then_some(my_rev);
                         break in_line.grant(resp.revision, queue_rev, Behind::LookUp);
                     }
+                    if take::take_refused_by_line(&resp) {
+                        return Err(in_use_as_line(attempt));
+                    }
                     // Someone barged in, or we are no longer queued: re-read.
                     Step::Read(Read::Again)
                 }
@@ -312,6 +315,16 @@ fn lease_lost(attempt: &LockAttempt) -> EtcdError {
     EtcdError::Public(Error::SessionLost {
         key: attempt.key.to_string(),
         reason: "the session lease could not be renewed for a whole TTL".into(),
+    })
+}
+
+fn in_use_as_line(attempt: &LockAttempt) -> EtcdError {
+    EtcdError::Public(Error::InvalidKey {
+        key: attempt.key.to_string(),
+        reason: "it is in use as a read/write lock or semaphore, so it cannot be used as a \
+                 mutex; take its write lock (write_lock) to exclude its readers, or give \
+                 the mutex a key of its own"
+            .into(),
     })
 }
 

@@ -10,6 +10,7 @@ use etcd_client::{GetOptions, SortOrder, SortTarget};
 use super::locker::EtcdLocker;
 use crate::etcd::client::error::EtcdError;
 use crate::etcd::client::request::request;
+use crate::etcd::protocol::election::is_value_key;
 use crate::etcd::protocol::keys::{entry_name, prefix_end};
 use crate::etcd::protocol::line::LineKeys;
 use crate::shared::{Admission, Share};
@@ -62,22 +63,24 @@ impl EtcdLocker {
 
     /// `locks` with each holder's `ttl_left` from its lease's time to live.
     async fn with_ttl(&self, mut locks: Vec<LockStatus>) -> Result<Vec<LockStatus>> {
+        // Every lease once: asked first, then filled in (no borrow of
+        // `locks` lives across a request).
         let mut known: HashMap<LeaseId, Option<Duration>> = HashMap::new();
-        let holders = locks
-            .iter_mut()
-            .flat_map(|l| l.holder.iter_mut().chain(l.holders.iter_mut()));
-        for holder in holders {
-            let Some(lease) = holder.lease.filter(|&l| l != LeaseId::NONE) else {
-                continue;
-            };
-            holder.ttl_left = match known.get(&lease) {
-                Some(&left) => left,
-                None => {
-                    let left = self.time_to_live(lease).await?;
-                    known.insert(lease, left);
-                    left
+        let leases: std::collections::BTreeSet<LeaseId> = locks
+            .iter()
+            .flat_map(|l| l.holder.iter().chain(&l.holders))
+            .filter_map(|h| h.lease.filter(|&l| l != LeaseId::NONE))
+            .collect();
+        for lease in leases {
+            let left = self.time_to_live(lease).await?;
+            known.insert(lease, left);
+        }
+        for lock in &mut locks {
+            for holder in lock.holder.iter_mut().chain(lock.holders.iter_mut()) {
+                if let Some(&left) = holder.lease.and_then(|l| known.get(&l)) {
+                    holder.ttl_left = left;
                 }
-            };
+            }
         }
         Ok(locks)
     }
@@ -155,6 +158,8 @@ fn group(prefix: &str, kvs: Vec<(Vec<u8>, Vec<u8>, i64, i64)>) -> Vec<LockStatus
                     .waiters
                     .push(LockWaiter::new(owner, name.locker, name.mode.is_fair()));
             }
+            // An election's leader record: fairlock's own, not a waiter.
+            Some(None) if is_value_key(queue.as_bytes(), key.as_bytes()) => {}
             Some(None) => match line_entry(prefix, lock, key.as_bytes(), lease) {
                 Some((share, locker)) => {
                     lines.entry(lock.to_owned()).or_default().push(LineEntry {
@@ -265,6 +270,11 @@ mod tests {
                     6,
                 ),
                 kv("/p/a/_OWNERS_/foreign", "not-a-fairlock-value", 7),
+                kv(
+                    "/p/a/_OWNERS_/leader",
+                    "00000000000000000005 e1 since=1\nv",
+                    8,
+                ),
                 (
                     "/p/a/_OWNERS_/00000000000000000000000000000005/f2".into(),
                     "no lease".into(),

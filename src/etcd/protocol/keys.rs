@@ -44,6 +44,18 @@ impl LockKeys {
         }
     }
 
+    /// The range of the read/write lock and semaphore entries of the same
+    /// name (`line.rs`: `r/`, `s<n>/` and `w/` under the queue prefix;
+    /// the mutex's waiters, under hex locker ids, and an election's
+    /// `leader` sort before it). The mutex is free only while it is empty.
+    pub fn line(&self) -> (Vec<u8>, Vec<u8>) {
+        let mut start = self.queue.clone();
+        start.extend_from_slice(b"r/");
+        let mut last = self.queue.clone();
+        last.extend_from_slice(b"w/");
+        (start, prefix_end(&last))
+    }
+
     /// The queue prefix holding one locker's waiters.
     pub fn locker_queue(&self, locker_id: &str) -> Vec<u8> {
         let mut k = self.queue.clone();

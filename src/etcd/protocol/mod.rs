@@ -161,8 +161,49 @@
 //! - `line.rs`: a read/write lock's or semaphore's line: entry names and
 //!   whom a departure admits;
 //! - `shared.rs`: their txns and reads.
+//!
+//! # Leader election
+//! An election `e` is the fair lock `P e`: a candidate's campaign is a fair
+//! `lock`, its leader the holder, and the term the holder's token `T` (so
+//! candidates are elected in arrival order, one write per handoff). It adds
+//! one key (`election.rs`, which uses the files up to `fence.rs`):
+//! - the **value key** `V` = `P e/_OWNERS_/leader`: the leader's record,
+//!   `<T, 20 digits> <owner value> since=<unix ms>\n<value>`, on the
+//!   leader's session lease. Its name is not a waiter's, so the lock never
+//!   hands it the lock nor waits for it (see "Keys" above); `status` knows
+//!   it and does not list it as foreign.
+//!
+//! ```text
+//! proclaim (leader)       if L.mod == T then put V=<T ...>@l
+//!   election.rs             (a campaign's first write, and every new value)
+//! retract (after release) if V.value > "<T>" and V.value < "<T+1>" then delete V
+//!   election.rs             (only a record of term T: never the successor's)
+//! who leads (read)        read L, V; a leader iff V's term == L.mod
+//! ```
+//!
+//! - **One leader's value.** V is written only under the fence of the
+//!   term it names, so a record's term was the holder's when it was
+//!   written; a deposed leader's proclaim fails its fence.
+//! - **Observers** follow V alone, in order: a put is a (new) leader or
+//!   value, a delete that nobody leads. V goes with the leader's lease
+//!   (in the same revision as L when the lease ends), at `resign` (after
+//!   the release: a proclaim still on its way fails its fence instead of
+//!   landing after the delete), and when the leader sees its lock lost.
+//!   A record left by a leader that lost L but could not reach etcd (its
+//!   lease lives on only if it was revived) is overwritten by the next
+//!   leader; the read above never reports it.
+//! - **Nothing left behind.** V is on the leader's lease, and removed by
+//!   every way a leadership ends that reaches etcd.
+//! - **The lock beside V.** V is in Q but no waiter: a handoff to a known
+//!   successor never looks at it; a release with no successor known
+//!   ("every Q entry created <= after") fails once on a V created after
+//!   its `after` and frees the lock in its next round, past V; a fair
+//!   newcomer meeting a V left without L ("Q empty" fails) queues, finds
+//!   nobody ahead and takes L. A plain lock on an election's name is a
+//!   candidate without a value: while it holds, nobody leads.
 
 pub(crate) mod abandon;
+pub(crate) mod election;
 pub(crate) mod fence;
 pub(crate) mod keys;
 pub(crate) mod line;

@@ -12,15 +12,33 @@ use crate::fairness::Fairness;
 /// waiters); with more, it answers "held".
 const FOREIGN_SCAN: i64 = 16;
 
+/// No reader, writer or permit of the same name holds or waits
+/// ([`LockKeys::line`]): a key held as a read/write lock or semaphore is
+/// not a free mutex (an empty range compares as a key that does not
+/// exist).
+fn no_line(keys: &LockKeys) -> Compare {
+    let (start, end) = keys.line();
+    Compare::create_revision(start, CompareOp::Equal, 0).with_range(end)
+}
+
+/// A count of the line's entries: what a take refused by [`no_line`]
+/// reads.
+fn count_line(keys: &LockKeys) -> TxnOp {
+    let (start, end) = keys.line();
+    TxnOp::get(
+        start,
+        Some(GetOptions::new().with_range(end).with_count_only()),
+    )
+}
+
 /// The compares under which a lock is free for a newcomer: the lock key
-/// absent and, for a fair one, nobody queued (an empty range compares as
-/// a key that does not exist).
+/// absent, no read/write lock or semaphore entry of the same name, and,
+/// for a fair one, nobody queued.
 fn free_for_newcomer(keys: &LockKeys, fairness: Fairness) -> Vec<Compare> {
-    let mut free = vec![Compare::create_revision(
-        keys.lock.clone(),
-        CompareOp::Equal,
-        0,
-    )];
+    let mut free = vec![
+        Compare::create_revision(keys.lock.clone(), CompareOp::Equal, 0),
+        no_line(keys),
+    ];
     if fairness.is_fair() {
         free.push(Compare::create_revision(keys.queue.clone(), CompareOp::Equal, 0).with_prefix());
     }
@@ -60,12 +78,22 @@ pub(crate) fn take(
     let when = [
         Compare::create_revision(keys.lock.clone(), CompareOp::Equal, 0),
         Compare::create_revision(queue_key.to_vec(), CompareOp::Equal, my_rev),
+        no_line(keys),
     ];
     let mut then = vec![put_leased(&keys.lock, value, lease)];
     if fairness == Fairness::Unfair {
         then.push(TxnOp::delete(queue_key.to_vec(), None));
     }
-    Txn::new().when(when).and_then(then)
+    Txn::new()
+        .when(when)
+        .and_then(then)
+        .or_else([count_line(keys)])
+}
+
+/// `true` if [`take`] failed because the key is in use as a read/write
+/// lock or semaphore: the waiter must not wait for it as a mutex.
+pub(crate) fn take_refused_by_line(resp: &TxnResponse) -> bool {
+    !resp.succeeded() && range_at(resp, 0).is_some_and(|g| g.count() > 0)
 }
 
 /// `try_lock`'s txn: take the lock if it is free for a newcomer. When a
@@ -134,6 +162,7 @@ pub(crate) fn take_past_foreign(keys: &LockKeys, (value, lease): (&[u8], i64), n
         .when([
             Compare::create_revision(keys.lock.clone(), CompareOp::Equal, 0),
             Compare::create_revision(keys.queue.clone(), CompareOp::Less, newest + 1).with_prefix(),
+            no_line(keys),
         ])
         .and_then([put_leased(&keys.lock, value, lease)])
 }

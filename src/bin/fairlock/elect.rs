@@ -1,0 +1,223 @@
+//! `fairlock elect`: campaign for an election, run the command while
+//! leading, resign when it ends. Its signals and exit codes are those of
+//! `fairlock lock` (`lock.rs`), for a leadership instead of a lock.
+
+use std::time::Duration;
+
+use fairlock::etcd::EtcdElector;
+use fairlock::{BackendConfig, Context, Elector, Error, Key, Leadership};
+
+use crate::election_args::ElectArgs;
+use crate::exit::{self, report};
+use crate::lock::{Signals, exit_code, send};
+
+pub async fn run(config: BackendConfig, a: ElectArgs) -> u8 {
+    let mut signals = match Signals::new() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("fairlock: cannot install signal handlers: {e}");
+            return exit::UNAVAILABLE;
+        }
+    };
+    let name = Key::from(a.name());
+    if let Err(e) = name.validate() {
+        report(&e);
+        return exit::USAGE;
+    }
+    let elector = match connect(&config).await {
+        Ok(elector) => elector,
+        Err(e) => {
+            report(&e);
+            return usage_or(&e);
+        }
+    };
+    let value = a.proposal().map_or_else(default_value, str::to_string);
+    let code = match campaign(&elector, &name, value.as_bytes(), &a, &mut signals).await {
+        Ok(leadership) => lead(leadership, &a, &mut signals).await,
+        Err(code) => code,
+    };
+    let _ = elector.close().await;
+    code
+}
+
+/// An elector on the configured backend: etcd's; other backends have no
+/// elections.
+pub async fn connect(config: &BackendConfig) -> fairlock::Result<EtcdElector> {
+    match config {
+        BackendConfig::Etcd(c) => EtcdElector::connect(c.clone()).await,
+        other => Err(Error::Unsupported(format!(
+            "leader election runs on etcd; the {} backend has none (point --endpoints at etcd)",
+            other.backend()
+        ))),
+    }
+}
+
+/// The exit code of a failure to connect or campaign: usage for what the
+/// user must change in the command line, else by the error.
+pub fn usage_or(e: &Error) -> u8 {
+    match e {
+        Error::Unsupported(_)
+        | Error::InvalidConfig(_)
+        | Error::InvalidKey { .. }
+        | Error::InvalidValue { .. } => exit::USAGE,
+        e => exit::of(e),
+    }
+}
+
+/// This process as observers see it by default: `HOST:PID`.
+fn default_value() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown".into());
+    format!("{host}:{}", std::process::id())
+}
+
+/// Campaigns until elected, or says why not and returns the exit code.
+async fn campaign(
+    elector: &EtcdElector,
+    name: &Key,
+    value: &[u8],
+    a: &ElectArgs,
+    signals: &mut Signals,
+) -> Result<Leadership, u8> {
+    let mut ctx = Context::background();
+    if let Some(timeout) = a.timeout {
+        ctx = ctx.with_timeout(timeout);
+    }
+    let (ctx, cancel) = ctx.with_cancel();
+    let campaign = elector.campaign(&ctx, name, value);
+    tokio::pin!(campaign);
+    let mut interrupted = None;
+    let outcome = loop {
+        tokio::select! {
+            res = &mut campaign => break res,
+            sig = signals.recv(), if interrupted.is_none() => {
+                // Leave the line: the cancelled campaign removes our entry
+                // before it returns.
+                interrupted = Some(sig);
+                cancel.cancel();
+            }
+        }
+    };
+    match outcome {
+        Ok(leadership) => Ok(leadership),
+        Err(Error::Cancelled { .. }) if interrupted.is_some() => {
+            let sig = interrupted.unwrap_or(libc::SIGINT);
+            eprintln!("fairlock: interrupted while waiting to lead {name}; left the line");
+            Err(128 + u8::try_from(sig).unwrap_or(0))
+        }
+        Err(Error::Timeout { .. }) => {
+            let leader = describe_leader(elector, name).await;
+            eprintln!(
+                "fairlock: not elected within {:?} for {name} ({leader}); not running {}",
+                a.timeout.unwrap_or_default(),
+                a.cmd[0]
+            );
+            Err(a.conflict_code)
+        }
+        Err(e) => {
+            report(&e);
+            Err(usage_or(&e))
+        }
+    }
+}
+
+/// Runs the command while leading; returns the exit code.
+async fn lead(leadership: Leadership, a: &ElectArgs, signals: &mut Signals) -> u8 {
+    let name = leadership.name().clone();
+    let term = leadership.fencing_token().to_string();
+    let mut child = match tokio::process::Command::new(&a.cmd[0])
+        .args(&a.cmd[1..])
+        .env("FAIRLOCK_ELECTION", name.as_str())
+        .env("FAIRLOCK_TERM", &term)
+        .env("FAIRLOCK_TOKEN", &term)
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(e) => {
+            let _ = leadership.resign().await;
+            eprintln!("fairlock: cannot run {}: {e}", a.cmd[0]);
+            return if e.kind() == std::io::ErrorKind::NotFound {
+                exit::NOT_FOUND
+            } else {
+                exit::NOT_EXECUTABLE
+            };
+        }
+    };
+    let pid = child.id();
+    let outcome = {
+        let lost = leadership.lost();
+        tokio::pin!(lost);
+        loop {
+            tokio::select! {
+                status = child.wait() => break status.map(Ok),
+                sig = signals.recv() => send(pid, sig),
+                () = &mut lost => break Ok(Err(())),
+            }
+        }
+    };
+    match outcome {
+        Ok(Ok(status)) => match leadership.resign().await {
+            Ok(()) => exit_code(status),
+            Err(e @ Error::LockLost { .. }) => {
+                report(&e);
+                eprintln!(
+                    "fairlock: {} finished, but the leadership was not held to the end",
+                    a.cmd[0]
+                );
+                exit::LOST
+            }
+            Err(e) => {
+                // The command's own outcome is what counts; the lock and
+                // the value go with the lease if the resignation failed.
+                report(&e);
+                exit_code(status)
+            }
+        },
+        Ok(Err(())) => {
+            let cause = leadership
+                .loss_cause()
+                .unwrap_or(fairlock::LossCause::Unspecified);
+            eprintln!(
+                "fairlock: leadership of {name} was lost while {} ran: {cause}; sending SIGTERM",
+                a.cmd[0]
+            );
+            send(pid, libc::SIGTERM);
+            let status = tokio::select! {
+                status = child.wait() => status.ok(),
+                () = tokio::time::sleep(a.kill_after) => {
+                    eprintln!("fairlock: {} still running after {:?}; sending SIGKILL", a.cmd[0], a.kill_after);
+                    send(pid, libc::SIGKILL);
+                    child.wait().await.ok()
+                }
+            };
+            drop(leadership);
+            if let Some(status) = status {
+                eprintln!("fairlock: {} ended: {status}", a.cmd[0]);
+            }
+            exit::LOST
+        }
+        Err(e) => {
+            eprintln!("fairlock: waiting for {} failed: {e}", a.cmd[0]);
+            let _ = leadership.resign().await;
+            exit::UNAVAILABLE
+        }
+    }
+}
+
+/// Who leads `name`, for a message.
+async fn describe_leader(elector: &EtcdElector, name: &Key) -> String {
+    let read = tokio::time::timeout(Duration::from_secs(5), elector.leader(name)).await;
+    match read {
+        Ok(Ok(Some(l))) => format!(
+            "led by {} in term {}",
+            String::from_utf8_lossy(&l.value),
+            l.fencing_token
+        ),
+        Ok(Ok(None)) => "no leader yet".into(),
+        _ => "its leader unknown".into(),
+    }
+}

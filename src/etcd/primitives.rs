@@ -1,0 +1,97 @@
+//! The [`Locker`] trait on etcd: which concern serves each call. The mutex
+//! (`lock`, `try_lock`) is `lock/`; read/write locks and semaphores are the
+//! line of `shared/`; elections are `election/`, on a fair locker of the
+//! same connection.
+
+use async_trait::async_trait;
+
+use super::election::elector::EtcdElector;
+use super::lock::locker::EtcdLocker;
+use super::shared::join;
+use crate::observe;
+use crate::shared::Share;
+use crate::{
+    Context, Elector, Key, Leader, LeaderStream, Leadership, LockGuard, Locker, Result,
+    leader_stream,
+};
+
+#[async_trait]
+impl Locker for EtcdLocker {
+    async fn try_lock(&self, key: &Key) -> Result<Option<LockGuard>> {
+        observe::try_lock(self.site(), key, self.try_lock_unobserved(key)).await
+    }
+
+    async fn lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
+        observe::lock(self.site(), key, self.lock_unobserved(ctx, key)).await
+    }
+
+    async fn read_lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
+        let line = join::acquire(self.state(), ctx, key, Share::Read);
+        observe::lock(self.site(), key, line).await
+    }
+
+    async fn try_read_lock(&self, key: &Key) -> Result<Option<LockGuard>> {
+        let line = join::try_acquire(self.state(), key, Share::Read);
+        observe::try_lock(self.site(), key, line).await
+    }
+
+    async fn write_lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
+        let line = join::acquire(self.state(), ctx, key, Share::Write);
+        observe::lock(self.site(), key, line).await
+    }
+
+    async fn try_write_lock(&self, key: &Key) -> Result<Option<LockGuard>> {
+        let line = join::try_acquire(self.state(), key, Share::Write);
+        observe::try_lock(self.site(), key, line).await
+    }
+
+    async fn acquire_permits(
+        &self,
+        ctx: &Context,
+        key: &Key,
+        n: u32,
+        limit: u32,
+    ) -> Result<LockGuard> {
+        let line = async { join::acquire(self.state(), ctx, key, Share::permits(n, limit)?).await };
+        observe::lock(self.site(), key, line).await
+    }
+
+    async fn try_acquire_permits(
+        &self,
+        key: &Key,
+        n: u32,
+        limit: u32,
+    ) -> Result<Option<LockGuard>> {
+        let line = async { join::try_acquire(self.state(), key, Share::permits(n, limit)?).await };
+        observe::try_lock(self.site(), key, line).await
+    }
+
+    async fn campaign(&self, ctx: &Context, election: &Key, value: Vec<u8>) -> Result<Leadership> {
+        self.candidate().campaign(ctx, election, &value).await
+    }
+
+    async fn leader(&self, election: &Key) -> Result<Option<Leader>> {
+        EtcdElector::of(self.clone()).leader(election).await
+    }
+
+    fn observe(&self, election: &Key) -> LeaderStream {
+        let (elector, election) = (EtcdElector::of(self.clone()), election.clone());
+        leader_stream(async move { elector.observe(&election).await })
+    }
+
+    fn is_fair(&self) -> bool {
+        self.inner().fairness.is_fair()
+    }
+}
+
+impl EtcdLocker {
+    /// An elector for this locker's campaigns: this locker if it is fair,
+    /// else a fair one on its connection with a session of its own.
+    fn candidate(&self) -> EtcdElector {
+        if self.inner().fairness.is_fair() {
+            EtcdElector::of(self.clone())
+        } else {
+            self.elector()
+        }
+    }
+}
