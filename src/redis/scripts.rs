@@ -43,19 +43,22 @@ local lock, queue, fence = KEYS[1], KEYS[2], KEYS[3]
 -- TYPE): a key of another type answers GET or ZSCORE with an error.
 local function failed(reply) return type(reply) == 'table' and reply.err ~= nil end
 
--- Whether INCR on the fencing counter gives a next token: absent, or a
--- decimal below Redis' 64-bit limit.
+-- Whether INCR on the fencing counter gives a next token that Lua holds
+-- exactly: absent, or a decimal below 2^53 (a Lua number is a double, so
+-- past 2^53 two grants could read the same token).
 local function fence_ok()
   local v = redis.pcall('GET', fence)
   if failed(v) then return false end
   if not v then return true end
   if v ~= '0' and not string.match(v, '^[1-9]%d*$') then return false end
-  return #v < 19 or (#v == 19 and v < '9223372036854775807')
+  return #v < 16 or (#v == 16 and v < '9007199254740992')
 end
 
+-- The token is written with '%d': Lua writes a number of 15 digits or
+-- more as '1e+14', a value no holder would recognise as its own.
 local function grant(owner, ttl)
   local token = redis.call('INCR', fence)
-  redis.call('SET', lock, token .. ' ' .. owner, 'PX', ttl)
+  redis.call('SET', lock, string.format('%d', token) .. ' ' .. owner, 'PX', ttl)
   return token
 end
 ";
