@@ -149,7 +149,10 @@ async fn paused_leader_is_deposed_and_its_writes_refused() {
     let follower = b.elector();
     let mut watch = follower.observe(&name).await.expect("observe");
     let first = next_state(&mut watch).await.expect("the child leads");
-    assert_eq!((first.value.as_slice(), first.fencing_token), (&b"child"[..], term));
+    assert_eq!(
+        (first.value.as_slice(), first.fencing_token),
+        (&b"child"[..], term)
+    );
     let candidate = b.elector();
     let next = {
         let name = name.clone();
