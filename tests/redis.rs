@@ -229,6 +229,36 @@ async fn fencing_tokens_strictly_increase() {
     r.finish().await;
 }
 
+/// A token of 15 digits or more is written whole into the lock key (Lua
+/// writes such a number as `1e+14`, which no holder parses), so its
+/// holder extends and releases it; a counter at 2^53, where Lua's doubles
+/// stop counting exactly, is named rather than giving a token twice.
+#[tokio::test]
+async fn fencing_tokens_of_fifteen_digits_are_written_whole() {
+    let r = redis("long tokens").await;
+    let fence = format!("{}_OWNERS_/fence", r.prefix());
+    let set = |value: u64| redis::cmd("SET").arg(&fence).arg(value).to_owned();
+    let () = r.query(&set(99_999_999_999_999)).await;
+    let key = Key::from("k");
+    for (i, fair) in [true, false].into_iter().enumerate() {
+        let guard = take(&r.base.locker(fair), &key).await;
+        let token = 100_000_000_000_000 + i as u64;
+        assert_eq!(guard.fencing_token(), token, "fair {fair}");
+        let value: String = r.query(redis::cmd("GET").arg(r.lock_key(&key))).await;
+        assert!(value.starts_with(&format!("{token} ")), "{value}");
+        guard.unlock().await.expect("unlock");
+    }
+    let () = r.query(&set(1 << 53)).await;
+    match r.base.locker(false).try_lock(&key).await {
+        Err(e) => assert!(format!("{e:?}").contains(&fence), "{e:?}"),
+        Ok(granted) => panic!(
+            "a fence at 2^53 gave {:?}",
+            granted.map(|g| g.fencing_token())
+        ),
+    }
+    r.finish().await;
+}
+
 /// A server that does not answer is named in a clear error, within the
 /// connect timeout.
 #[tokio::test]

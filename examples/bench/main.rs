@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release --example bench -- [--endpoints E] [--quick] [--json] [--no-go]
-//!     [--no-redis] [--redis-only]
+//!     [--no-redis] [--redis-only] [--redis-cycle]
 //! ```
 //! Without `--endpoints` it starts its own single-member etcd (from PATH or
 //! `ETCD_BIN`), with its data on disk. The Go peer (etcd's own
@@ -16,12 +16,15 @@
 //! subscriber installed (`trace.rs`).
 //! The Redis rows (`redis_rows.rs`) start their own redis-servers (one, and
 //! five for Redlock) and include the `rslock` crate as the peer;
-//! `--no-redis` skips them, `--redis-only` runs only them.
+//! `--no-redis` skips them, `--redis-only` runs only them, `--redis-cycle`
+//! only the uncontended cycle against the floor and rslock, interleaved
+//! (`redis_cycle.rs`).
 
 mod cost;
 mod cost_rows;
 mod go_peer;
 mod latency;
+mod redis_cycle;
 mod redis_rows;
 mod report;
 mod server;
@@ -47,6 +50,7 @@ struct Opts {
     go: bool,
     redis: bool,
     redis_only: bool,
+    redis_cycle: bool,
     soak_only: bool,
     soak_secs: Option<u64>,
     /// Which fairlock modes the soak runs.
@@ -75,6 +79,7 @@ fn parse() -> Result<Opts, String> {
         go: true,
         redis: true,
         redis_only: false,
+        redis_cycle: false,
         soak_only: false,
         soak_secs: None,
         soak_modes: vec![true, false],
@@ -92,6 +97,7 @@ fn parse() -> Result<Opts, String> {
             "--no-redis" => o.redis = false,
             "--trace" => o.trace = true,
             "--redis-only" => o.redis_only = true,
+            "--redis-cycle" => o.redis_cycle = true,
             "--soak-only" => o.soak_only = true,
             "--latency-ms" => {
                 let v = args
@@ -134,7 +140,7 @@ fn parse() -> Result<Opts, String> {
             }
             "-h" | "--help" => {
                 return Err("usage: bench [--endpoints E] [--quick] [--json] [--no-go] \
-                            [--no-redis] [--redis-only] [--soak-only] [--soak-secs N] \
+                            [--no-redis] [--redis-only] [--redis-cycle] [--soak-only] [--soak-secs N] \
                             [--soak-mode fair|unfair|both] [--trace] [--latency-ms D]"
                     .into());
             }
@@ -172,6 +178,10 @@ fn main() -> ExitCode {
 }
 
 async fn run(o: &Opts) -> Res<()> {
+    if o.redis_cycle {
+        print(&redis_rows::cycle_rows(o.quick).await?, o.json);
+        return Ok(());
+    }
     if o.redis_only {
         let dur = Duration::from_millis(if o.quick { 1500 } else { 4000 });
         print(&redis_rows::rows(o.quick, dur).await?, o.json);

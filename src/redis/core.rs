@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::config::RedisConfig;
+use super::deferred::Starter;
 use super::node::Nodes;
 use crate::Error;
 use crate::fairness::Fairness;
@@ -18,11 +19,14 @@ pub(crate) struct Core {
     pub fairness: Fairness,
     /// Written into owner values as `locker=<id>`.
     pub id: String,
+    /// Starts the watchdogs of held locks when their first extend is due.
+    pub watchdogs: Starter,
 }
 
 impl Core {
     pub fn new(nodes: Arc<Nodes>, config: RedisConfig, fairness: Fairness) -> Self {
         Core {
+            watchdogs: Starter::new(config.ttl() / 3),
             nodes,
             config,
             fairness,

@@ -87,7 +87,7 @@ fn expected(slot: usize) -> &'static str {
     match slot {
         1 => "the lock's value (a string)",
         2 => "the queue of waiters (a sorted set)",
-        3 => "the prefix's fencing counter (a decimal integer below 2^63 - 1)",
+        3 => "the prefix's fencing counter (a decimal integer below 2^53)",
         _ => "a key of fairlock's",
     }
 }

@@ -8,7 +8,8 @@
 //! value is unique per attempt, and release, extend and every other change
 //! compare it first, so no client ever deletes or extends another holder's
 //! key. The token comes from `INCR` on a counter per prefix in the same
-//! script: it grows with every grant, like etcd's revision. A watchdog
+//! script: it grows with every grant, like etcd's revision, up to 2^53
+//! (where Lua's numbers, doubles, stop counting exactly). A watchdog
 //! extends held locks every TTL/3 and marks the guard lost when it cannot
 //! (see [`crate::LockGuard::is_held`]).
 //!
@@ -33,7 +34,7 @@
 //! members whose waiter record fairlock did not write (not a string, does
 //! not parse, never expires) or scored above 2^52 are skipped and dropped
 //! from the queue, so they neither get the lock nor block it. A lock or queue key of another type, or a fencing counter that
-//! cannot count, fails `lock` and `try_lock` at once with an error naming
+//! cannot count (not a decimal, or at 2^53), fails `lock` and `try_lock` at once with an error naming
 //! the key and the `redis-cli DEL` that removes it; unlock and the
 //! watchdog treat such a lock key as someone else's (the lock is lost) and
 //! such a queue as empty. [`RedisLocker::status`] lists all of these in
@@ -140,8 +141,12 @@
 //! - `node.rs`: the masters (or the one cluster or sentinel-watched
 //!   master), the one request helper (timeout and error mapping), and
 //!   fan-out to all nodes.
+//! - `deferred.rs`: watchdogs that start when their first extend is due,
+//!   by one timer task per locker (a lock released before then never has
+//!   a task of its own).
 //! - `core.rs`: what a locker's operations share (nodes, configuration,
-//!   mode, id) and the poll and waiter-record times.
+//!   mode, id, the watchdogs' starter) and the poll and waiter-record
+//!   times.
 //! - `watchdog.rs`: the guard of a grant, extending it every TTL/3, loss
 //!   signals, release.
 //! - `attempt.rs`: one `lock`/`try_lock` call: a round on every node
@@ -154,6 +159,7 @@ mod attempt;
 mod config;
 mod connect;
 mod core;
+mod deferred;
 mod deployments;
 mod error;
 mod link;
