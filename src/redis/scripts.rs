@@ -156,10 +156,14 @@ end
 /// `ARGV = [owner, ttl ms, f|u, id or "", waiters, wake, hub, record ttl ms,
 /// joined]`, `joined` `1` when an earlier round of this attempt may have
 /// queued `id` (on the first round there is nothing of it to remove);
-/// returns `{1, token}` or `{0, pttl of the holder}`.
+/// returns `{1, token}` or `{0, pttl of the holder}`. Fails with
+/// `FAIRLOCK_SHARED` while the key's line exists (`line.rs`).
 const ACQUIRE: &str = r"
 local owner, ttl, mode, id, waiters, wake, hub, wttl, joined = unpack(ARGV)
 local value = check_keys()
+-- A key in use as a read/write lock or semaphore (its line, `line.rs`)
+-- has no mutex: refused before anything is written.
+if redis.call('EXISTS', lock .. '/_OWNERS_/line') == 1 then error({err = 'FAIRLOCK_SHARED'}) end
 if value then
   local token, who = holder(value)
   if who == owner then
