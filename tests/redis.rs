@@ -19,6 +19,8 @@ async fn connect(urls: Vec<String>, test: &str, ttl: Duration) -> Redis {
     Redis::connect(config).await
 }
 
+/// One redis-server: the conformance suite runs here with read/write
+/// locks and semaphores.
 async fn redis(test: &str) -> Redis {
     connect(
         vec![rs::shared().url.clone()],
@@ -26,6 +28,7 @@ async fn redis(test: &str) -> Redis {
         Duration::from_secs(10),
     )
     .await
+    .with_shared()
 }
 
 fairlock::conformance_tests!(redis);
