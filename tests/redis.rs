@@ -409,7 +409,13 @@ async fn crashed_holders_share_frees_after_its_ttl() {
             let key = Key::from(format!("k-{fair}-{kind}"));
             let entry = r.entry(&key, "wcrashed");
             let () = r
-                .query(redis::cmd("SET").arg(&entry).arg(record).arg("PX").arg(1000))
+                .query(
+                    redis::cmd("SET")
+                        .arg(&entry)
+                        .arg(record)
+                        .arg("PX")
+                        .arg(1000),
+                )
                 .await;
             let () = r
                 .query(redis::cmd("ZADD").arg(r.line(&key)).arg(1).arg("wcrashed"))
@@ -422,7 +428,10 @@ async fn crashed_holders_share_frees_after_its_ttl() {
             }
             .expect("granted after the crashed holder's TTL");
             let left: bool = r.query(redis::cmd("EXISTS").arg(&entry)).await;
-            assert!(!left, "granted {kind} while the crashed holder's entry lived");
+            assert!(
+                !left,
+                "granted {kind} while the crashed holder's entry lived"
+            );
             assert!(guard.is_held());
             assert!(guard.fencing_token() > 5, "tokens grow");
             guard.unlock().await.expect("unlock");
@@ -519,7 +528,10 @@ async fn a_release_wakes_only_whom_it_grants() {
         .get_async_pubsub()
         .await
         .expect("pubsub");
-    pubsub.psubscribe(format!("{wake}*")).await.expect("psubscribe");
+    pubsub
+        .psubscribe(format!("{wake}*"))
+        .await
+        .expect("psubscribe");
     let mut messages = pubsub.into_on_message();
     // Every message published before the marker arrives before it.
     let woken = |marker: &'static str| {
@@ -534,7 +546,12 @@ async fn a_release_wakes_only_whom_it_grants() {
                 .expect("publish");
         }
     };
-    let held = r.base.locker(true).write_lock(&patient(), &key).await.expect("write");
+    let held = r
+        .base
+        .locker(true)
+        .write_lock(&patient(), &key)
+        .await
+        .expect("write");
     let mut tasks = Vec::new();
     for (i, write) in [(2, false), (3, false), (4, true)] {
         let (locker, k) = (r.base.locker(true), key.clone());
@@ -562,7 +579,11 @@ async fn a_release_wakes_only_whom_it_grants() {
     };
     held.unlock().await.expect("unlock");
     woken("first").await;
-    assert_eq!(count_until("first").await, ids[1..3], "the two readers, only");
+    assert_eq!(
+        count_until("first").await,
+        ids[1..3],
+        "the two readers, only"
+    );
     let mut tasks = tasks.into_iter();
     let readers = [
         tasks.next().expect("r1").await.expect("task"),
@@ -571,12 +592,56 @@ async fn a_release_wakes_only_whom_it_grants() {
     let [r1, r2] = readers;
     r1.unlock().await.expect("unlock");
     woken("second").await;
-    assert!(count_until("second").await.is_empty(), "woken with a reader left");
+    assert!(
+        count_until("second").await.is_empty(),
+        "woken with a reader left"
+    );
     r2.unlock().await.expect("unlock");
     woken("third").await;
     assert_eq!(count_until("third").await, ids[3..], "the writer, only");
     let writer = tasks.next().expect("writer").await.expect("task");
     writer.unlock().await.expect("unlock");
+    r.wait_clean().await;
+    r.finish().await;
+}
+
+/// A held read lock is extended by its watchdog past its TTL (its
+/// record renewed again and again, a writer still kept out); once its
+/// entry is deleted, the next extend signals the loss and unlock says
+/// the lock was lost, without touching the line it no longer holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_shares_are_extended_and_their_loss_signalled() {
+    let r = connect(
+        vec![rs::shared().url.clone()],
+        "extend-share",
+        Duration::from_secs(1),
+    )
+    .await
+    .with_shared();
+    let key = Key::from("k");
+    let guard = r.base.read_lock(&patient(), &key).await.expect("read");
+    let id = line_ids(&r, &key).await.pop().expect("its entry");
+    let record = r.entry(&key, &id);
+    // Four renewals of a 1 s TTL: held for more than a TTL.
+    let last = std::sync::atomic::AtomicI64::new(r.query(redis::cmd("PTTL").arg(&record)).await);
+    for _ in 0..4 {
+        rs::wait_until(&r.urls[0], r.prefix(), || async {
+            let now: i64 = r.query(redis::cmd("PTTL").arg(&record)).await;
+            now > last.swap(now, std::sync::atomic::Ordering::SeqCst)
+        })
+        .await;
+    }
+    assert!(guard.is_held());
+    assert!(r.base.try_write_lock(&key).await.expect("try").is_none());
+    let lost = guard.lost_token();
+    let () = r.query(redis::cmd("DEL").arg(&record)).await;
+    tokio::time::timeout(Duration::from_secs(120), lost.cancelled())
+        .await
+        .expect("the loss is never signalled");
+    assert!(!guard.is_held());
+    assert_eq!(guard.loss_cause(), Some(fairlock::LossCause::KeyChanged));
+    let err = guard.unlock().await.expect_err("lost");
+    assert!(matches!(err, Error::LockLost { .. }), "{err}");
     r.wait_clean().await;
     r.finish().await;
 }
