@@ -138,7 +138,10 @@ async fn shared_locks_are_refused_on_redlock() {
             locker.try_read_lock(&key).await.map(drop),
             locker.write_lock(&patient(), &key).await.map(drop),
             locker.try_write_lock(&key).await.map(drop),
-            locker.acquire_permits(&patient(), &key, 1, 2).await.map(drop),
+            locker
+                .acquire_permits(&patient(), &key, 1, 2)
+                .await
+                .map(drop),
             locker.try_acquire_permits(&key, 1, 2).await.map(drop),
         ] {
             let err = err.expect_err("refused");
