@@ -72,6 +72,9 @@
 //! and unfair lockers keep arrival order here, as the `Locker` trait
 //! promises for read/write locks and semaphores.
 //!
+//! The scripts use only the commands of the README's minimal ACL (no
+//! `EXISTS`, `ZCARD` or `TYPE`: a key's presence is `PTTL` other than -2).
+//!
 //! # The mutex of the same name
 //! A mutex ([`crate::Locker::lock`]) and a line never share a key: `ENTER`
 //! answers MUTEX while the mutex's lock or queue key exists, and the
@@ -365,7 +368,8 @@ if mode == 'check' then
   walk(entries, wake, '', ttl)
   return {-1}
 end
-if redis.call('EXISTS', lock) == 1 or redis.call('EXISTS', queue) == 1 then return {-2} end
+-- PTTL -2: no such key (the README's minimal ACL grants no EXISTS).
+if redis.call('PTTL', lock) ~= -2 or redis.call('PTTL', queue) ~= -2 then return {-2} end
 local s = walk(entries, wake, '', ttl)
 if s.head and ((s.head == 's') ~= (kind == 's') or (kind == 's' and s.limit ~= limit)) then
   return {-3, kinds[s.head], s.limit}

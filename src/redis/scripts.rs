@@ -163,7 +163,8 @@ local owner, ttl, mode, id, waiters, wake, hub, wttl, joined = unpack(ARGV)
 local value = check_keys()
 -- A key in use as a read/write lock or semaphore (its line, `line.rs`)
 -- has no mutex: refused before anything is written.
-if redis.call('EXISTS', lock .. '/_OWNERS_/line') == 1 then error({err = 'FAIRLOCK_SHARED'}) end
+-- (PTTL, not EXISTS: the README's minimal ACL grants no EXISTS.)
+if redis.call('PTTL', lock .. '/_OWNERS_/line') ~= -2 then error({err = 'FAIRLOCK_SHARED'}) end
 if value then
   local token, who = holder(value)
   if who == owner then
