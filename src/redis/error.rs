@@ -26,6 +26,9 @@ pub(crate) enum Failure {
         found: String,
         key: String,
     },
+    /// The mutex's acquire script found the key in use as a read/write
+    /// lock or semaphore (`FAIRLOCK_SHARED`, see `line.rs`).
+    Shared,
     /// Nothing listens at the node's address.
     Refused(redis::RedisError),
     /// Any other failure of the connection or the server's answer.
@@ -45,6 +48,8 @@ impl Failure {
             Failure::NoPerm(error)
         } else if error.code() == Some("WRONGTYPE") {
             Failure::WrongType(error)
+        } else if error.code() == Some(SHARED_CODE) {
+            Failure::Shared
         } else if let Some(foreign) = Failure::foreign(&error) {
             foreign
         } else if error.is_connection_refusal() {
@@ -74,7 +79,11 @@ impl Failure {
     fn is_refusal(&self) -> bool {
         matches!(
             self,
-            Failure::Auth(_) | Failure::NoPerm(_) | Failure::WrongType(_) | Failure::Foreign { .. }
+            Failure::Auth(_)
+                | Failure::NoPerm(_)
+                | Failure::WrongType(_)
+                | Failure::Foreign { .. }
+                | Failure::Shared
         )
     }
 }
@@ -82,12 +91,17 @@ impl Failure {
 /// The error code of the scripts' "data fairlock did not write".
 const FOREIGN_CODE: &str = "FAIRLOCK_FOREIGN";
 
+/// The error code of the mutex's "the key is in use as a read/write lock
+/// or semaphore".
+const SHARED_CODE: &str = "FAIRLOCK_SHARED";
+
 /// What fairlock keeps in `KEYS[slot]` of its scripts.
 fn expected(slot: usize) -> &'static str {
     match slot {
         1 => "the lock's value (a string)",
         2 => "the queue of waiters (a sorted set)",
         3 => "the prefix's fencing counter (a decimal integer below 2^53)",
+        4 => "the line of a read/write lock or semaphore (a sorted set)",
         _ => "a key of fairlock's",
     }
 }
@@ -126,7 +140,7 @@ impl NodeError {
             | Failure::WrongType(e)
             | Failure::Refused(e)
             | Failure::Other(e) => Some(e),
-            Failure::NoAnswer(_) | Failure::Foreign { .. } => None,
+            Failure::NoAnswer(_) | Failure::Foreign { .. } | Failure::Shared => None,
         }
     }
 
@@ -141,6 +155,11 @@ impl fmt::Display for NodeError {
         match &self.failure {
             Failure::NoAnswer(after) => write!(f, "{}: no answer within {after:?}", self.node),
             Failure::Refused(_) => write!(f, "{}: connection refused", self.node),
+            Failure::Shared => write!(
+                f,
+                "{}: the key is in use as a read/write lock or semaphore",
+                self.node
+            ),
             Failure::Foreign { slot, found, key } => {
                 let what = match found.as_str() {
                     "string" if *slot == 3 => "a value that is not a fencing counter".to_owned(),
@@ -275,6 +294,18 @@ pub(crate) fn is_refusal(e: &Error) -> bool {
         Error::Backend { source, .. } => source
             .downcast_ref::<NodeError>()
             .is_some_and(|node| node.failure.is_refusal()),
+        _ => false,
+    }
+}
+
+/// Whether `e` says that a mutex's key is in use as a read/write lock or
+/// semaphore (which the caller turns into [`Error::InvalidKey`], naming
+/// its key).
+pub(crate) fn is_in_use_as_line(e: &Error) -> bool {
+    match e {
+        Error::Backend { source, .. } => source
+            .downcast_ref::<NodeError>()
+            .is_some_and(|node| matches!(node.failure, Failure::Shared)),
         _ => false,
     }
 }

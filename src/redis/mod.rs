@@ -40,6 +40,20 @@
 //! such a queue as empty. [`RedisLocker::status`] lists all of these in
 //! [`crate::LockStatus::foreign`].
 //!
+//! # Read/write locks and semaphores
+//! On one instance, a cluster or sentinels (not on Redlock, which has no
+//! single arrival order), a key used as a read/write lock or semaphore has
+//! a line: a sorted set of entries in arrival order, each with a record
+//! that says what it asks for and, once granted, its fencing token (from
+//! the same counter as the mutex's). The Lua scripts walk the line from
+//! its head by the rule of [`crate::Locker::read_lock`]: a departure's own
+//! script grants whom it admits (readers at the head together) and wakes
+//! only them. Holders' records are extended by a watchdog; a dead holder's
+//! record expires after the TTL and the waiters behind it, timed to that
+//! expiry, drop it. A key is never a mutex and a line at once (either is
+//! refused with [`crate::Error::InvalidKey`] while the other exists).
+//! `line.rs` specifies it.
+//!
 //! # Redlock
 //! With several URLs, a lock is taken on all masters at once (each request
 //! bounded by the per-node timeout) and held if a majority granted it
@@ -128,6 +142,8 @@
 //! - `wire.rs`: every key name and value format written to Redis (flat, or
 //!   hash-tagged on a cluster), with round-trip tests; `scripts.rs`: the
 //!   Lua scripts that write them.
+//! - `line.rs`: the line of a read/write lock or semaphore: its spec, key
+//!   names, replies and Lua scripts.
 //! - `error.rs`: one failed request to one node, classified by the Redis
 //!   error kind and code, and its mapping into [`crate::Error`].
 //! - `secure.rs`: the client of one URL (TLS, credentials), and telling a
@@ -149,6 +165,10 @@
 //!   times.
 //! - `watchdog.rs`: the guard of a grant, extending it every TTL/3, loss
 //!   signals, release.
+//! - `held_share.rs`: the guard of a read lock, write lock or permit, its
+//!   watchdog and release.
+//! - `shared.rs`: one read/write lock or semaphore call: entering the
+//!   line, waiting in it, leaving it when giving up.
 //! - `attempt.rs`: one `lock`/`try_lock` call: a round on every node
 //!   decided by quorum, and leaving the queue when giving up.
 //! - `locker.rs`: [`RedisLocker`], connect, `try_lock`, and the wait loop
@@ -162,12 +182,15 @@ mod core;
 mod deferred;
 mod deployments;
 mod error;
+mod held_share;
+mod line;
 mod link;
 mod locker;
 mod node;
 mod scripts;
 mod secure;
 mod sentinel;
+mod shared;
 mod status;
 mod topology;
 mod url;

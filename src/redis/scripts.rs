@@ -171,17 +171,20 @@ end
 /// `ARGV = [owner, ttl ms, f|u, id or "", waiters, wake, hub, record ttl ms,
 /// joined]`, `joined` `1` when an earlier round of this attempt may have
 /// queued `id` (on the first round there is nothing of it to remove);
-/// returns `{1, token}` or `{0, pttl of the holder}`.
+/// returns `{1, token}` or `{0, pttl of the holder}`. Fails with
+/// `FAIRLOCK_SHARED` while the key's line exists (`line.rs`).
 ///
 /// Its fast path grants a free lock, as the general path would, when no
 /// key holds data fairlock did not write and no earlier round left
-/// anything to remove: `GET` finds no lock, `ZRANGE` finds nobody queued
-/// (fair) or no key of another type (unfair: a free lock is taken whoever
-/// is queued), and the fencing counter counts.
+/// anything to remove: `GET` finds no lock, no line of a read/write lock
+/// or semaphore exists (`PTTL` -2), `ZRANGE` finds nobody queued (fair)
+/// or no key of another type (unfair: a free lock is taken whoever is
+/// queued), and the fencing counter counts.
 const ACQUIRE_FAST: &str = r"
 do
   local mode, id, joined = ARGV[3], ARGV[4], ARGV[9]
-  if (id == '' or joined ~= '1') and not redis.pcall('GET', lock) then
+  if (id == '' or joined ~= '1') and not redis.pcall('GET', lock)
+      and redis.call('PTTL', lock .. '/_OWNERS_/line') == -2 then
     local first = redis.pcall('ZRANGE', queue, 0, 0)
     if first.err == nil and (mode == 'u' or first[1] == nil) and fence_ok() then
       return {1, grant(ARGV[1], ARGV[2])}
@@ -194,6 +197,10 @@ end
 const ACQUIRE: &str = r"
 local owner, ttl, mode, id, waiters, wake, hub, wttl, joined = unpack(ARGV)
 local value = check_keys()
+-- A key in use as a read/write lock or semaphore (its line, `line.rs`)
+-- has no mutex: refused before anything is written.
+-- (PTTL, not EXISTS: the README's minimal ACL grants no EXISTS.)
+if redis.call('PTTL', lock .. '/_OWNERS_/line') ~= -2 then error({err = 'FAIRLOCK_SHARED'}) end
 if value then
   local token, who = holder(value)
   if who == owner then
