@@ -80,7 +80,7 @@ pub trait Locker: Send + Sync + 'static {
     /// As [`Locker::lock`]; [`crate::Error::InvalidKey`] when `key` is in
     /// use as a semaphore or a mutex ([`Locker::lock`]): give each kind of
     /// lock its own keys; [`crate::Error::Unsupported`] from a backend
-    /// without read/write locks (Redis).
+    /// without read/write locks (Redlock).
     ///
     /// # Cancel safety
     /// As [`Locker::lock`].
@@ -157,7 +157,7 @@ pub trait Locker: Send + Sync + 'static {
     /// `n` of 0, or `n` over the limit; [`crate::Error::InvalidKey`] when
     /// `key` is in use with another limit, as a read/write lock or as a
     /// mutex; [`crate::Error::Unsupported`] from a backend without
-    /// semaphores (Redis).
+    /// semaphores (Redlock).
     ///
     /// # Cancel safety
     /// As [`Locker::lock`].
