@@ -17,6 +17,8 @@
 //! The Redis rows (`redis_rows.rs`) start their own redis-servers (one, and
 //! five for Redlock) and include the `rslock` crate as the peer;
 //! `--no-redis` skips them, `--redis-only` runs only them.
+//! `shared_rows.rs` adds read/write locks and semaphores on one key against
+//! etcd's Go `recipe.RWMutex`; `--shared-only` runs only them.
 
 mod cost;
 mod cost_rows;
@@ -25,6 +27,7 @@ mod latency;
 mod redis_rows;
 mod report;
 mod server;
+mod shared_rows;
 #[path = "../../tests/support/mod.rs"]
 mod support;
 mod trace;
@@ -48,6 +51,7 @@ struct Opts {
     redis: bool,
     redis_only: bool,
     soak_only: bool,
+    shared_only: bool,
     soak_secs: Option<u64>,
     /// Which fairlock modes the soak runs.
     soak_modes: Vec<bool>,
@@ -76,6 +80,7 @@ fn parse() -> Result<Opts, String> {
         redis: true,
         redis_only: false,
         soak_only: false,
+        shared_only: false,
         soak_secs: None,
         soak_modes: vec![true, false],
         trace: false,
@@ -93,6 +98,7 @@ fn parse() -> Result<Opts, String> {
             "--trace" => o.trace = true,
             "--redis-only" => o.redis_only = true,
             "--soak-only" => o.soak_only = true,
+            "--shared-only" => o.shared_only = true,
             "--latency-ms" => {
                 let v = args
                     .next()
@@ -134,7 +140,7 @@ fn parse() -> Result<Opts, String> {
             }
             "-h" | "--help" => {
                 return Err("usage: bench [--endpoints E] [--quick] [--json] [--no-go] \
-                            [--no-redis] [--redis-only] [--soak-only] [--soak-secs N] \
+                            [--no-redis] [--redis-only] [--soak-only] [--shared-only] [--soak-secs N] \
                             [--soak-mode fair|unfair|both] [--trace] [--latency-ms D]"
                     .into());
             }
@@ -210,6 +216,15 @@ async fn run(o: &Opts) -> Res<()> {
     );
     if o.trace {
         print(&trace::rows(&ep, o.quick).await?, o.json);
+        return Ok(());
+    }
+    if o.shared_only {
+        let mut summary = Vec::new();
+        print(
+            &shared_rows::rows(&ep, o.quick, &mut summary).await?,
+            o.json,
+        );
+        print_summary(&summary, o.json);
         return Ok(());
     }
     let etcd_pid = own.as_ref().map(support::Etcd::pid);
@@ -429,6 +444,7 @@ async fn run(o: &Opts) -> Res<()> {
         .await?,
     );
     rows.extend(soak_rows(o.soak(), &ep, etcd_pid, go, &mut summary).await?);
+    rows.extend(shared_rows::rows(&ep, o.quick, &mut summary).await?);
 
     // 6. cost of a release with 100 queued waiters
     eprintln!("bench: 6. cost of a release with 100 queued waiters");
