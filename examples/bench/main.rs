@@ -19,6 +19,8 @@
 //! `--no-redis` skips them, `--redis-only` runs only them, `--redis-cycle`
 //! only the uncontended cycle against the floor and rslock, interleaved
 //! (`redis_cycle.rs`).
+//! `shared_rows.rs` adds read/write locks and semaphores on one key against
+//! etcd's Go `recipe.RWMutex`; `--shared-only` runs only them.
 
 mod cost;
 mod cost_rows;
@@ -28,6 +30,7 @@ mod redis_cycle;
 mod redis_rows;
 mod report;
 mod server;
+mod shared_rows;
 #[path = "../../tests/support/mod.rs"]
 mod support;
 mod trace;
@@ -52,6 +55,7 @@ struct Opts {
     redis_only: bool,
     redis_cycle: bool,
     soak_only: bool,
+    shared_only: bool,
     soak_secs: Option<u64>,
     /// Which fairlock modes the soak runs.
     soak_modes: Vec<bool>,
@@ -81,6 +85,7 @@ fn parse() -> Result<Opts, String> {
         redis_only: false,
         redis_cycle: false,
         soak_only: false,
+        shared_only: false,
         soak_secs: None,
         soak_modes: vec![true, false],
         trace: false,
@@ -99,6 +104,7 @@ fn parse() -> Result<Opts, String> {
             "--redis-only" => o.redis_only = true,
             "--redis-cycle" => o.redis_cycle = true,
             "--soak-only" => o.soak_only = true,
+            "--shared-only" => o.shared_only = true,
             "--latency-ms" => {
                 let v = args
                     .next()
@@ -140,7 +146,8 @@ fn parse() -> Result<Opts, String> {
             }
             "-h" | "--help" => {
                 return Err("usage: bench [--endpoints E] [--quick] [--json] [--no-go] \
-                            [--no-redis] [--redis-only] [--redis-cycle] [--soak-only] [--soak-secs N] \
+                            [--no-redis] [--redis-only] [--redis-cycle] [--shared-only] \
+                            [--soak-only] [--soak-secs N] \
                             [--soak-mode fair|unfair|both] [--trace] [--latency-ms D]"
                     .into());
             }
@@ -220,6 +227,15 @@ async fn run(o: &Opts) -> Res<()> {
     );
     if o.trace {
         print(&trace::rows(&ep, o.quick).await?, o.json);
+        return Ok(());
+    }
+    if o.shared_only {
+        let mut summary = Vec::new();
+        print(
+            &shared_rows::rows(&ep, o.quick, &mut summary).await?,
+            o.json,
+        );
+        print_summary(&summary, o.json);
         return Ok(());
     }
     let etcd_pid = own.as_ref().map(support::Etcd::pid);
@@ -439,6 +455,7 @@ async fn run(o: &Opts) -> Res<()> {
         .await?,
     );
     rows.extend(soak_rows(o.soak(), &ep, etcd_pid, go, &mut summary).await?);
+    rows.extend(shared_rows::rows(&ep, o.quick, &mut summary).await?);
 
     // 6. cost of a release with 100 queued waiters
     eprintln!("bench: 6. cost of a release with 100 queued waiters");
