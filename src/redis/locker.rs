@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use super::attempt::{AttemptKind, LockAttempt, Round};
 use super::config::RedisConfig;
 use super::core::{Core, fair_redlock_unsupported};
-use super::error::{is_in_use_as_line, is_refusal};
+use super::error::is_in_use_as_line;
 use super::line::in_use_as_line;
 use super::node::Nodes;
 use super::shared::{check_single, try_shared, wait_shared};
@@ -157,18 +157,8 @@ async fn lock(core: &Arc<Core>, ctx: &Context, key: &Key) -> Result<LockGuard> {
                         expires_in.map_or(poll, |e| (e + Duration::from_millis(1)).min(poll))
                     }
                 }
-                Err(e) => match last_ok {
-                    // Wrong credentials or data fairlock did not write:
-                    // another round would say the same.
-                    _ if is_refusal(&e) => return Err(e),
-                    Some(at) if at.elapsed() < core.config.ttl() => {
-                        // Refresh the queue record before it expires.
-                        let wait = backoff.next_pause().min(core.poll());
-                        observe::retrying(core.site(), &e, wait);
-                        wait
-                    }
-                    _ => return Err(e),
-                },
+                // Refresh the queue record before it expires.
+                Err(e) => core.pause_after(e, last_ok, &mut backoff)?,
             };
             tokio::select! {
                 () = notify.notified() => {}

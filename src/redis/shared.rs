@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 use super::core::Core;
-use super::error::{NodeError, is_refusal};
+use super::error::NodeError;
 use super::held_share::{self, node};
 use super::line::{ENTER_SCRIPT, Entered, LEAVE_SCRIPT, LineKeys, Mode, in_use_as_mutex, spell};
 use super::node::Call;
@@ -100,16 +100,8 @@ pub(crate) async fn wait_shared(
                     })
                 }
                 Ok(refused) => return Err(entry.refusal(refused)),
-                Err(e) => match last_ok {
-                    _ if is_refusal(&e) => return Err(e),
-                    // Refresh the record before it expires.
-                    Some(at) if at.elapsed() < core.config.ttl() => {
-                        let wait = backoff.next_pause().min(core.poll());
-                        observe::retrying(core.site(), &e, wait);
-                        wait
-                    }
-                    _ => return Err(e),
-                },
+                // Refresh the record before it expires.
+                Err(e) => core.pause_after(e, last_ok, &mut backoff)?,
             };
             tokio::select! {
                 () = notify.notified() => {}
