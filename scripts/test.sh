@@ -115,7 +115,7 @@ if [[ "${FAIRLOCK_VALKEY:-1}" != 0 ]]; then
   valkey=$(ensure_valkey)
   step "Redis tests, Valkey $("$valkey" --version | sed -n 's/.* v=\([^ ]*\).*/\1/p')"
   REDIS_BIN=$valkey cargo test --all-features --test redis --test redlock --test redis_connect \
-    --test redis_foreign --test redis_hostile --test redis_cluster --test redis_sentinel \
+    --test redis_foreign --test redis_hostile --test redis_cluster --test redis_sentinel --test redis_election \
     --test tls_redis --test cli_redis "$@"
 fi
 

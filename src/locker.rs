@@ -225,7 +225,7 @@ pub trait Locker: Send + Sync + 'static {
     ///
     /// # Errors
     /// As [`crate::Elector::campaign`]; [`crate::Error::Unsupported`] from
-    /// a backend without elections (Redis).
+    /// a backend without elections (Redlock).
     ///
     /// # Cancel safety
     /// As [`crate::Elector::campaign`]: dropping the future leaves the line,
@@ -239,7 +239,7 @@ pub trait Locker: Send + Sync + 'static {
     ///
     /// # Errors
     /// As [`crate::Elector::leader`]; [`crate::Error::Unsupported`] from a
-    /// backend without elections (Redis).
+    /// backend without elections (Redlock).
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
@@ -290,6 +290,6 @@ pub trait Locker: Send + Sync + 'static {
 /// The error of a backend without `what`.
 fn unsupported(what: &str) -> crate::Error {
     crate::Error::Unsupported(format!(
-        "this backend has no {what}; etcd and the in-memory backend have them"
+        "this backend has no {what}; etcd, Redis and the in-memory backend have them"
     ))
 }

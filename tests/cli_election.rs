@@ -218,9 +218,6 @@ fn bad_input_is_a_usage_error() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
         assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
     }
-    let out = run(Command::new(BIN).args(["--endpoints", "redis://127.0.0.1:1", "leader", "e"]));
-    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    assert!(stderr(&out).contains("runs on etcd"), "{}", stderr(&out));
     let out = run(Command::new(BIN).args(["elect", "--help"]));
     let help = text(&out.stdout);
     assert!(

@@ -5,6 +5,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use super::wire::is_leader_record;
 use crate::{BoxError, Error};
 
 /// What went wrong with one request to one node.
@@ -76,7 +77,7 @@ impl Failure {
 
     /// Whether retrying cannot help: wrong credentials, no permission, or
     /// data fairlock did not write.
-    fn is_refusal(&self) -> bool {
+    pub fn is_refusal(&self) -> bool {
         matches!(
             self,
             Failure::Auth(_)
@@ -95,8 +96,11 @@ const FOREIGN_CODE: &str = "FAIRLOCK_FOREIGN";
 /// or semaphore".
 const SHARED_CODE: &str = "FAIRLOCK_SHARED";
 
-/// What fairlock keeps in `KEYS[slot]` of its scripts.
-fn expected(slot: usize) -> &'static str {
+/// What fairlock keeps in `KEYS[slot]` of its scripts, named `key`.
+fn expected(slot: usize, key: &str) -> &'static str {
+    if is_leader_record(key) {
+        return "an election's leader record (a string)";
+    }
     match slot {
         1 => "the lock's value (a string)",
         2 => "the queue of waiters (a sorted set)",
@@ -171,7 +175,7 @@ impl fmt::Display for NodeError {
                     "{}: key '{key}' holds {what}, where fairlock keeps {}: fairlock did not \
                      write it. If nothing of yours uses it, remove it: redis-cli DEL '{key}'",
                     self.node,
-                    expected(*slot),
+                    expected(*slot, key),
                 )?;
                 if *slot == 3 {
                     write!(

@@ -11,15 +11,17 @@ use async_trait::async_trait;
 use super::attempt::{AttemptKind, LockAttempt, Round};
 use super::config::RedisConfig;
 use super::core::{Core, fair_redlock_unsupported};
+use super::election::RedisElector;
 use super::error::is_in_use_as_line;
 use super::line::in_use_as_line;
 use super::node::Nodes;
 use super::shared::{check_single, try_shared, wait_shared};
 use crate::backoff::{Backoff, jitter};
+use crate::election::leader_stream;
 use crate::fairness::Fairness;
 use crate::observe;
 use crate::shared::Share;
-use crate::{Context, Key, LockGuard, Locker, Result};
+use crate::{Context, Elector, Key, Leader, LeaderStream, Leadership, LockGuard, Locker, Result};
 
 /// A fair or unfair locker on one Redis instance, or on several
 /// independent masters with Redlock.
@@ -258,8 +260,48 @@ impl Locker for RedisLocker {
         observe::try_lock(self.core.site(), key, self.try_shared(key, share)).await
     }
 
+    async fn campaign(&self, ctx: &Context, election: &Key, value: Vec<u8>) -> Result<Leadership> {
+        self.elector().campaign(ctx, election, &value).await
+    }
+
+    async fn leader(&self, election: &Key) -> Result<Option<Leader>> {
+        self.elector().leader(election).await
+    }
+
+    fn observe(&self, election: &Key) -> LeaderStream {
+        let (elector, election) = (self.elector(), election.clone());
+        leader_stream(async move { elector.observe(&election).await })
+    }
+
     fn is_fair(&self) -> bool {
         self.core.fairness.is_fair()
+    }
+}
+
+impl RedisLocker {
+    /// An elector on this locker's connections; its campaigns wait in
+    /// arrival order, whether this locker is fair or not (this locker if
+    /// it is fair, else a fair one with an id of its own).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(locker: fairlock::redis::RedisLocker) -> fairlock::Result<()> {
+    /// use fairlock::{Elector, Key};
+    ///
+    /// let elector = locker.elector();
+    /// if let Some(leader) = elector.leader(&Key::from("scheduler")).await? {
+    ///     println!("led by {:?}", leader.value_str());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn elector(&self) -> RedisElector {
+        let fair = if self.core.fairness.is_fair() {
+            self.clone()
+        } else {
+            self.locker(true)
+        };
+        RedisElector::new(Arc::new(fair.clone()), fair.core)
     }
 }
 

@@ -54,6 +54,15 @@
 //! refused with [`crate::Error::InvalidKey`] while the other exists).
 //! `line.rs` specifies it.
 //!
+//! # Leader election
+//! On one instance, a cluster or sentinels (not on Redlock), an election
+//! is the fair lock of its name plus the leader's record beside it,
+//! written only while the lock is the leader's, renewed with it, and
+//! announced on a channel at every change; observers read the lock and
+//! the record in one script and follow the channel, ordering what they
+//! read and hear by version so that they never go back
+//! ([`RedisElector`], `election/protocol.rs` specifies it).
+//!
 //! # Redlock
 //! With several URLs, a lock is taken on all masters at once (each request
 //! bounded by the per-node timeout) and held if a majority granted it
@@ -171,6 +180,8 @@
 //!   line, waiting in it, leaving it when giving up.
 //! - `attempt.rs`: one `lock`/`try_lock` call: a round on every node
 //!   decided by quorum, and leaving the queue when giving up.
+//! - `election/`: [`RedisElector`]: its protocol (names, record, scripts,
+//!   versions), a leader's record, observers.
 //! - `locker.rs`: [`RedisLocker`], connect, `try_lock`, and the wait loop
 //!   of `lock`.
 //! - `status.rs`: [`RedisLocker::status`], who holds and who waits.
@@ -181,6 +192,7 @@ mod connect;
 mod core;
 mod deferred;
 mod deployments;
+mod election;
 mod error;
 mod held_share;
 mod line;
@@ -204,6 +216,7 @@ use std::sync::Arc;
 /// Who asked for a lock, as [`crate::LockStatus`] shows it.
 pub use crate::Owner;
 pub use config::{DEFAULT_DRIFT_FACTOR, DEFAULT_PREFIX, MAX_TTL, MIN_TTL, RedisConfig};
+pub use election::RedisElector;
 pub use locker::RedisLocker;
 pub use topology::Deployment;
 
@@ -212,7 +225,8 @@ use crate::{Locker, Result};
 
 /// Connects to Redis and registers it as the process-wide locker provider:
 /// every [`crate::get_locker`] call then returns a new [`RedisLocker`]
-/// sharing these connections.
+/// sharing these connections, and [`crate::get_elector`] a
+/// [`RedisElector`] on them.
 ///
 /// On Redlock (several URLs) `get_locker(true)` returns a locker whose
 /// every call fails with [`crate::Error::Unsupported`]: fair mode needs a
@@ -236,12 +250,14 @@ use crate::{Locker, Result};
 /// Cancel safe: nothing is registered until the connections are up.
 pub async fn register(config: RedisConfig) -> Result<()> {
     let nodes = node::Nodes::connect(&config).await?;
+    let locker =
+        move |fairness| RedisLocker::from_nodes(Arc::clone(&nodes), config.clone(), fairness);
+    let elector = locker.clone();
     crate::register_locker_provider(move |fair| {
-        Arc::new(RedisLocker::from_nodes(
-            Arc::clone(&nodes),
-            config.clone(),
-            Fairness::from_fair(fair),
-        )) as Arc<dyn Locker>
+        Arc::new(locker(Fairness::from_fair(fair))) as Arc<dyn Locker>
+    });
+    crate::register_elector_provider(move || {
+        Arc::new(elector(Fairness::Fair).elector()) as Arc<dyn crate::Elector>
     });
     Ok(())
 }

@@ -169,3 +169,26 @@ impl Backend for RedisBackend {
 pub async fn take<L: Locker + ?Sized>(locker: &L, key: &Key) -> LockGuard {
     locker.try_lock(key).await.expect("try_lock").expect("free")
 }
+
+/// Elections on the same store: each elector a fair locker of its own
+/// (its own id) on the base locker's connections.
+#[async_trait]
+impl fairlock::conformance::ElectionBackend for RedisBackend {
+    fn elector(&self) -> Arc<dyn fairlock::Elector> {
+        Arc::new(self.base.elector())
+    }
+    /// The candidates in the election's fair queue (the leader holds the
+    /// lock key, not a queue entry).
+    async fn wait_candidates(&self, name: &Key, n: usize) {
+        Backend::wait_queued(self, name, n).await;
+    }
+    async fn wait_clean(&self) {
+        Backend::wait_clean(self).await;
+    }
+    async fn is_clean(&self) -> bool {
+        Backend::is_clean(self).await
+    }
+    async fn finish(&self) {
+        Backend::finish(self).await;
+    }
+}
