@@ -91,6 +91,11 @@ async fn the_record_and_status_of_an_election() {
     assert_eq!(holder.fencing_token, leadership.fencing_token());
     assert_eq!(status[0].waiters.len(), 1, "{status:?}");
     assert!(status[0].foreign.is_empty(), "{status:?}");
+    let shown = status[0].leader.as_ref().expect("status names the leader");
+    assert_eq!(
+        (shown.value.as_slice(), shown.fencing_token),
+        (&b"10.0.0.7:80"[..], leadership.fencing_token())
+    );
     leadership.resign().await.expect("resign");
     let next = waiting.await.expect("join").expect("elected");
     let now = elector
