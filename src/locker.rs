@@ -31,6 +31,8 @@ pub trait Locker: Send + Sync + 'static {
     /// Takes the lock if it is free now, without waiting.
     ///
     /// In fair mode the lock counts as taken while anyone is queued for it.
+    /// On a key in use by readers and writers it is
+    /// [`Locker::try_write_lock`].
     ///
     /// # Errors
     /// [`crate::Error::InvalidKey`] for a bad key; backend errors.
@@ -42,6 +44,10 @@ pub trait Locker: Send + Sync + 'static {
 
     /// Waits until the lock is acquired, the context is cancelled or its
     /// deadline passes.
+    ///
+    /// On a key in use by readers and writers ([`Locker::read_lock`]) it
+    /// is the key's write lock ([`Locker::write_lock`]): it waits in the
+    /// key's line, behind the readers and writers that came first.
     ///
     /// # Errors
     /// [`crate::Error::Timeout`] or [`crate::Error::Cancelled`] when the
@@ -104,8 +110,10 @@ pub trait Locker: Send + Sync + 'static {
 
     /// Waits until `key` is held for writing: alone, once every reader and
     /// writer ahead of it has released it. It excludes the readers and
-    /// writers of [`Locker::read_lock`] and this method; it knows nothing
-    /// of [`Locker::lock`], which is a lock of its own kind.
+    /// writers of [`Locker::read_lock`] and this method. [`Locker::lock`]
+    /// of a key in use by readers and writers is this method; of any other
+    /// key it is the mutex, and read locks of a key held or awaited as a
+    /// mutex are refused ([`crate::Error::InvalidKey`]).
     ///
     /// # Errors
     /// As [`Locker::read_lock`].

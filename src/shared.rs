@@ -155,6 +155,44 @@ pub(crate) fn conflict(key: &Key, want: Share, present: Share) -> Option<Error> 
     })
 }
 
+/// How a mutex's refusal of a key in use as a read/write lock or
+/// semaphore starts (see [`in_use_as_line`]).
+const IN_USE_AS_LINE: &str = "it is in use as a read/write lock or semaphore";
+
+/// The error a backend's mutex gives for `key` in use as a read/write lock
+/// or semaphore. [`crate::Locker::lock`] and [`crate::Locker::try_lock`]
+/// take the key's write lock instead ([`is_in_use_as_line`]), so users see
+/// it only from a backend of their own that does not.
+pub(crate) fn in_use_as_line(key: &str) -> Error {
+    Error::InvalidKey {
+        key: key.to_owned(),
+        reason: format!(
+            "{IN_USE_AS_LINE}, so it cannot be used as a mutex; take its write lock \
+             (write_lock) to exclude its readers, or give the mutex a key of its own"
+        ),
+    }
+}
+
+/// `true` for [`in_use_as_line`]'s error.
+fn is_in_use_as_line(e: &Error) -> bool {
+    matches!(e, Error::InvalidKey { reason, .. } if reason.starts_with(IN_USE_AS_LINE))
+}
+
+/// What a mutex call answered (`locked`), or, for a key in use as a
+/// read/write lock or semaphore, what `write` (the same call on the key's
+/// write lock, which excludes its readers) answers: `lock` and `try_lock`
+/// are the write lock of a key that has readers. The mutex left nothing
+/// behind before refusing.
+pub(crate) async fn or_write_lock<T>(
+    locked: crate::Result<T>,
+    write: impl std::future::Future<Output = crate::Result<T>>,
+) -> crate::Result<T> {
+    match locked {
+        Err(e) if is_in_use_as_line(&e) => write.await,
+        done => done,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Share::{Read, Write};

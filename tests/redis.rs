@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use fairlock::conformance::{Backend, patient};
 use fairlock::redis::{RedisConfig, RedisLocker};
-use fairlock::{Error, Key, Locker};
+use fairlock::{Context, Error, Key, Locker};
 use support::redis_backend::{RedisBackend as Redis, take};
 use support::redis_server::{self as rs, RedisServer, conn};
 
@@ -501,25 +501,23 @@ async fn waiter_whose_entry_vanished_gets_session_lost() {
     r.finish().await;
 }
 
-/// A key held as a read lock (or a semaphore) refuses its mutex, and a
-/// key held or awaited as a mutex refuses read/write locks and
-/// semaphores: InvalidKey, at once, leaving nothing behind.
+/// `lock` and `try_lock` of a key held as a read lock are its write lock
+/// (`None`, or a wait that times out while the reader holds, leaving
+/// nothing behind), and a key held or awaited as a mutex refuses
+/// read/write locks and semaphores: InvalidKey, at once, leaving nothing
+/// behind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mutex_and_shared_locks_never_share_a_key() {
+async fn mutex_and_shared_locks_on_one_key() {
     let r = redis("kinds").await;
     let key = Key::from("k");
     let (a, b) = (r.base.locker(true), r.base.locker(false));
     let read = a.read_lock(&patient(), &key).await.expect("read");
     for locker in [&a, &b] {
-        let err = locker.try_lock(&key).await.map(drop).expect_err("try_lock");
-        assert!(matches!(err, Error::InvalidKey { .. }), "{err}");
-        assert!(err.to_string().contains("read/write lock"), "{err}");
-        let err = locker
-            .lock(&patient(), &key)
-            .await
-            .map(drop)
-            .expect_err("lock");
-        assert!(matches!(err, Error::InvalidKey { .. }), "{err}");
+        let taken = locker.try_lock(&key).await.expect("try_lock");
+        assert!(taken.is_none(), "the write lock granted beside a reader");
+        let short = Context::background().with_timeout(Duration::from_millis(100));
+        let err = locker.lock(&short, &key).await.map(drop).expect_err("lock");
+        assert!(matches!(err, Error::Timeout { .. }), "{err}");
     }
     read.unlock().await.expect("unlock");
     assert!(r.is_clean().await, "a refused mutex left something behind");

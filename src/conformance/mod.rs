@@ -38,8 +38,9 @@
 //!   cleans up in the background.
 //! - [`bad_input`]: clear errors for bad keys and a cancelled context.
 //! - [`read_write_lock`], [`semaphore`], [`shared_giving_up_leaves_nothing`],
-//!   [`shared_bad_input`]: read/write locks and semaphores, for a backend
-//!   that has them ([`Backend::supports_shared`]).
+//!   [`shared_bad_input`], [`lock_is_the_write_lock_of_a_read_key`]:
+//!   read/write locks and semaphores, for a backend that has them
+//!   ([`Backend::supports_shared`]).
 //!
 //! [`patient`] is the context the checks give every `lock` that must
 //! succeed.
@@ -132,6 +133,7 @@ mod exclusion;
 mod permits;
 mod shared;
 mod suite;
+mod write_lock;
 
 pub use backend::Backend;
 pub use cleanup::{
@@ -150,3 +152,4 @@ pub use entry_points::{bad_input, try_lock};
 pub use exclusion::{fair_order, key_isolation, mutual_exclusion};
 pub use shared::{read_write_lock, semaphore, shared_bad_input, shared_giving_up_leaves_nothing};
 pub use suite::run;
+pub use write_lock::lock_is_the_write_lock_of_a_read_key;

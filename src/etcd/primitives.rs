@@ -9,7 +9,7 @@ use super::election::elector::EtcdElector;
 use super::lock::locker::EtcdLocker;
 use super::shared::join;
 use crate::observe;
-use crate::shared::Share;
+use crate::shared::{Share, or_write_lock};
 use crate::{
     Context, Elector, Key, Leader, LeaderStream, Leadership, LockGuard, Locker, Result,
     leader_stream,
@@ -18,11 +18,19 @@ use crate::{
 #[async_trait]
 impl Locker for EtcdLocker {
     async fn try_lock(&self, key: &Key) -> Result<Option<LockGuard>> {
-        observe::try_lock(self.site(), key, self.try_lock_unobserved(key)).await
+        let take = async {
+            let taken = self.try_lock_unobserved(key).await;
+            or_write_lock(taken, join::try_acquire(self.state(), key, Share::Write)).await
+        };
+        observe::try_lock(self.site(), key, take).await
     }
 
     async fn lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
-        observe::lock(self.site(), key, self.lock_unobserved(ctx, key)).await
+        let wait = async {
+            let locked = self.lock_unobserved(ctx, key).await;
+            or_write_lock(locked, join::acquire(self.state(), ctx, key, Share::Write)).await
+        };
+        observe::lock(self.site(), key, wait).await
     }
 
     async fn read_lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {

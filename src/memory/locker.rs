@@ -9,7 +9,7 @@ use super::election::MemoryElector;
 use super::store::{Enqueued, MemoryStore, lost};
 use crate::fairness::Fairness;
 use crate::observe::{self, Site};
-use crate::shared::Share;
+use crate::shared::{Share, or_write_lock};
 use crate::{
     Context, Elector, GuardRelease, Key, Leader, LeaderStream, Leadership, LockGuard, Locker,
     Result, leader_stream,
@@ -187,8 +187,9 @@ impl Locker for MemoryLocker {
             key.validate()?;
             let taken = self
                 .store
-                .take_if_free(key.as_str(), self.fairness.is_fair())?;
-            Ok(taken.map(|(id, token)| self.guard(key, id, token, Held::Mutex)))
+                .take_if_free(key.as_str(), self.fairness.is_fair())
+                .map(|taken| taken.map(|(id, token)| self.guard(key, id, token, Held::Mutex)));
+            or_write_lock(taken, async { self.try_shared(key, Share::Write) }).await
         })
         .await
     }
@@ -197,10 +198,11 @@ impl Locker for MemoryLocker {
         observe::lock(self.site(), key, async {
             key.validate()?;
             ctx.check(key.as_str())?;
-            match self.fairness {
+            let locked = match self.fairness {
                 Fairness::Fair => self.lock_fair(ctx, key).await,
                 Fairness::Unfair => self.lock_unfair(ctx, key).await,
-            }
+            };
+            or_write_lock(locked, self.shared(ctx, key, Share::Write)).await
         })
         .await
     }

@@ -234,13 +234,7 @@ pub(crate) fn in_use_as_mutex(key: &Key, share: Share) -> Error {
 
 /// The error for a mutex on a key in use as a read/write lock or semaphore.
 pub(crate) fn in_use_as_line(key: &Key) -> Error {
-    Error::InvalidKey {
-        key: key.to_string(),
-        reason: "it is in use as a read/write lock or semaphore, so it cannot be used as a \
-                 mutex; take its write lock (write_lock) to exclude its readers, or give the \
-                 mutex a key of its own"
-            .into(),
-    }
+    crate::shared::in_use_as_line(key.as_str())
 }
 
 /// Shared helpers, prepended to every script.

@@ -20,7 +20,7 @@ use crate::backoff::{Backoff, jitter};
 use crate::election::leader_stream;
 use crate::fairness::Fairness;
 use crate::observe;
-use crate::shared::Share;
+use crate::shared::{Share, or_write_lock};
 use crate::{Context, Elector, Key, Leader, LeaderStream, Leadership, LockGuard, Locker, Result};
 
 /// A fair or unfair locker on one Redis instance, or on several
@@ -196,11 +196,19 @@ fn mutex_error(e: crate::Error, key: &Key) -> crate::Error {
 #[async_trait]
 impl Locker for RedisLocker {
     async fn try_lock(&self, key: &Key) -> Result<Option<LockGuard>> {
-        observe::try_lock(self.core.site(), key, self.try_lock_unobserved(key)).await
+        let take = async {
+            let taken = self.try_lock_unobserved(key).await;
+            or_write_lock(taken, self.try_shared(key, Ok(Share::Write))).await
+        };
+        observe::try_lock(self.core.site(), key, take).await
     }
 
     async fn lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
-        observe::lock(self.core.site(), key, self.lock_unobserved(ctx, key)).await
+        let wait = async {
+            let locked = self.lock_unobserved(ctx, key).await;
+            or_write_lock(locked, self.shared(ctx, key, Ok(Share::Write))).await
+        };
+        observe::lock(self.core.site(), key, wait).await
     }
 
     /// See [`Locker::read_lock`]. On one Redis instance, a cluster or
