@@ -102,6 +102,10 @@
 //! (processes queueing on one fair lock). Its `docs/` folder explains how
 //! the backends work, what they cost etcd and Redis, and how they behave
 //! under faults.
+// The futures of a lock call nest deeply (the Redis locker's, with its
+// election and line paths): computing their layout needs more query depth
+// than the default 128 on a fresh build.
+#![recursion_limit = "256"]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
