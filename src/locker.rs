@@ -84,9 +84,13 @@ pub trait Locker: Send + Sync + 'static {
     ///
     /// # Errors
     /// As [`Locker::lock`]; [`crate::Error::InvalidKey`] when `key` is in
-    /// use as a semaphore or a mutex ([`Locker::lock`]): give each kind of
-    /// lock its own keys; [`crate::Error::Unsupported`] from a backend
-    /// without read/write locks (Redlock).
+    /// use as a semaphore: give each kind of lock its own keys;
+    /// [`crate::Error::Unsupported`] from a backend without read/write
+    /// locks (Redlock). A key held or awaited as a mutex ([`Locker::lock`])
+    /// is waited for: the read lock joins the key's line once the mutex is
+    /// free and nobody waits for it (it looks again after pauses of up to
+    /// half a second, so a mutex that is never free keeps it out); `lock`
+    /// calls after that join the line as writers.
     ///
     /// # Cancel safety
     /// As [`Locker::lock`].
@@ -112,8 +116,8 @@ pub trait Locker: Send + Sync + 'static {
     /// writer ahead of it has released it. It excludes the readers and
     /// writers of [`Locker::read_lock`] and this method. [`Locker::lock`]
     /// of a key in use by readers and writers is this method; of any other
-    /// key it is the mutex, and read locks of a key held or awaited as a
-    /// mutex are refused ([`crate::Error::InvalidKey`]).
+    /// key it is the mutex, which this method waits for as
+    /// [`Locker::read_lock`] does.
     ///
     /// # Errors
     /// As [`Locker::read_lock`].

@@ -503,9 +503,9 @@ async fn waiter_whose_entry_vanished_gets_session_lost() {
 
 /// `lock` and `try_lock` of a key held as a read lock are its write lock
 /// (`None`, or a wait that times out while the reader holds, leaving
-/// nothing behind), and a key held or awaited as a mutex refuses
-/// read/write locks and semaphores: InvalidKey, at once, leaving nothing
-/// behind.
+/// nothing behind); read and write locks of a key held or awaited as a
+/// mutex wait for it (`None`, or a timeout), and semaphores are refused
+/// (InvalidKey, at once); nothing is left behind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutex_and_shared_locks_on_one_key() {
     let r = redis("kinds").await;
@@ -524,9 +524,20 @@ async fn mutex_and_shared_locks_on_one_key() {
 
     let mutex = take(&a, &key).await;
     let waiter = queue_waiter(&r, r.base.locker(true), &key, 1).await;
+    assert!(
+        b.try_read_lock(&key)
+            .await
+            .expect("try_read_lock")
+            .is_none()
+    );
+    let short = Context::background().with_timeout(Duration::from_millis(100));
+    let err = b
+        .write_lock(&short, &key)
+        .await
+        .map(drop)
+        .expect_err("waits");
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
     let refused = [
-        b.try_read_lock(&key).await.map(drop),
-        b.write_lock(&patient(), &key).await.map(drop),
         b.try_acquire_permits(&key, 1, 2).await.map(drop),
         b.acquire_permits(&patient(), &key, 1, 2).await.map(drop),
     ];

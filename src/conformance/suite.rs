@@ -152,6 +152,12 @@ macro_rules! conformance_tests {
                 });
             }
             #[test]
+            fn read_lock_waits_for_the_mutex() {
+                suite::run(async {
+                    suite::read_lock_waits_for_the_mutex(&$make("after-mutex").await).await
+                });
+            }
+            #[test]
             fn shared_bad_input_is_a_clear_error() {
                 suite::run(async { suite::shared_bad_input(&$make("shared-bad").await).await });
             }

@@ -192,14 +192,7 @@ impl MemoryStore {
     ) -> Result<(u64, Option<u64>, oneshot::Receiver<u64>)> {
         let mut state = self.state();
         if state.keys.contains_key(key.as_str()) {
-            return Err(Error::InvalidKey {
-                key: key.to_string(),
-                reason: format!(
-                    "it is in use as a mutex (lock), so it cannot be used as {}; give each \
-                     lock a key of its own",
-                    share.describe()
-                ),
-            });
+            return Err(crate::shared::in_use_as_mutex(key.as_str(), share));
         }
         let id = state.next_id();
         let StoreState {

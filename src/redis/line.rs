@@ -222,14 +222,7 @@ impl Left {
 
 /// The error for a line's caller on a key in use as a mutex.
 pub(crate) fn in_use_as_mutex(key: &Key, share: Share) -> Error {
-    Error::InvalidKey {
-        key: key.to_string(),
-        reason: format!(
-            "it is in use as a mutex (lock), so it cannot be used as {}; give each lock a key \
-             of its own",
-            share.describe()
-        ),
-    }
+    crate::shared::in_use_as_mutex(key.as_str(), share)
 }
 
 /// The error for a mutex on a key in use as a read/write lock or semaphore.

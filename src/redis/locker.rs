@@ -20,7 +20,7 @@ use crate::backoff::{Backoff, jitter};
 use crate::election::leader_stream;
 use crate::fairness::Fairness;
 use crate::observe;
-use crate::shared::{Share, or_write_lock};
+use crate::shared::{Share, after_the_mutex, none_while_the_mutex, or_write_lock};
 use crate::{Context, Elector, Key, Leader, LeaderStream, Leadership, LockGuard, Locker, Result};
 
 /// A fair or unfair locker on one Redis instance, or on several
@@ -350,12 +350,13 @@ impl RedisLocker {
         ctx.check(key.as_str())?;
         // Boxed: the waiting future nests deep enough to overflow the
         // compiler's layout query depth inside the trait's boxed futures.
-        Box::pin(wait_shared(&self.core, ctx, key, share)).await
+        let wait = after_the_mutex(ctx, key, || wait_shared(&self.core, ctx, key, share));
+        Box::pin(wait).await
     }
 
     async fn try_shared(&self, key: &Key, share: Result<Share>) -> Result<Option<LockGuard>> {
         let share = self.check_shared(key, share)?;
-        try_shared(&self.core, key, share).await
+        none_while_the_mutex(try_shared(&self.core, key, share).await)
     }
 
     async fn lock_unobserved(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
