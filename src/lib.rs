@@ -113,7 +113,6 @@
 mod access;
 #[cfg(any(feature = "etcd", feature = "redis"))]
 mod backend;
-#[cfg(any(feature = "etcd", feature = "redis"))]
 mod backoff;
 mod context;
 mod duration;
