@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release --example bench -- [--endpoints E] [--quick] [--json] [--no-go]
-//!     [--no-redis] [--redis-only] [--redis-cycle]
+//!     [--no-redis] [--redis-only] [--redis-cycle] [--redis-deployments] [--shared-only]
 //! ```
 //! Without `--endpoints` it starts its own single-member etcd (from PATH or
 //! `ETCD_BIN`), with its data on disk. The Go peer (etcd's own
@@ -18,7 +18,9 @@
 //! five for Redlock) and include the `rslock` crate as the peer;
 //! `--no-redis` skips them, `--redis-only` runs only them, `--redis-cycle`
 //! only the uncontended cycle against the floor and rslock, interleaved
-//! (`redis_cycle.rs`).
+//! (`redis_cycle.rs`), `--redis-deployments` only the same on a Redis
+//! Cluster and behind sentinels, with a failover of each
+//! (`redis_deployments.rs`).
 //! `shared_rows.rs` adds read/write locks and semaphores on one key against
 //! etcd's Go `recipe.RWMutex`; `--shared-only` runs only them.
 
@@ -27,6 +29,7 @@ mod cost_rows;
 mod go_peer;
 mod latency;
 mod redis_cycle;
+mod redis_deployments;
 mod redis_rows;
 mod report;
 mod server;
@@ -54,6 +57,8 @@ struct Opts {
     redis: bool,
     redis_only: bool,
     redis_cycle: bool,
+    /// `--redis-deployments`: the cluster and sentinel rows only.
+    redis_deployments: bool,
     soak_only: bool,
     shared_only: bool,
     soak_secs: Option<u64>,
@@ -84,6 +89,7 @@ fn parse() -> Result<Opts, String> {
         redis: true,
         redis_only: false,
         redis_cycle: false,
+        redis_deployments: false,
         soak_only: false,
         shared_only: false,
         soak_secs: None,
@@ -103,6 +109,7 @@ fn parse() -> Result<Opts, String> {
             "--trace" => o.trace = true,
             "--redis-only" => o.redis_only = true,
             "--redis-cycle" => o.redis_cycle = true,
+            "--redis-deployments" => o.redis_deployments = true,
             "--soak-only" => o.soak_only = true,
             "--shared-only" => o.shared_only = true,
             "--latency-ms" => {
@@ -146,7 +153,8 @@ fn parse() -> Result<Opts, String> {
             }
             "-h" | "--help" => {
                 return Err("usage: bench [--endpoints E] [--quick] [--json] [--no-go] \
-                            [--no-redis] [--redis-only] [--redis-cycle] [--shared-only] \
+                            [--no-redis] [--redis-only] [--redis-cycle] [--redis-deployments] \
+                            [--shared-only] \
                             [--soak-only] [--soak-secs N] \
                             [--soak-mode fair|unfair|both] [--trace] [--latency-ms D]"
                     .into());
@@ -187,6 +195,10 @@ fn main() -> ExitCode {
 async fn run(o: &Opts) -> Res<()> {
     if o.redis_cycle {
         print(&redis_rows::cycle_rows(o.quick).await?, o.json);
+        return Ok(());
+    }
+    if o.redis_deployments {
+        print(&redis_deployments::rows(o.quick).await?, o.json);
         return Ok(());
     }
     if o.redis_only {

@@ -20,7 +20,7 @@ use crate::workloads::{Fut2, Res, Run, sequential};
 
 /// One contender: its row name and mode, and one cycle.
 struct Contender {
-    name: &'static str,
+    name: String,
     mode: &'static str,
     cycle: Box<dyn FnMut() -> Fut2<()>>,
     /// Batch means, in seconds.
@@ -29,11 +29,7 @@ struct Contender {
 }
 
 impl Contender {
-    fn new(
-        name: &'static str,
-        mode: &'static str,
-        cycle: impl FnMut() -> Fut2<()> + 'static,
-    ) -> Self {
+    fn new(name: String, mode: &'static str, cycle: impl FnMut() -> Fut2<()> + 'static) -> Self {
         Contender {
             name,
             mode,
@@ -60,7 +56,7 @@ impl Contender {
             elapsed: runs.iter().map(|r| r.elapsed).sum(),
             lat: runs.into_iter().flat_map(|r| r.lat).collect(),
         };
-        Row::of(self.name, self.mode, 1, 1, &run)
+        Row::of(&self.name, self.mode, 1, 1, &run)
     }
 }
 
@@ -72,8 +68,38 @@ async fn connection(url: &str) -> Res<redis::aio::MultiplexedConnection> {
         .await?)
 }
 
-fn ping(c: redis::aio::MultiplexedConnection) -> Contender {
-    Contender::new("redis cycle: PING round trip (RT)", "-", move || {
+/// Where a set of rows runs: fairlock through `fairlock_url` (a server,
+/// a cluster or sentinels), the round trip, the floor and rslock on the
+/// master at `direct_url` (on a cluster, one whose slots hold `slot_tag`:
+/// their keys carry it as a hash tag); `label` names the deployment in
+/// the rows.
+pub struct Target<'a> {
+    pub fairlock_url: &'a str,
+    pub direct_url: &'a str,
+    pub slot_tag: Option<&'a str>,
+    pub label: &'a str,
+}
+
+impl Target<'_> {
+    /// A row name: `redis cycle[, label]: what`.
+    fn name(&self, what: &str) -> String {
+        match self.label {
+            "" => format!("redis cycle: {what}"),
+            label => format!("redis cycle, {label}: {what}"),
+        }
+    }
+
+    /// A key of the direct contenders, in the tag's slot if any.
+    fn direct_key(&self, prefix: &str, what: &str) -> String {
+        match self.slot_tag {
+            Some(tag) => format!("{prefix}{{{tag}}}{what}"),
+            None => format!("{prefix}{what}"),
+        }
+    }
+}
+
+fn ping(t: &Target<'_>, c: redis::aio::MultiplexedConnection) -> Contender {
+    Contender::new(t.name("PING round trip (RT)"), "-", move || {
         let mut c = c.clone();
         Box::pin(async move {
             let _: String = redis::cmd("PING").query_async(&mut c).await?;
@@ -84,14 +110,14 @@ fn ping(c: redis::aio::MultiplexedConnection) -> Contender {
 
 /// SET NX PX with a value unique per cycle, then the compare-and-delete
 /// (EVALSHA of a loaded script).
-fn floor(c: redis::aio::MultiplexedConnection, key: String) -> Contender {
+fn floor(t: &Target<'_>, c: redis::aio::MultiplexedConnection, key: String) -> Contender {
     let cad = redis::Script::new(
         "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end \
          return 0",
     );
     let mut n = 0u64;
     Contender::new(
-        "redis cycle: floor SET NX PX + Lua compare-and-del",
+        t.name("floor SET NX PX + Lua compare-and-del"),
         "-",
         move || {
             n += 1;
@@ -117,10 +143,10 @@ fn floor(c: redis::aio::MultiplexedConnection, key: String) -> Contender {
     )
 }
 
-fn fairlock(l: RedisLocker, fair: bool) -> Contender {
+fn fairlock(t: &Target<'_>, l: RedisLocker, fair: bool) -> Contender {
     let key = Key::from(if fair { "fair" } else { "unfair" });
     Contender::new(
-        "redis cycle: fairlock lock+unlock",
+        t.name("fairlock lock+unlock"),
         if fair { "fair" } else { "unfair" },
         move || {
             let (l, key) = (l.clone(), key.clone());
@@ -134,38 +160,46 @@ fn fairlock(l: RedisLocker, fair: bool) -> Contender {
 
 /// rslock's blocking acquire (`acquire_no_guard`, which loops until it
 /// holds the lock) and its `unlock`.
-fn rslock(url: &str, resource: Vec<u8>) -> Contender {
-    let rl = rslock::LockManager::new(vec![url.to_string()]);
-    Contender::new(
-        "redis cycle: peer rslock lock+unlock",
-        "unfair",
-        move || {
-            let (rl, resource) = (rl.clone(), resource.clone());
-            Box::pin(async move {
-                let lock = rl
-                    .acquire_no_guard(resource.as_slice(), TTL)
-                    .await
-                    .map_err(|e| format!("rslock: {e:?}"))?;
-                rl.unlock(&lock).await;
-                Ok(())
-            })
-        },
-    )
+fn rslock(t: &Target<'_>, resource: Vec<u8>) -> Contender {
+    let rl = rslock::LockManager::new(vec![t.direct_url.to_string()]);
+    Contender::new(t.name("peer rslock lock+unlock"), "unfair", move || {
+        let (rl, resource) = (rl.clone(), resource.clone());
+        Box::pin(async move {
+            let lock = rl
+                .acquire_no_guard(resource.as_slice(), TTL)
+                .await
+                .map_err(|e| format!("rslock: {e:?}"))?;
+            rl.unlock(&lock).await;
+            Ok(())
+        })
+    })
 }
 
 /// The interleaved rows on the server at `url`: `rounds` rounds of one
 /// batch of `batch` cycles per contender.
 pub async fn rows(url: &str, prefix: &str, rounds: usize, batch: usize) -> Res<Vec<Row>> {
+    let target = Target {
+        fairlock_url: url,
+        direct_url: url,
+        slot_tag: None,
+        label: "",
+    };
+    rows_on(&target, prefix, rounds, batch).await
+}
+
+/// The interleaved rows on `t`.
+pub async fn rows_on(t: &Target<'_>, prefix: &str, rounds: usize, batch: usize) -> Res<Vec<Row>> {
     let locker = |fair: bool| {
-        let config = RedisConfig::new([url]).with_prefix(prefix);
+        let config = RedisConfig::new([t.fairlock_url]).with_prefix(prefix);
         RedisLocker::connect(config, fair)
     };
+    let url = t.direct_url;
     let mut all = vec![
-        ping(connection(url).await?),
-        floor(connection(url).await?, format!("{prefix}floor")),
-        fairlock(locker(false).await?, false),
-        fairlock(locker(true).await?, true),
-        rslock(url, format!("{prefix}rslock").into_bytes()),
+        ping(t, connection(url).await?),
+        floor(t, connection(url).await?, t.direct_key(prefix, "floor")),
+        fairlock(t, locker(false).await?, false),
+        fairlock(t, locker(true).await?, true),
+        rslock(t, t.direct_key(prefix, "rslock").into_bytes()),
     ];
     // Connections up, scripts loaded, subscriptions ready.
     for c in &mut all {
@@ -183,9 +217,10 @@ pub async fn rows(url: &str, prefix: &str, rounds: usize, batch: usize) -> Res<V
     let (rt, fl, rs) = (ping.median(), floor.median(), rslock.median());
     let (un, fa) = (unfair.median(), fair.median());
     eprintln!(
-        "bench: redis cycle, median of {rounds} batch means of {batch}: PING {:.1} us, floor \
+        "bench: {}, median of {rounds} batch means of {batch}: PING {:.1} us, floor \
          {:.1} us, fairlock unfair {:.1} us, fair {:.1} us, rslock {:.1} us; fairlock/floor \
          {:.2} / {:.2}, fairlock/rslock {:.2} / {:.2}, rslock/floor {:.2}",
+        t.name("").trim_end_matches(": "),
         rt * 1e6,
         fl * 1e6,
         un * 1e6,
@@ -202,7 +237,7 @@ pub async fn rows(url: &str, prefix: &str, rounds: usize, batch: usize) -> Res<V
             lat: Vec::new(),
             elapsed: Duration::from_secs(1),
         };
-        let mut row = Row::of("redis cycle: fairlock / rslock", mode, 1, 1, &none);
+        let mut row = Row::of(&t.name("fairlock / rslock"), mode, 1, 1, &none);
         row.ops_per_s = 0.0;
         row.ratio(r, "x rslock (median of batch means)")
     };
