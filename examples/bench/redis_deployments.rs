@@ -91,20 +91,34 @@ async fn after_stop(
         held.lost().await;
         stopped.elapsed()
     };
-    let same_key = async {
-        let g = same.lock(&ctx, &Key::from("k")).await?;
-        let d = stopped.elapsed();
-        g.unlock().await?;
-        Ok::<_, fairlock::Error>(d)
-    };
-    let other_key = async {
-        let g = other.lock(&ctx, &Key::from("k2")).await?;
-        let d = stopped.elapsed();
-        g.unlock().await?;
-        Ok::<_, fairlock::Error>(d)
-    };
+    let same_key = granted(&same, &ctx, "k", stopped);
+    let other_key = granted(&other, &ctx, "k2", stopped);
     let (told, same_key, other_key) = tokio::join!(told, same_key, other_key);
     Ok((told, same_key?, other_key?))
+}
+
+/// How long from `stopped` until `locker` is granted `key`, retrying
+/// every 20 ms while the deployment refuses (a `lock` whose first request
+/// finds no master fails at once: the caller retries, as this does).
+async fn granted(
+    locker: &RedisLocker,
+    ctx: &Context,
+    key: &str,
+    stopped: Instant,
+) -> fairlock::Result<Duration> {
+    loop {
+        match locker.lock(ctx, &Key::from(key)).await {
+            Ok(g) => {
+                let d = stopped.elapsed();
+                g.unlock().await?;
+                return Ok(d);
+            }
+            Err(e @ (fairlock::Error::Timeout { .. } | fairlock::Error::Cancelled { .. })) => {
+                return Err(e);
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
 }
 
 async fn lockers(url: &str, prefix: &str) -> Res<[RedisLocker; 3]> {
@@ -165,11 +179,19 @@ async fn cluster_failover(c: &RedisCluster) -> Res<Vec<Row>> {
     let mut m = redis::Client::open(format!("redis://127.0.0.1:{}", old.port))?
         .get_multiplexed_async_connection()
         .await?;
-    let acked: i64 = redis::cmd("WAIT")
-        .arg(1)
-        .arg(5000)
-        .query_async(&mut m)
-        .await?;
+    // WAIT in short steps: the client's response timeout is shorter than
+    // the replica's once-a-second acknowledgement.
+    let mut acked: i64 = 0;
+    for _ in 0..50 {
+        acked = redis::cmd("WAIT")
+            .arg(1)
+            .arg(200)
+            .query_async(&mut m)
+            .await?;
+        if acked >= 1 {
+            break;
+        }
+    }
     if acked < 1 {
         return Err("the lock key did not reach the replica".into());
     }
@@ -193,13 +215,8 @@ async fn cluster_failover(c: &RedisCluster) -> Res<Vec<Row>> {
             Err("the cluster lost a lock its new master has")
         }
     };
-    let another = async {
-        let ctx = Context::background().with_timeout(Duration::from_secs(120));
-        let g = other.lock(&ctx, &Key::from("k2")).await?;
-        let d = stopped.elapsed();
-        g.unlock().await?;
-        Ok::<_, fairlock::Error>(d)
-    };
+    let ctx = Context::background().with_timeout(Duration::from_secs(120));
+    let another = granted(&other, &ctx, "k2", stopped);
     let (promoted, kept, another) = tokio::join!(promoted, kept, another);
     let (kept, another) = (kept?, another?);
     held.unlock().await?;
