@@ -1,6 +1,6 @@
 //! The Redis deployments (`--redis-deployments`): the uncontended cycle
-//! on a 3-master cluster (with a replica each) and on a master behind
-//! three sentinels, interleaved as on one server (`redis_cycle.rs`), with
+//! on one server, on a 3-master cluster (with a replica each) and on a
+//! master behind three sentinels, interleaved as on one server (`redis_cycle.rs`), with
 //! rslock (which has no cluster or sentinel client) on the master that
 //! holds its key; and one failover of each, a master stopped under a held
 //! lock: behind sentinels one whose key the replica lacks (as when the
@@ -243,6 +243,13 @@ async fn cluster_failover(c: &RedisCluster) -> Res<Vec<Row>> {
 pub async fn rows(quick: bool) -> Res<Vec<Row>> {
     let (rounds, batch) = if quick { (10, 100) } else { (20, 200) };
     let mut rows = Vec::new();
+
+    // One server first, so that the three deployments' rows come from one
+    // run.
+    let one = crate::support::redis_server::start_many(1);
+    eprintln!("bench: redis {}", one[0].url);
+    rows.extend(redis_cycle::rows(&one[0].url, &prefix("one"), rounds, batch).await?);
+    drop(one);
 
     let cluster = RedisCluster::start();
     let tag = "bench";
