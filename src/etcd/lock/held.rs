@@ -6,14 +6,14 @@ use std::sync::Arc;
 use tokio::task::{AbortHandle, JoinHandle};
 use tokio_util::sync::CancellationToken;
 
-use crate::etcd::client::request::{request, retry_backoff};
-use crate::etcd::client::watch::{Events, Target, WatchMsg};
+use crate::etcd::client::request::request;
 use crate::etcd::protocol::keys::{LockKeys, Successor};
 #[cfg(doc)]
 use crate::etcd::protocol::queue::LOOKAHEAD;
 use crate::etcd::protocol::queue::{lookup_query, successors};
 use crate::etcd::protocol::release::Holder;
 use crate::etcd::session::handout::{Lease, margin};
+use crate::etcd::session::held_key::until_changed;
 use crate::etcd::session::revival::Holding;
 use crate::etcd::session::slots::Slot;
 use crate::etcd::session::state::LockerState;
@@ -175,53 +175,10 @@ async fn watch_lock_key(
     (token, lease): (i64, Arc<Lease>),
     (lost, loss): (CancellationToken, LossCell),
 ) {
-    let mut backoff = retry_backoff();
-    // Replays every change since the grant: none can slip by.
-    let mut from = token + 1;
-    while !lost.is_cancelled() {
-        let target = Target {
-            key: lock.clone(),
-            range_end: None,
-            start_revision: Some(from),
-            events: Events::All,
-        };
-        if let Ok(mut sub) = state.hub.subscribe(target).await {
-            loop {
-                match sub.recv().await {
-                    WatchMsg::Events { events } if events.iter().any(|e| e.key == lock) => {
-                        let rewritten = events.iter().any(|e| e.key == lock && e.put);
-                        loss.record(key_change_cause(&state, &lease, rewritten).await);
-                        observe::loss_cause(
-                            "etcd",
-                            format_args!("token {token}"),
-                            "lock key changed",
-                        );
-                        lost.cancel();
-                        return;
-                    }
-                    WatchMsg::Ended(_) => break,
-                    _ => {}
-                }
-            }
-        }
-        // Compacted past our grant, or etcd unreachable (the lease deadline
-        // covers that): read the key itself before watching again.
-        if let Ok(resp) = state
-            .get("lock key check", lock.clone(), Default::default())
-            .await
-        {
-            if resp.kvs().first().map(|kv| kv.mod_revision()) != Some(token) {
-                let rewritten = !resp.kvs().is_empty();
-                loss.record(key_change_cause(&state, &lease, rewritten).await);
-                observe::loss_cause("etcd", format_args!("token {token}"), "lock key changed");
-                lost.cancel();
-                return;
-            }
-            if let Some(header) = resp.header() {
-                from = header.revision() + 1;
-            }
-        }
-        backoff.sleep().await;
+    if let Some(rewritten) = until_changed(&state, &lock, token, &lost).await {
+        loss.record(key_change_cause(&state, &lease, rewritten).await);
+        observe::loss_cause("etcd", format_args!("token {token}"), "lock key changed");
+        lost.cancel();
     }
 }
 

@@ -12,9 +12,12 @@
 //! - `handout.rs`: the locker's current lease, handed out once a renewal
 //!   counted, and revived for its waiters after it lapsed here only;
 //! - `state.rs`: what one locker's operations share: its connection,
-//!   settings, session, entry names and watches.
+//!   settings, session, entry names and watches;
+//! - `held_key.rs`: watching a held key until it changes (the loss watch
+//!   of a lock key and of a line entry).
 
 pub(crate) mod handout;
+pub(crate) mod held_key;
 pub(crate) mod lease;
 pub(crate) mod renewal;
 pub(crate) mod revival;

@@ -10,10 +10,10 @@ use tokio_util::sync::CancellationToken;
 use super::depart::{Leaving, depart};
 use crate::etcd::client::error::{EtcdError, EtcdResult};
 use crate::etcd::client::request::retry_backoff;
-use crate::etcd::client::watch::{Events, Target, WatchMsg};
 use crate::etcd::protocol::line::LineKeys;
 use crate::etcd::protocol::shared::held_since;
 use crate::etcd::session::handout::Lease;
+use crate::etcd::session::held_key::until_changed;
 use crate::etcd::session::revival::Holding;
 use crate::etcd::session::slots::Slot;
 use crate::etcd::session::state::LockerState;
@@ -167,43 +167,8 @@ async fn watch_entry(
     lease: Arc<Lease>,
     (lost, loss): (CancellationToken, LossCell),
 ) {
-    let mut backoff = retry_backoff();
-    let mut from = token + 1;
-    while !lost.is_cancelled() {
-        let target = Target {
-            key: entry.clone(),
-            range_end: None,
-            start_revision: Some(from),
-            events: Events::All,
-        };
-        if let Ok(mut sub) = state.hub.subscribe(target).await {
-            loop {
-                match sub.recv().await {
-                    WatchMsg::Events { events } if events.iter().any(|e| e.key == entry) => {
-                        loss.record(lease.loss.get().unwrap_or(LossCause::KeyChanged));
-                        lost.cancel();
-                        return;
-                    }
-                    WatchMsg::Ended(_) => break,
-                    _ => {}
-                }
-            }
-        }
-        // Compacted past the grant, or etcd unreachable (the lease deadline
-        // covers that): read the entry before watching again.
-        if let Ok(resp) = state
-            .get("entry check", entry.clone(), Default::default())
-            .await
-        {
-            if resp.kvs().first().map(|kv| kv.mod_revision()) != Some(token) {
-                loss.record(lease.loss.get().unwrap_or(LossCause::KeyChanged));
-                lost.cancel();
-                return;
-            }
-            if let Some(header) = resp.header() {
-                from = header.revision() + 1;
-            }
-        }
-        backoff.sleep().await;
+    if until_changed(&state, &entry, token, &lost).await.is_some() {
+        loss.record(lease.loss.get().unwrap_or(LossCause::KeyChanged));
+        lost.cancel();
     }
 }
