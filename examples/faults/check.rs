@@ -67,6 +67,20 @@ pub fn check(inp: Input<'_>) -> Report {
     pauses(&inp, &mut v, &mut notes);
     order(&inp, &mut v, &mut notes);
     crate::net_check::check(&inp, &mut v, &mut notes);
+    recovery(&inp, &mut v, &mut notes);
+    leftovers(&inp, &mut v);
+    let rows = rows(&inp, &v);
+    Report {
+        mode: if inp.fair { "fair" } else { "unfair" },
+        rows,
+        violations: v,
+        notes,
+    }
+}
+
+/// Checker 4: after each fault heals, a lock is granted again within the
+/// injection's bound (or reported as known with `--known-slow`).
+pub fn recovery(inp: &Input<'_>, v: &mut Vec<Violation>, notes: &mut Vec<String>) {
     for inj in inp.injections.iter().filter(|i| !i.missed) {
         let bound = inj.bound(inp.opts);
         let took = inj
@@ -103,6 +117,10 @@ pub fn check(inp: Input<'_>) -> Report {
             });
         }
     }
+}
+
+/// Checker 5: no keys under the lock prefix and no leases after the phase.
+pub fn leftovers(inp: &Input<'_>, v: &mut Vec<Violation>) {
     let (keys, leases) = &inp.leftovers;
     if !keys.is_empty() || !leases.is_empty() {
         v.push(Violation {
@@ -113,13 +131,6 @@ pub fn check(inp: Input<'_>) -> Report {
                  (waited TTL + election timeout + margin)"
             ),
         });
-    }
-    let rows = rows(&inp, &v);
-    Report {
-        mode: if inp.fair { "fair" } else { "unfair" },
-        rows,
-        violations: v,
-        notes,
     }
 }
 
@@ -361,7 +372,7 @@ fn pause_in(inp: &Input<'_>, proc: usize, from: u64, to: u64) -> Option<(u64, u6
 }
 
 /// What `proc` did with `token` after `after`: its events for that token.
-fn after(log: &Log, proc: usize, token: u64, after: u64) -> Vec<&Ev> {
+pub fn after(log: &Log, proc: usize, token: u64, after: u64) -> Vec<&Ev> {
     log.procs.get(&proc).map_or(Vec::new(), |p| {
         p.events
             .iter()
@@ -565,7 +576,7 @@ fn explain(inp: &Input<'_>, a: &Interval, b: &Interval) -> String {
 
 /// Checker 2, from the paused holder's side: after every pause past the
 /// TTL it must see the loss, and no write of its may be accepted.
-fn pauses(inp: &Input<'_>, v: &mut Vec<Violation>, notes: &mut Vec<String>) {
+pub fn pauses(inp: &Input<'_>, v: &mut Vec<Violation>, notes: &mut Vec<String>) {
     let (mut fenced_local, mut fenced_etcd, mut after_write) = (0, 0, 0);
     for inj in inp.injections.iter().filter(|i| !i.missed) {
         let (Some(proc), Some((_, cont))) = (inj.target, inj.pause) else {

@@ -11,7 +11,8 @@ use crate::check::{self, Report};
 use crate::events::{Kind, Shared};
 use crate::net_phases::NetEnv;
 use crate::support::cluster::{Cluster, ELECTION_TIMEOUT, send_signal};
-use crate::{BoxError, Opts, history, mono_ns, worker};
+use crate::workload::Workload;
+use crate::{BoxError, Opts, election_check, history, mono_ns, observer, worker};
 
 /// etcd members.
 pub const MEMBERS: usize = 3;
@@ -214,6 +215,9 @@ pub async fn phases(
         // Whatever happened, no worker outlives the phase.
         phase.stop_workers().await;
         result?;
+        if o.workload == Workload::Election {
+            phase.finale = phase.converge().await?;
+        }
         let report = phase.check().await?;
         reports.push(report);
     }
@@ -232,6 +236,10 @@ pub struct Phase<'a> {
     next_proc: usize,
     injections: Vec<Injection>,
     first_revision: i64,
+    /// The election workload's observer process.
+    observer: Option<Slot>,
+    /// What the election workload's end showed (`converge`).
+    finale: Vec<election_check::Finding>,
 }
 
 impl<'a> Phase<'a> {
@@ -260,6 +268,8 @@ impl<'a> Phase<'a> {
             next_proc: 0,
             injections: Vec::new(),
             first_revision,
+            observer: None,
+            finale: Vec::new(),
         })
     }
 
@@ -315,6 +325,115 @@ impl<'a> Phase<'a> {
         Ok(())
     }
 
+    /// Starts the election workload's observer, outside the worker slots.
+    fn spawn_observer(&mut self) -> Result<(), BoxError> {
+        let proc = self.next_proc;
+        self.next_proc += 1;
+        let argv = observer::Args::to_argv(&self.cluster.endpoints(), &self.locks(), self.o);
+        let mut child = Command::new(std::env::current_exe()?)
+            .args(argv)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let stdout = child.stdout.take().ok_or("no observer stdout")?;
+        self.shared.read(proc, child.id(), stdout);
+        self.observer = Some(Slot {
+            proc,
+            stdin: child.stdin.take(),
+            child,
+        });
+        Ok(())
+    }
+
+    /// Observers converge: with the workers gone, the orchestrator itself
+    /// campaigns; the observer's last state must become its term (as
+    /// `leader()` reads it) within the liveness bound, and after it
+    /// resigns the empty seat `leader()` reads. Then the observer stops.
+    async fn converge(&mut self) -> Result<Vec<election_check::Finding>, BoxError> {
+        let Some(obs) = self.observer.as_ref().map(|s| s.proc) else {
+            return Ok(Vec::new());
+        };
+        let config = observer::config(
+            self.cluster.endpoints(),
+            &self.locks(),
+            self.o.ttl,
+            self.o.request_timeout,
+        );
+        let locker = fairlock::etcd::EtcdLocker::connect(config, true).await?;
+        let election = fairlock::Key::from(crate::workload::ELECTION);
+        let mut findings = Vec::new();
+        // A killed worker's lease may hold the seat for a TTL yet.
+        let ctx = fairlock::Context::background().with_timeout(Duration::from_secs(30));
+        let leadership = fairlock::Locker::campaign(&locker, &ctx, &election, b"end".to_vec()).await?;
+        let what = "the orchestrator leads";
+        findings.push(self.observer_matches(&locker, &election, obs, what).await);
+        leadership.resign().await?;
+        let what = "the seat is empty";
+        findings.push(self.observer_matches(&locker, &election, obs, what).await);
+        let _ = locker.close().await;
+        if let Some(mut slot) = self.observer.take() {
+            drop(slot.stdin.take());
+            let bye = self
+                .shared
+                .wait_for(Instant::now() + Duration::from_secs(30), |log| {
+                    log.procs
+                        .get(&obs)
+                        .is_some_and(|p| p.events.iter().any(|e| e.kind == Kind::Bye))
+                        .then_some(())
+                })
+                .await;
+            if bye.is_none() {
+                let _ = slot.child.kill();
+            }
+            let _ = slot.child.wait();
+        }
+        Ok(findings)
+    }
+
+    /// Reads `leader()` and waits (the liveness bound) for observer
+    /// `obs`'s last state to be the same term.
+    async fn observer_matches(
+        &self,
+        locker: &fairlock::etcd::EtcdLocker,
+        election: &fairlock::Key,
+        obs: usize,
+        what: &str,
+    ) -> election_check::Finding {
+        use fairlock::Locker as _;
+        let bound = self.o.ttl + ELECTION_TIMEOUT + self.o.margin;
+        let read = retrying("leader()", || async {
+            Ok(locker.leader(election).await?.map_or(0, |l| l.fencing_token))
+        })
+        .await;
+        let term = match read {
+            Ok(term) => term,
+            Err(e) => {
+                return election_check::Finding {
+                    ok: false,
+                    text: format!("{what}: {e}"),
+                };
+            }
+        };
+        let seen = self
+            .shared
+            .wait_for(Instant::now() + bound, |log| {
+                (last_observed(log, obs) == Some(term)).then_some(())
+            })
+            .await;
+        election_check::Finding {
+            ok: seen.is_some(),
+            text: format!(
+                "{what}: leader() read term {term} (0: none); the observer's last state {} \
+                 within {} ms",
+                match seen {
+                    Some(()) => "matched it".to_string(),
+                    None => format!("was {:?}", last_observed(&self.shared.lock(), obs)),
+                },
+                bound.as_millis()
+            ),
+        }
+    }
+
     async fn run(&mut self, schedule: &[Fault]) -> Result<(), BoxError> {
         let chosen = |f: &Fault| {
             *f == Fault::Baseline
@@ -327,6 +446,9 @@ impl<'a> Phase<'a> {
         let schedule: Vec<Fault> = schedule.iter().copied().filter(chosen).collect();
         for slot in 0..self.o.workers {
             self.spawn(slot)?;
+        }
+        if self.o.workload == Workload::Election {
+            self.spawn_observer()?;
         }
         // Start once every worker has taken the lock at least once.
         let workers = self.o.workers;
@@ -484,15 +606,20 @@ impl<'a> Phase<'a> {
     /// orchestrator's other requests: its connection to a member that was
     /// killed and restarted before may fail once.
     async fn revoke_lock_lease(&self, token: u64) -> Result<(), BoxError> {
-        let key = format!("{}{}", self.locks(), worker::LOCK_KEY);
+        // The other workloads' guards fence by their entry, some key under
+        // the lock prefix: the one whose mod revision is the token.
+        let (key, scope) = match self.o.workload {
+            Workload::Mutex => (format!("{}{}", self.locks(), worker::LOCK_KEY), None),
+            _ => (self.locks(), Some(GetOptions::new().with_prefix())),
+        };
         retrying("lease revoke", || {
-            let (mut client, key) = (self.client.clone(), key.clone());
+            let (mut client, key, scope) = (self.client.clone(), key.clone(), scope.clone());
             async move {
-                let held = client.get(key, None).await?;
+                let held = client.get(key, scope).await?;
                 let lease = held
                     .kvs()
-                    .first()
-                    .filter(|kv| u64::try_from(kv.mod_revision()).ok() == Some(token))
+                    .iter()
+                    .find(|kv| u64::try_from(kv.mod_revision()).ok() == Some(token))
                     .map(|kv| kv.lease());
                 match lease {
                     Some(lease) => match client.lease_revoke(lease).await {
@@ -612,7 +739,7 @@ impl<'a> Phase<'a> {
         if let Some(dir) = &self.o.dump {
             dump(dir, self.fair, &log, &changes, &self.injections)?;
         }
-        Ok(check::check(check::Input {
+        let input = check::Input {
             fair: self.fair,
             opts: self.o,
             log,
@@ -621,7 +748,12 @@ impl<'a> Phase<'a> {
             lock_key: format!("{}{}", self.locks(), worker::LOCK_KEY),
             counter: self.counter(),
             leftovers,
-        }))
+        };
+        Ok(match self.o.workload {
+            Workload::Mutex => check::check(input),
+            Workload::Shared => crate::shared_check::check(input),
+            Workload::Election => election_check::check(input, std::mem::take(&mut self.finale)),
+        })
     }
 
     /// Keys under the lock prefix and leases still in etcd, once both are
@@ -665,12 +797,19 @@ impl<'a> Phase<'a> {
 
 impl Drop for Phase<'_> {
     fn drop(&mut self) {
-        for s in &mut self.slots {
+        for s in self.slots.iter_mut().chain(self.observer.as_mut()) {
             drop(s.stdin.take());
             let _ = s.child.kill();
             let _ = s.child.wait();
         }
     }
+}
+
+/// Observer `proc`'s last state in `log`: `Some(term)` (0: an empty seat).
+fn last_observed(log: &crate::events::Log, proc: usize) -> Option<u64> {
+    let p = log.procs.get(&proc)?;
+    let last = p.events.iter().rev().find(|e| e.kind == Kind::Observed)?;
+    Some(last.token)
 }
 
 /// Writes the phase's events, injections and etcd history as text.
