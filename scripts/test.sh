@@ -62,14 +62,15 @@ step "cargo clippy, all features"
 cargo clippy --all-targets --all-features -- -D warnings
 
 # Each feature set a library user can choose compiles without warnings on
-# its own, its unit tests included: a cfg mistake (code only one backend
-# calls, a type only one backend names) hides in the all-features build.
-# The unit tests run once, in the all-features rounds below.
+# its own, every target of it (tests, examples, the command) included: a
+# cfg mistake (code only one backend calls, a type only one backend names,
+# a test file without its required-features) hides in the all-features
+# build. The tests run once, in the all-features rounds below.
 for set in "--no-default-features" "--no-default-features --features etcd" \
   "--no-default-features --features redis" ""; do
   read -ra flags <<<"$set"
   step "cargo clippy, features: ${set:-default}"
-  cargo clippy "${flags[@]}" --lib --tests -- -D warnings
+  cargo clippy "${flags[@]}" --all-targets -- -D warnings
 done
 
 step "cargo doc"
@@ -114,7 +115,7 @@ if [[ "${FAIRLOCK_VALKEY:-1}" != 0 ]]; then
   valkey=$(ensure_valkey)
   step "Redis tests, Valkey $("$valkey" --version | sed -n 's/.* v=\([^ ]*\).*/\1/p')"
   REDIS_BIN=$valkey cargo test --all-features --test redis --test redlock --test redis_connect \
-    --test redis_foreign --test redis_hostile --test redis_cluster --test redis_sentinel \
+    --test redis_foreign --test redis_hostile --test redis_cluster --test redis_sentinel --test redis_election \
     --test tls_redis --test cli_redis "$@"
 fi
 

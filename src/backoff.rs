@@ -8,6 +8,7 @@ use std::time::Duration;
 /// `max`; `reset()` starts again from `first` after a success.
 #[derive(Debug, Clone)]
 pub(crate) struct Backoff {
+    #[cfg_attr(not(any(feature = "etcd", feature = "redis")), allow(dead_code))]
     first: Duration,
     max: Duration,
     current: Duration,
@@ -51,6 +52,7 @@ impl Backoff {
     }
 
     /// Starts again from the first pause (after a success).
+    #[cfg_attr(not(any(feature = "etcd", feature = "redis")), allow(dead_code))]
     pub(crate) fn reset(&mut self) {
         self.current = self.first;
     }

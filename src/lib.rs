@@ -102,6 +102,10 @@
 //! (processes queueing on one fair lock). Its `docs/` folder explains how
 //! the backends work, what they cost etcd and Redis, and how they behave
 //! under faults.
+// The futures of a lock call nest deeply (the Redis locker's, with its
+// election and line paths): computing their layout needs more query depth
+// than the default 128 on a fresh build.
+#![recursion_limit = "256"]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -109,7 +113,6 @@
 mod access;
 #[cfg(any(feature = "etcd", feature = "redis"))]
 mod backend;
-#[cfg(any(feature = "etcd", feature = "redis"))]
 mod backoff;
 mod context;
 mod duration;
@@ -119,6 +122,7 @@ mod env;
 mod error;
 mod expiry;
 mod fairness;
+mod guard;
 mod key;
 mod leader;
 mod leadership;
@@ -160,10 +164,11 @@ pub use election::{
     leader_stream,
 };
 pub use error::{BoxError, Error, Result};
+pub use guard::LockGuard;
 pub use key::{Key, MAX_KEY_LEN};
 pub use leader::{Leader, MAX_VALUE_LEN};
 pub use leadership::Leadership;
-pub use locker::{LockGuard, Locker};
+pub use locker::Locker;
 pub use loss::LossCause;
 pub use registry::{get_elector, get_locker, register_elector_provider, register_locker_provider};
 pub use status::{LeaseId, LockHolder, LockKind, LockStatus, LockWaiter, NodeCount};

@@ -1,17 +1,8 @@
-//! The `Locker` trait every backend implements, and the guard it hands out.
-
-use std::any::Any;
-use std::fmt;
-use std::sync::Once;
+//! The `Locker` trait every backend implements (its guard: `guard.rs`).
 
 use async_trait::async_trait;
-use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
-use crate::loss::LossCell;
-use crate::observe::{self, Granted, Holding, Site};
-use crate::unstoppable::Unstoppable;
-use crate::{Context, Expiry, Key, Leader, LeaderStream, Leadership, LossCause, Result};
+use crate::{Context, Key, Leader, LeaderStream, Leadership, LockGuard, Result};
 
 /// A source of distributed locks: one backend, one mode (fair or unfair).
 ///
@@ -40,6 +31,8 @@ pub trait Locker: Send + Sync + 'static {
     /// Takes the lock if it is free now, without waiting.
     ///
     /// In fair mode the lock counts as taken while anyone is queued for it.
+    /// On a key in use by readers and writers it is
+    /// [`Locker::try_write_lock`].
     ///
     /// # Errors
     /// [`crate::Error::InvalidKey`] for a bad key; backend errors.
@@ -51,6 +44,10 @@ pub trait Locker: Send + Sync + 'static {
 
     /// Waits until the lock is acquired, the context is cancelled or its
     /// deadline passes.
+    ///
+    /// On a key in use by readers and writers ([`Locker::read_lock`]) it
+    /// is the key's write lock ([`Locker::write_lock`]): it waits in the
+    /// key's line, behind the readers and writers that came first.
     ///
     /// # Errors
     /// [`crate::Error::Timeout`] or [`crate::Error::Cancelled`] when the
@@ -87,9 +84,13 @@ pub trait Locker: Send + Sync + 'static {
     ///
     /// # Errors
     /// As [`Locker::lock`]; [`crate::Error::InvalidKey`] when `key` is in
-    /// use as a semaphore or a mutex ([`Locker::lock`]): give each kind of
-    /// lock its own keys; [`crate::Error::Unsupported`] from a backend
-    /// without read/write locks (Redis).
+    /// use as a semaphore: give each kind of lock its own keys;
+    /// [`crate::Error::Unsupported`] from a backend without read/write
+    /// locks (Redlock). A key held or awaited as a mutex ([`Locker::lock`])
+    /// is waited for: the read lock joins the key's line once the mutex is
+    /// free and nobody waits for it (it looks again after pauses of up to
+    /// half a second, so a mutex that is never free keeps it out); `lock`
+    /// calls after that join the line as writers.
     ///
     /// # Cancel safety
     /// As [`Locker::lock`].
@@ -113,8 +114,10 @@ pub trait Locker: Send + Sync + 'static {
 
     /// Waits until `key` is held for writing: alone, once every reader and
     /// writer ahead of it has released it. It excludes the readers and
-    /// writers of [`Locker::read_lock`] and this method; it knows nothing
-    /// of [`Locker::lock`], which is a lock of its own kind.
+    /// writers of [`Locker::read_lock`] and this method. [`Locker::lock`]
+    /// of a key in use by readers and writers is this method; of any other
+    /// key it is the mutex, which this method waits for as
+    /// [`Locker::read_lock`] does.
     ///
     /// # Errors
     /// As [`Locker::read_lock`].
@@ -166,7 +169,7 @@ pub trait Locker: Send + Sync + 'static {
     /// `n` of 0, or `n` over the limit; [`crate::Error::InvalidKey`] when
     /// `key` is in use with another limit, as a read/write lock or as a
     /// mutex; [`crate::Error::Unsupported`] from a backend without
-    /// semaphores (Redis).
+    /// semaphores (Redlock).
     ///
     /// # Cancel safety
     /// As [`Locker::lock`].
@@ -234,7 +237,7 @@ pub trait Locker: Send + Sync + 'static {
     ///
     /// # Errors
     /// As [`crate::Elector::campaign`]; [`crate::Error::Unsupported`] from
-    /// a backend without elections (Redis).
+    /// a backend without elections (Redlock).
     ///
     /// # Cancel safety
     /// As [`crate::Elector::campaign`]: dropping the future leaves the line,
@@ -248,7 +251,7 @@ pub trait Locker: Send + Sync + 'static {
     ///
     /// # Errors
     /// As [`crate::Elector::leader`]; [`crate::Error::Unsupported`] from a
-    /// backend without elections (Redis).
+    /// backend without elections (Redlock).
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
@@ -299,338 +302,6 @@ pub trait Locker: Send + Sync + 'static {
 /// The error of a backend without `what`.
 fn unsupported(what: &str) -> crate::Error {
     crate::Error::Unsupported(format!(
-        "this backend has no {what}; etcd and the in-memory backend have them"
+        "this backend has no {what}; etcd, Redis and the in-memory backend have them"
     ))
-}
-
-/// What a backend does to release one held lock; the inside of a [`LockGuard`].
-///
-/// For backend authors: a backend implements it to build guards with
-/// [`LockGuard::new`] (see [`crate::provider`]).
-#[async_trait]
-pub trait GuardRelease: Any + Send + Sync {
-    /// Releases the lock. Runs at most once per guard.
-    async fn release(self: Box<Self>) -> Result<()>;
-
-    /// Starts watching for a loss the lease deadline cannot see (the lock
-    /// key deleted or taken over by someone else), cancelling `lost` when it
-    /// happens. Called at most once, when the guard's owner first asks for
-    /// [`LockGuard::lost`] or [`LockGuard::lost_token`]; the watch must end
-    /// when the guard is released. The default watches nothing.
-    fn watch_for_loss(&self, lost: CancellationToken) {
-        let _ = lost;
-    }
-
-    /// Why the lock was lost, once the backend knows (see
-    /// [`LockGuard::loss_cause`]). The default knows nothing.
-    fn loss_cause(&self) -> Option<LossCause> {
-        None
-    }
-}
-
-impl Granted for LockGuard {
-    fn fencing_token(&self) -> u64 {
-        self.token
-    }
-
-    /// Counts the guard as held from now on, for the metrics and events
-    /// of `site` (see `observe.rs`).
-    fn observed(mut self, site: Site) -> Self {
-        self.holding = Some(Holding::start(
-            site,
-            &self.key,
-            self.token,
-            self.expiry.clone(),
-            self.lost.clone(),
-        ));
-        self
-    }
-}
-
-/// Proof of holding a lock; releases it on [`LockGuard::unlock`] or drop.
-///
-/// `unlock().await` is the documented path: it reports errors (such as a
-/// lock lost to lease expiry). Dropping the guard releases the lock in the
-/// background on the current tokio runtime and never blocks; outside a
-/// runtime the lock is freed when its lease expires.
-///
-/// # Knowing the lock is still held
-/// A lease-based lock can be lost while held: the holder pauses past its
-/// lease, or cannot reach the servers for that long. [`LockGuard::is_held`]
-/// answers from a local monotonic deadline (the last renewal the server
-/// acknowledged, plus the TTL, minus a margin), so a holder waking from a
-/// long pause learns it at once, before it touches the resource.
-/// [`LockGuard::lost`] and [`LockGuard::lost_token`] signal the loss as it
-/// happens, including the lock key being deleted or taken over by someone
-/// else. None of this makes a paused holder safe by itself: pass
-/// [`LockGuard::fencing_token`] to the resource (or, on etcd, use
-/// `fairlock::etcd::FencedTxn`).
-#[must_use = "if unused the lock is released at once"]
-#[clippy::has_significant_drop]
-pub struct LockGuard {
-    key: Key,
-    token: u64,
-    lost: CancellationToken,
-    expiry: Option<Expiry>,
-    watch: Once,
-    release: Option<Box<dyn GuardRelease>>,
-    /// The cause given by [`LockGuard::mark_lost`].
-    marked: LossCell,
-    /// Metrics and events of a guard from this crate's backends.
-    holding: Option<Holding>,
-}
-
-impl LockGuard {
-    /// Builds a guard; for backend authors (see [`crate::provider`]), not
-    /// for applications, which get guards from [`Locker::lock`] and
-    /// [`Locker::try_lock`]. Without [`LockGuard::with_loss_signal`] the
-    /// guard is never reported lost.
-    pub fn new(key: Key, fencing_token: u64, release: Box<dyn GuardRelease>) -> Self {
-        LockGuard {
-            key,
-            token: fencing_token,
-            lost: CancellationToken::new(),
-            expiry: None,
-            watch: Once::new(),
-            release: Some(release),
-            marked: LossCell::default(),
-            holding: None,
-        }
-    }
-
-    /// Ties the guard to its backend's loss signals: `lost` is cancelled by
-    /// the backend when the lock is known lost (its session ended, or the
-    /// lease `expiry` passed); the guard also checks `expiry` itself. For
-    /// backend authors (see [`crate::provider`]).
-    pub fn with_loss_signal(mut self, lost: CancellationToken, expiry: Option<Expiry>) -> Self {
-        self.lost = lost;
-        self.expiry = expiry;
-        self
-    }
-
-    /// `true` while the lock is held as far as this process can tell.
-    ///
-    /// Cheap and local: no request is sent. `false` once the lease's local
-    /// deadline has passed or a loss was observed; never `true` again after
-    /// that. `true` is not a promise that the lock will still be held a
-    /// moment later: fence writes to the resource with
-    /// [`LockGuard::fencing_token`].
-    #[must_use]
-    pub fn is_held(&self) -> bool {
-        if self.lost.is_cancelled() {
-            return false;
-        }
-        if self.expiry.as_ref().is_some_and(Expiry::has_passed) {
-            self.lost.cancel();
-            return false;
-        }
-        true
-    }
-
-    /// Until when the lock is known held, on this process's monotonic
-    /// clock: the lease's local deadline, which each acknowledged renewal
-    /// moves to when that renewal was sent plus the TTL less a safety
-    /// margin, so never past the server's own expiry. `None` once the lock
-    /// is known lost, or if the backend keeps no deadline (the in-memory
-    /// one). Like [`LockGuard::is_held`] it promises nothing about the next
-    /// moment; it tells how much work may still fit before a renewal must
-    /// have been acknowledged.
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # fn demo(guard: &fairlock::LockGuard) {
-    /// use std::time::{Duration, Instant};
-    ///
-    /// let left = guard.valid_until().map(|t| t.saturating_duration_since(Instant::now()));
-    /// if left.is_some_and(|left| left > Duration::from_secs(1)) {
-    ///     // ... start another batch ...
-    /// }
-    /// # }
-    /// ```
-    #[must_use]
-    pub fn valid_until(&self) -> Option<std::time::Instant> {
-        if !self.is_held() {
-            return None;
-        }
-        self.expiry.as_ref().map(Expiry::deadline)
-    }
-
-    /// Resolves when the lock is lost: the lease's local deadline passed,
-    /// the session ended, or the lock key was deleted or taken over by
-    /// someone else. Never resolves while the lock stays held.
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # async fn demo(locker: &dyn fairlock::Locker) -> fairlock::Result<()> {
-    /// # async fn do_work() {}
-    /// use fairlock::{Context, Key};
-    ///
-    /// let guard = locker.lock(&Context::background(), &Key::from("jobs/export")).await?;
-    /// tokio::select! {
-    ///     () = do_work() => guard.unlock().await?,
-    ///     () = guard.lost() => eprintln!("lost the lock; stopped the work"),
-    /// }
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Cancel safety
-    /// Cancel safe: it only waits.
-    pub async fn lost(&self) {
-        self.watch_for_loss();
-        tokio::select! {
-            () = self.lost.cancelled() => {}
-            () = async {
-                match &self.expiry {
-                    Some(expiry) => expiry.passed().await,
-                    None => std::future::pending().await,
-                }
-            } => self.lost.cancel(),
-        }
-    }
-
-    /// A token cancelled when the lock is lost (see [`LockGuard::lost`]),
-    /// for a critical section to select on or to pass to its own tasks.
-    #[must_use]
-    pub fn lost_token(&self) -> CancellationToken {
-        self.watch_for_loss();
-        self.lost.clone()
-    }
-
-    /// Why the lock was lost: `None` while it is held (as
-    /// [`LockGuard::is_held`] sees it); once lost, the cause the backend
-    /// recorded (the lock key deleted or taken over, the lease ended on the
-    /// server), else [`LossCause::Expired`] when the lease's local deadline
-    /// passed, else [`LossCause::Unspecified`].
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # async fn demo(guard: fairlock::LockGuard) {
-    /// guard.lost().await;
-    /// eprintln!("lost: {}", guard.loss_cause().expect("lost"));
-    /// # }
-    /// ```
-    #[must_use]
-    pub fn loss_cause(&self) -> Option<LossCause> {
-        if self.is_held() {
-            return None;
-        }
-        let expired = self.expiry.as_ref().is_some_and(Expiry::has_passed);
-        Some(
-            self.release
-                .as_ref()
-                .and_then(|r| r.loss_cause())
-                .or_else(|| self.marked.get())
-                .unwrap_or(if expired {
-                    LossCause::Expired
-                } else {
-                    LossCause::Unspecified
-                }),
-        )
-    }
-
-    /// Marks the lock lost (a backend saw a fenced write rejected because
-    /// the lock key changed), with `cause` unless the backend knows better.
-    #[cfg(feature = "etcd")]
-    pub(crate) fn mark_lost(&self, cause: LossCause) {
-        self.marked.record(cause);
-        self.lost.cancel();
-    }
-
-    /// The backend's part of the guard, for backend-specific operations.
-    #[cfg(feature = "etcd")]
-    pub(crate) fn backend(&self) -> Option<&dyn Any> {
-        self.release.as_deref().map(|r| r as &dyn Any)
-    }
-
-    fn watch_for_loss(&self) {
-        if let Some(release) = &self.release {
-            self.watch
-                .call_once(|| release.watch_for_loss(self.lost.clone()));
-        }
-    }
-
-    /// The lock's key.
-    #[must_use]
-    pub fn key(&self) -> &Key {
-        &self.key
-    }
-
-    /// A number that grows strictly with every new holder of this key.
-    ///
-    /// Pass it to the resource you protect and have the resource reject
-    /// tokens lower than the highest it has seen: that keeps a holder that
-    /// was paused past its lease from doing harm. On etcd it is the revision
-    /// at which this holder was granted the lock key. Tokens of different
-    /// keys are unrelated: two keys may have the same one.
-    #[must_use]
-    pub fn fencing_token(&self) -> u64 {
-        self.token
-    }
-
-    /// Releases the lock.
-    ///
-    /// # Errors
-    /// [`crate::Error::LockLost`] if the lock was no longer held (for example
-    /// its lease expired); backend errors.
-    ///
-    /// # Cancel safety
-    /// If the future is dropped (within a tokio runtime) the release goes
-    /// on in the background.
-    pub async fn unlock(mut self) -> Result<()> {
-        let Some(release) = self.release.take() else {
-            return Ok(());
-        };
-        let span = observe::unlock_span(self.holding.as_ref(), &self.key);
-        let released = {
-            let _entered = span.enter();
-            self.holding.as_ref().is_some_and(|h| h.end("unlock"))
-        };
-        let result = Self::run_release(release).instrument(span.clone()).await;
-        if let (true, Err(e @ crate::Error::LockLost { .. }), Some(h)) =
-            (released, &result, &self.holding)
-        {
-            let _entered = span.enter();
-            h.lost_at_unlock(&self.key, e);
-        }
-        result
-    }
-
-    /// Runs a backend's release in the caller's task; if the caller drops
-    /// this future (a timeout, a `select!`), the release goes on in a task
-    /// of its own rather than stopping half way.
-    async fn run_release(release: Box<dyn GuardRelease>) -> Result<()> {
-        let release = release.release().instrument(tracing::Span::current());
-        Unstoppable::new(release, || {
-            Err(crate::Error::Backend {
-                backend: "fairlock",
-                op: "unlock",
-                source: "the release panicked (a bug in fairlock or its backend)".into(),
-            })
-        })
-        .await
-    }
-}
-
-impl Drop for LockGuard {
-    fn drop(&mut self) {
-        if let Some(holding) = &self.holding {
-            holding.end("drop");
-        }
-        if let Some(release) = self.release.take()
-            && let Ok(rt) = tokio::runtime::Handle::try_current()
-        {
-            rt.spawn(async move {
-                let _ = release.release().await;
-            });
-        }
-    }
-}
-
-impl fmt::Debug for LockGuard {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LockGuard")
-            .field("key", &self.key)
-            .field("fencing_token", &self.token)
-            .finish_non_exhaustive()
-    }
 }

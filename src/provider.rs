@@ -86,11 +86,11 @@
 //! lock as an [`Owner`] value, which their status reports parse back.
 
 #[cfg(doc)]
-use crate::locker::{LockGuard, Locker};
+use crate::{guard::LockGuard, locker::Locker};
 
 pub use crate::expiry::Expiry;
+pub use crate::guard::GuardRelease;
 pub use crate::key::RESERVED_SEGMENT;
 pub use crate::leadership::LeaderRecord;
-pub use crate::locker::GuardRelease;
 pub use crate::owner::Owner;
 pub use crate::registry::{ElectorProvider, LockerProvider, Registry};

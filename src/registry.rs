@@ -81,7 +81,8 @@ impl Registry {
             Some(provider) => Ok(provider()),
             None if self.provider.read().is_ok_and(|p| p.is_some()) => Err(Error::Unsupported(
                 "the registered backend has no leader election; elections run on etcd \
-                     (fairlock::etcd::register) and on the in-memory backend"
+                     (fairlock::etcd::register), Redis (fairlock::redis::register) and the \
+                     in-memory backend"
                     .into(),
             )),
             None => Err(Error::NoProvider),

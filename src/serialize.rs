@@ -10,9 +10,25 @@ use serde::ser::{Serialize, SerializeStruct, Serializer};
 
 use crate::{LeaseId, LockHolder, LockKind, LockStatus, LockWaiter, NodeCount, Owner};
 
-/// `{"key", "holder", "waiters", "foreign", "kind", "limit", "holders"}`:
-/// `kind` is `"lock"`, `"read/write"` or `"semaphore"`, `limit` a
-/// semaphore's (else `null`).
+/// `{"key", "holder", "waiters", "foreign", "kind", "limit", "holders",
+/// "leader"}`: `kind` is `"lock"`, `"read/write"` or `"semaphore"`, `limit`
+/// a semaphore's (else `null`), `leader` an election's `{"value",
+/// "token"}` (the value as text, invalid UTF-8 replaced; else `null`).
+/// An election's leader in a lock's status: `{"value", "token"}`.
+struct LeaderField {
+    value: String,
+    token: u64,
+}
+
+impl Serialize for LeaderField {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut s = serializer.serialize_struct("Leader", 2)?;
+        s.serialize_field("value", &self.value)?;
+        s.serialize_field("token", &self.token)?;
+        s.end()
+    }
+}
+
 impl Serialize for LockStatus {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let (kind, limit) = match self.kind {
@@ -20,7 +36,7 @@ impl Serialize for LockStatus {
             LockKind::ReadWrite => ("read/write", None),
             LockKind::Semaphore { limit } => ("semaphore", Some(limit)),
         };
-        let mut s = serializer.serialize_struct("LockStatus", 7)?;
+        let mut s = serializer.serialize_struct("LockStatus", 8)?;
         s.serialize_field("key", &self.key)?;
         s.serialize_field("holder", &self.holder)?;
         s.serialize_field("waiters", &self.waiters)?;
@@ -28,6 +44,11 @@ impl Serialize for LockStatus {
         s.serialize_field("kind", kind)?;
         s.serialize_field("limit", &limit)?;
         s.serialize_field("holders", &self.holders)?;
+        let leader = self.leader.as_ref().map(|l| LeaderField {
+            value: String::from_utf8_lossy(&l.value).into_owned(),
+            token: l.fencing_token,
+        });
+        s.serialize_field("leader", &leader)?;
         s.end()
     }
 }
@@ -137,7 +158,7 @@ mod tests {
                     r#""nodes":{{"holding":2,"total":3}},"reads":false,"permits":1}},"#,
                     r#""waiters":[{{"owner":{owner},"locker":"L","fair":true,"reads":false,"#,
                     r#""permits":1}}],"#,
-                    r#""foreign":["/p/k/_OWNERS_/x"],"kind":"lock","limit":null,"holders":[]}}"#
+                    r#""foreign":["/p/k/_OWNERS_/x"],"kind":"lock","limit":null,"holders":[],"leader":null}}"#
                 ),
                 owner = owner
             )

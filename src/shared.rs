@@ -155,6 +155,114 @@ pub(crate) fn conflict(key: &Key, want: Share, present: Share) -> Option<Error> 
     })
 }
 
+/// How a mutex's refusal of a key in use as a read/write lock or
+/// semaphore starts (see [`in_use_as_line`]).
+const IN_USE_AS_LINE: &str = "it is in use as a read/write lock or semaphore";
+
+/// The error a backend's mutex gives for `key` in use as a read/write lock
+/// or semaphore. [`crate::Locker::lock`] and [`crate::Locker::try_lock`]
+/// take the key's write lock instead ([`is_in_use_as_line`]), so users see
+/// it only from a backend of their own that does not.
+pub(crate) fn in_use_as_line(key: &str) -> Error {
+    Error::InvalidKey {
+        key: key.to_owned(),
+        reason: format!(
+            "{IN_USE_AS_LINE}, so it cannot be used as a mutex; take its write lock \
+             (write_lock) to exclude its readers, or give the mutex a key of its own"
+        ),
+    }
+}
+
+/// `true` for [`in_use_as_line`]'s error.
+fn is_in_use_as_line(e: &Error) -> bool {
+    matches!(e, Error::InvalidKey { reason, .. } if reason.starts_with(IN_USE_AS_LINE))
+}
+
+/// What a mutex call answered (`locked`), or, for a key in use as a
+/// read/write lock or semaphore, what `write` (the same call on the key's
+/// write lock, which excludes its readers) answers: `lock` and `try_lock`
+/// are the write lock of a key that has readers. The mutex left nothing
+/// behind before refusing.
+pub(crate) async fn or_write_lock<T>(
+    locked: crate::Result<T>,
+    write: impl std::future::Future<Output = crate::Result<T>>,
+) -> crate::Result<T> {
+    match locked {
+        Err(e) if is_in_use_as_line(&e) => write.await,
+        done => done,
+    }
+}
+
+/// How a read or write lock's refusal of a key held or awaited as a
+/// mutex starts (see [`in_use_as_mutex`]).
+const MUTEX_BUSY: &str = "it is held or awaited as a mutex (lock)";
+
+/// The error a backend's line gives for `want` of `key` while the key is
+/// held or awaited as a mutex. A read or write lock then waits until the
+/// mutex is free and nobody waits for it ([`after_the_mutex`]), and its
+/// `try_` form answers `None` ([`none_while_the_mutex`]); a semaphore is
+/// refused, since a semaphore's key is never a mutex.
+pub(crate) fn in_use_as_mutex(key: &str, want: Share) -> Error {
+    let reason = match want {
+        Share::Permit { .. } => format!(
+            "it is in use as a mutex (lock), so it cannot be used as {}; give each lock a key \
+             of its own",
+            want.describe()
+        ),
+        _ => format!(
+            "{MUTEX_BUSY}; {} waits until nobody holds or awaits it",
+            want.describe()
+        ),
+    };
+    Error::InvalidKey {
+        key: key.to_owned(),
+        reason,
+    }
+}
+
+/// `true` for [`in_use_as_mutex`]'s error of a read or write lock.
+fn is_mutex_busy(e: &Error) -> bool {
+    matches!(e, Error::InvalidKey { reason, .. } if reason.starts_with(MUTEX_BUSY))
+}
+
+/// A `try_read_lock` or `try_write_lock` answer: `None` (it would wait)
+/// while the key is held or awaited as a mutex.
+pub(crate) fn none_while_the_mutex<T>(tried: crate::Result<Option<T>>) -> crate::Result<Option<T>> {
+    match tried {
+        Err(e) if is_mutex_busy(&e) => Ok(None),
+        done => done,
+    }
+}
+
+/// Runs `join` (a read or write lock of `key`) again, after a pause of
+/// 10 ms doubling to 500 ms, while the key is held or awaited as a mutex,
+/// until the context ends. Not in arrival order with the mutex's later
+/// waiters: a mutex that is never free keeps the reader out (once it is
+/// in the line, every `lock` of the key joins the line behind it).
+pub(crate) async fn after_the_mutex<T, F, Fut>(
+    ctx: &crate::Context,
+    key: &Key,
+    mut join: F,
+) -> crate::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = crate::Result<T>>,
+{
+    let mut backoff = crate::backoff::Backoff::new(
+        std::time::Duration::from_millis(10),
+        std::time::Duration::from_millis(500),
+    );
+    loop {
+        match join().await {
+            Err(e) if is_mutex_busy(&e) => tokio::select! {
+                () = backoff.sleep() => {}
+                err = ctx.done(key.as_str()) => return Err(err),
+            },
+            done => return done,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Share::{Read, Write};

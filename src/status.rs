@@ -9,7 +9,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::Owner;
+use crate::{Leader, Owner};
 
 /// One lock as a backend sees it at one moment.
 ///
@@ -47,6 +47,9 @@ pub struct LockStatus {
     /// first is also [`LockStatus::holder`]); empty for a mutex, whose one
     /// holder is [`LockStatus::holder`].
     pub holders: Vec<LockHolder>,
+    /// For an election (etcd, Redis): its leader, when the holder of the
+    /// election's lock has written its value; `None` for a plain lock.
+    pub leader: Option<Leader>,
 }
 
 /// What kind of lock a key is, as [`LockStatus::kind`] tells.
@@ -159,6 +162,7 @@ impl LockStatus {
             foreign: Vec::new(),
             kind: LockKind::Mutex,
             holders: Vec::new(),
+            leader: None,
         }
     }
 }

@@ -226,3 +226,60 @@ async fn a_lock_key_of_another_type_is_named_with_its_remedy() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     wait_clean(url, &prefix).await;
 }
+
+/// `fairlock elect` on Redis runs the command while leading (term in its
+/// environment) and `fairlock leader --json` shows the leader meanwhile
+/// and nobody after; nothing is left. On Redlock both are refused with
+/// exit 2, naming what to use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elect_and_leader_on_redis() {
+    let url = rs::shared().url.as_str();
+    let prefix = rs::unique_prefix("cli-elect");
+    let mut leader = fairlock(&[url], &prefix)
+        .args([
+            "elect",
+            "web",
+            "10.0.0.7:80",
+            "--",
+            "sh",
+            "-c",
+            "echo LEADING $FAIRLOCK_TERM; read _",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(
+        leader.stdout.take().expect("stdout"),
+    ));
+    let first = lines.next().expect("output").expect("line");
+    let term: u64 = first
+        .strip_prefix("LEADING ")
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("{first}"));
+    let out = run(fairlock(&[url], &prefix).args(["leader", "web", "--json"]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(json["leader"]["value"], "10.0.0.7:80");
+    assert_eq!(json["leader"]["token"], term);
+    writeln!(leader.stdin.as_mut().expect("stdin")).expect("end the command");
+    assert!(leader.wait().expect("exit").success());
+    let out = run(fairlock(&[url], &prefix).args(["leader", "web"]));
+    assert_eq!(text(&out.stdout).trim(), "web: no leader");
+    wait_clean(url, &prefix).await;
+    let redlock = ["redis://127.0.0.1:1", "redis://127.0.0.1:2"];
+    for args in [vec!["leader", "e"], vec!["elect", "e", "--", "true"]] {
+        let out = run(fairlock(&redlock, &prefix).args(&args));
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        assert!(
+            text(&out.stderr).contains("Redlock"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+}

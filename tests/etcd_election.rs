@@ -61,6 +61,11 @@ async fn status_shows_an_election_as_its_lock() {
         "listed as foreign: {:?}",
         lock.foreign
     );
+    let shown = lock.leader.as_ref().expect("status names the leader");
+    assert_eq!(
+        (shown.value.as_slice(), shown.fencing_token),
+        (&b"10.0.0.7:80"[..], leadership.fencing_token())
+    );
     leadership.resign().await.expect("resign");
     waiting
         .await

@@ -206,22 +206,31 @@ async fn fenced_txn_of_a_write_lock() {
         .expect("delete");
 }
 
-/// A key is one kind of lock: a read lock of a key held as a mutex, or a
-/// permit of another limit, is refused with an error that says so, and
-/// leaves nothing behind.
+/// A semaphore of a key held as a mutex, or a permit of another limit, is
+/// refused with an error that says so; a read lock of a mutex's key waits
+/// (until its context ends, leaving nothing behind); nothing is left.
 #[tokio::test]
-async fn a_key_is_one_kind_of_lock() {
+async fn a_semaphore_key_is_one_kind_of_lock() {
     let prefix = support::unique_prefix("shared-kinds");
     let (a, b) = (Arc::new(locker(&prefix).await), locker(&prefix).await);
     let key = Key::from("k");
     let mutex = a.lock(&patient(), &key).await.expect("lock");
     let err = b
-        .read_lock(&patient(), &key)
+        .acquire_permits(&patient(), &key, 1, 2)
         .await
         .map(drop)
         .expect_err("a mutex");
     assert!(matches!(err, Error::InvalidKey { .. }), "{err}");
-    assert!(err.to_string().contains("mutex"), "{err}");
+    // The mutex stands for a write lock here (etcd tells them apart only
+    // by reading more).
+    assert!(err.to_string().contains("in use as a write lock"), "{err}");
+    let short = fairlock::Context::background().with_timeout(std::time::Duration::from_millis(100));
+    let err = b
+        .read_lock(&short, &key)
+        .await
+        .map(drop)
+        .expect_err("waits");
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
     mutex.unlock().await.expect("unlock");
     // And the other way: a mutex of a key held as a read lock.
     let read = a.read_lock(&patient(), &key).await.expect("read lock");

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use fairlock::conformance::{Backend, patient};
 use fairlock::redis::{RedisConfig, RedisLocker};
-use fairlock::{Error, Key, Locker};
+use fairlock::{Context, Error, Key, Locker};
 use support::redis_backend::{RedisBackend as Redis, take};
 use support::redis_server::{self as rs, RedisServer, conn};
 
@@ -19,6 +19,8 @@ async fn connect(urls: Vec<String>, test: &str, ttl: Duration) -> Redis {
     Redis::connect(config).await
 }
 
+/// One redis-server: the conformance suite runs here with read/write
+/// locks and semaphores.
 async fn redis(test: &str) -> Redis {
     connect(
         vec![rs::shared().url.clone()],
@@ -26,6 +28,7 @@ async fn redis(test: &str) -> Redis {
         Duration::from_secs(10),
     )
     .await
+    .with_shared()
 }
 
 fairlock::conformance_tests!(redis);
@@ -229,6 +232,36 @@ async fn fencing_tokens_strictly_increase() {
     r.finish().await;
 }
 
+/// A token of 15 digits or more is written whole into the lock key (Lua
+/// writes such a number as `1e+14`, which no holder parses), so its
+/// holder extends and releases it; a counter at 2^53, where Lua's doubles
+/// stop counting exactly, is named rather than giving a token twice.
+#[tokio::test]
+async fn fencing_tokens_of_fifteen_digits_are_written_whole() {
+    let r = redis("long tokens").await;
+    let fence = format!("{}_OWNERS_/fence", r.prefix());
+    let set = |value: u64| redis::cmd("SET").arg(&fence).arg(value).to_owned();
+    let () = r.query(&set(99_999_999_999_999)).await;
+    let key = Key::from("k");
+    for (i, fair) in [true, false].into_iter().enumerate() {
+        let guard = take(&r.base.locker(fair), &key).await;
+        let token = 100_000_000_000_000 + i as u64;
+        assert_eq!(guard.fencing_token(), token, "fair {fair}");
+        let value: String = r.query(redis::cmd("GET").arg(r.lock_key(&key))).await;
+        assert!(value.starts_with(&format!("{token} ")), "{value}");
+        guard.unlock().await.expect("unlock");
+    }
+    let () = r.query(&set(1 << 53)).await;
+    match r.base.locker(false).try_lock(&key).await {
+        Err(e) => assert!(format!("{e:?}").contains(&fence), "{e:?}"),
+        Ok(granted) => panic!(
+            "a fence at 2^53 gave {:?}",
+            granted.map(|g| g.fencing_token())
+        ),
+    }
+    r.finish().await;
+}
+
 /// A server that does not answer is named in a clear error, within the
 /// connect timeout.
 #[tokio::test]
@@ -378,4 +411,276 @@ async fn registry_hands_out_redis_lockers() {
     let guard = take(&*locker, &Key::from("k")).await;
     guard.unlock().await.expect("unlock");
     assert!(rs::keys_left(&rs::shared().url, &prefix).await.is_empty());
+}
+
+// ---- read/write locks and semaphores ------------------------------------
+
+/// The ids in the line of `key`, in order.
+async fn line_ids(r: &Redis, key: &Key) -> Vec<String> {
+    r.query(redis::cmd("ZRANGE").arg(r.line(key)).arg(0).arg(-1))
+        .await
+}
+
+/// A holder that crashed (its entry was never left, nor extended): its
+/// share frees once its record expires, without a release, for waiters of
+/// both modes and every kind; never before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashed_holders_share_frees_after_its_ttl() {
+    let r = redis("crashed-share").await;
+    // The crashed holders' token, 5, came from the fencing counter.
+    let fence = format!("{}_OWNERS_/fence", r.prefix());
+    let () = r.query(redis::cmd("SET").arg(fence).arg(5)).await;
+    for fair in [true, false] {
+        for (kind, record) in [
+            ("read", "w 0 1 - 5 3000 crashed-holder pid=1"),
+            ("write", "r 0 1 - 5 3000 crashed-holder pid=1"),
+            ("permit", "s 1 1 - 5 3000 crashed-holder pid=1"),
+        ] {
+            let key = Key::from(format!("k-{fair}-{kind}"));
+            let entry = r.entry(&key, "wcrashed");
+            let () = r
+                .query(
+                    redis::cmd("SET")
+                        .arg(&entry)
+                        .arg(record)
+                        .arg("PX")
+                        .arg(1000),
+                )
+                .await;
+            let () = r
+                .query(redis::cmd("ZADD").arg(r.line(&key)).arg(1).arg("wcrashed"))
+                .await;
+            let locker = r.base.locker(fair);
+            let guard = match kind {
+                "read" => locker.read_lock(&patient(), &key).await,
+                "write" => locker.write_lock(&patient(), &key).await,
+                _ => locker.acquire_permits(&patient(), &key, 1, 1).await,
+            }
+            .expect("granted after the crashed holder's TTL");
+            let left: bool = r.query(redis::cmd("EXISTS").arg(&entry)).await;
+            assert!(
+                !left,
+                "granted {kind} while the crashed holder's entry lived"
+            );
+            assert!(guard.is_held());
+            assert!(guard.fencing_token() > 5, "tokens grow");
+            guard.unlock().await.expect("unlock");
+        }
+    }
+    r.wait_clean().await;
+    r.finish().await;
+}
+
+/// A waiter whose entry vanished (its record or its line member deleted)
+/// fails with SessionLost instead of being granted or joining again at
+/// the back, and leaves nothing behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_whose_entry_vanished_gets_session_lost() {
+    let r = redis("vanished").await;
+    for what in ["record", "member"] {
+        let key = Key::from(format!("k-{what}"));
+        let holder = r.base.locker(true);
+        let held = holder.write_lock(&patient(), &key).await.expect("write");
+        let waiter = {
+            let (locker, key) = (r.base.locker(true), key.clone());
+            tokio::spawn(async move { locker.read_lock(&patient(), &key).await.map(drop) })
+        };
+        r.wait_queued(&key, 2).await;
+        let id = line_ids(&r, &key).await.pop().expect("the waiter's entry");
+        let () = match what {
+            "record" => r.query(redis::cmd("DEL").arg(r.entry(&key, &id))).await,
+            _ => r.query(redis::cmd("ZREM").arg(r.line(&key)).arg(&id)).await,
+        };
+        // The release walks the line: it must not grant the vanished
+        // waiter, whose next check then finds its entry gone.
+        held.unlock().await.expect("unlock");
+        let err = waiter.await.expect("task").expect_err("its entry is gone");
+        assert!(matches!(err, Error::SessionLost { .. }), "{what}: {err}");
+        r.wait_clean().await;
+    }
+    r.finish().await;
+}
+
+/// `lock` and `try_lock` of a key held as a read lock are its write lock
+/// (`None`, or a wait that times out while the reader holds, leaving
+/// nothing behind); read and write locks of a key held or awaited as a
+/// mutex wait for it (`None`, or a timeout), and semaphores are refused
+/// (InvalidKey, at once); nothing is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutex_and_shared_locks_on_one_key() {
+    let r = redis("kinds").await;
+    let key = Key::from("k");
+    let (a, b) = (r.base.locker(true), r.base.locker(false));
+    let read = a.read_lock(&patient(), &key).await.expect("read");
+    for locker in [&a, &b] {
+        let taken = locker.try_lock(&key).await.expect("try_lock");
+        assert!(taken.is_none(), "the write lock granted beside a reader");
+        let short = Context::background().with_timeout(Duration::from_millis(100));
+        let err = locker.lock(&short, &key).await.map(drop).expect_err("lock");
+        assert!(matches!(err, Error::Timeout { .. }), "{err}");
+    }
+    read.unlock().await.expect("unlock");
+    assert!(r.is_clean().await, "a refused mutex left something behind");
+
+    let mutex = take(&a, &key).await;
+    let waiter = queue_waiter(&r, r.base.locker(true), &key, 1).await;
+    assert!(
+        b.try_read_lock(&key)
+            .await
+            .expect("try_read_lock")
+            .is_none()
+    );
+    let short = Context::background().with_timeout(Duration::from_millis(100));
+    let err = b
+        .write_lock(&short, &key)
+        .await
+        .map(drop)
+        .expect_err("waits");
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
+    let refused = [
+        b.try_acquire_permits(&key, 1, 2).await.map(drop),
+        b.acquire_permits(&patient(), &key, 1, 2).await.map(drop),
+    ];
+    for err in refused {
+        let err = err.expect_err("refused");
+        assert!(matches!(err, Error::InvalidKey { .. }), "{err}");
+        assert!(err.to_string().contains("mutex"), "{err}");
+    }
+    mutex.unlock().await.expect("unlock");
+    // Only the mutex's waiter is left: it gets the mutex.
+    waiter.await.expect("task").expect("unlock");
+    r.wait_clean().await;
+    r.finish().await;
+}
+
+/// One release wakes exactly the waiters it grants: the writer's release
+/// grants the two readers behind it together (two messages, not three,
+/// the writer behind them not woken); the last reader's release wakes
+/// the writer alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_only_whom_it_grants() {
+    use futures_util::StreamExt;
+    let r = redis("herd").await;
+    let key = Key::from("k");
+    let wake = format!("{}_OWNERS_/wake/", r.prefix());
+    let mut pubsub = rs::client_for(&r.urls[0])
+        .get_async_pubsub()
+        .await
+        .expect("pubsub");
+    pubsub
+        .psubscribe(format!("{wake}*"))
+        .await
+        .expect("psubscribe");
+    let mut messages = pubsub.into_on_message();
+    // Every message published before the marker arrives before it.
+    let woken = |marker: &'static str| {
+        let url = r.urls[0].clone();
+        let channel = format!("{wake}marker");
+        async move {
+            let () = redis::cmd("PUBLISH")
+                .arg(channel)
+                .arg(marker)
+                .query_async(&mut conn(&url).await)
+                .await
+                .expect("publish");
+        }
+    };
+    let held = r
+        .base
+        .locker(true)
+        .write_lock(&patient(), &key)
+        .await
+        .expect("write");
+    let mut tasks = Vec::new();
+    for (i, write) in [(2, false), (3, false), (4, true)] {
+        let (locker, k) = (r.base.locker(true), key.clone());
+        tasks.push(tokio::spawn(async move {
+            let guard = if write {
+                locker.write_lock(&patient(), &k).await
+            } else {
+                locker.read_lock(&patient(), &k).await
+            };
+            guard.expect("granted")
+        }));
+        r.wait_queued(&key, i).await;
+    }
+    let ids = line_ids(&r, &key).await;
+    let mut count_until = async |marker: &str| {
+        let mut seen = Vec::new();
+        loop {
+            let msg = messages.next().await.expect("message");
+            let payload: String = msg.get_payload().expect("payload");
+            if payload == marker {
+                return seen;
+            }
+            seen.push(payload);
+        }
+    };
+    held.unlock().await.expect("unlock");
+    woken("first").await;
+    assert_eq!(
+        count_until("first").await,
+        ids[1..3],
+        "the two readers, only"
+    );
+    let mut tasks = tasks.into_iter();
+    let readers = [
+        tasks.next().expect("r1").await.expect("task"),
+        tasks.next().expect("r2").await.expect("task"),
+    ];
+    let [r1, r2] = readers;
+    r1.unlock().await.expect("unlock");
+    woken("second").await;
+    assert!(
+        count_until("second").await.is_empty(),
+        "woken with a reader left"
+    );
+    r2.unlock().await.expect("unlock");
+    woken("third").await;
+    assert_eq!(count_until("third").await, ids[3..], "the writer, only");
+    let writer = tasks.next().expect("writer").await.expect("task");
+    writer.unlock().await.expect("unlock");
+    r.wait_clean().await;
+    r.finish().await;
+}
+
+/// A held read lock is extended by its watchdog past its TTL (its
+/// record renewed again and again, a writer still kept out); once its
+/// entry is deleted, the next extend signals the loss and unlock says
+/// the lock was lost, without touching the line it no longer holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_shares_are_extended_and_their_loss_signalled() {
+    let r = connect(
+        vec![rs::shared().url.clone()],
+        "extend-share",
+        Duration::from_secs(1),
+    )
+    .await
+    .with_shared();
+    let key = Key::from("k");
+    let guard = r.base.read_lock(&patient(), &key).await.expect("read");
+    let id = line_ids(&r, &key).await.pop().expect("its entry");
+    let record = r.entry(&key, &id);
+    // Four renewals of a 1 s TTL: held for more than a TTL.
+    let last = std::sync::atomic::AtomicI64::new(r.query(redis::cmd("PTTL").arg(&record)).await);
+    for _ in 0..4 {
+        rs::wait_until(&r.urls[0], r.prefix(), || async {
+            let now: i64 = r.query(redis::cmd("PTTL").arg(&record)).await;
+            now > last.swap(now, std::sync::atomic::Ordering::SeqCst)
+        })
+        .await;
+    }
+    assert!(guard.is_held());
+    assert!(r.base.try_write_lock(&key).await.expect("try").is_none());
+    let lost = guard.lost_token();
+    let () = r.query(redis::cmd("DEL").arg(&record)).await;
+    tokio::time::timeout(Duration::from_secs(120), lost.cancelled())
+        .await
+        .expect("the loss is never signalled");
+    assert!(!guard.is_held());
+    assert_eq!(guard.loss_cause(), Some(fairlock::LossCause::KeyChanged));
+    let err = guard.unlock().await.expect_err("lost");
+    assert!(matches!(err, Error::LockLost { .. }), "{err}");
+    r.wait_clean().await;
+    r.finish().await;
 }

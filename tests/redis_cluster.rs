@@ -26,7 +26,9 @@ async fn on(cluster: &RedisCluster, test: &str, ttl: Duration) -> RedisBackend {
 }
 
 async fn cluster(test: &str) -> RedisBackend {
-    on(rc::shared(), test, Duration::from_secs(10)).await
+    on(rc::shared(), test, Duration::from_secs(10))
+        .await
+        .with_shared()
 }
 
 fairlock::conformance_tests!(cluster);

@@ -29,6 +29,13 @@ async fn sentinel(test: &str) -> RedisBackend {
 
 fairlock::conformance_tests!(sentinel);
 
+/// Leader election behind sentinels: campaigns, records and observers'
+/// subscriptions all follow the master the sentinels name.
+mod elections {
+    use super::*;
+    fairlock::election_conformance_tests!(sentinel);
+}
+
 /// Waits until the lock key is extended on the node at `url` (an `expire`
 /// keyspace event, which PEXPIRE sends), or the guard is lost; `true` if extended.
 async fn extended_or_lost(url: &str, lock_key: &str, guard: &fairlock::LockGuard) -> bool {

@@ -124,6 +124,38 @@ async fn fair_mode_is_refused_on_redlock() {
     r.finish().await;
 }
 
+/// Read/write locks and semaphores are refused on Redlock (a line on
+/// independent masters has no one arrival order), in both modes, saying
+/// what to use instead, before anything is written.
+#[tokio::test]
+async fn shared_locks_are_refused_on_redlock() {
+    let r = redlock("shared").await;
+    let key = Key::from("k");
+    for fair in [false, true] {
+        let locker = r.base.locker(fair);
+        for err in [
+            locker.read_lock(&patient(), &key).await.map(drop),
+            locker.try_read_lock(&key).await.map(drop),
+            locker.write_lock(&patient(), &key).await.map(drop),
+            locker.try_write_lock(&key).await.map(drop),
+            locker
+                .acquire_permits(&patient(), &key, 1, 2)
+                .await
+                .map(drop),
+            locker.try_acquire_permits(&key, 1, 2).await.map(drop),
+        ] {
+            let err = err.expect_err("refused");
+            assert!(matches!(err, Error::Unsupported(_)), "{err}");
+            let text = err.to_string();
+            assert!(
+                text.contains("single Redis instance") && text.contains("etcd"),
+                "{text}"
+            );
+        }
+    }
+    r.finish().await;
+}
+
 /// Fencing tokens keep growing when the masters' counters disagree: the
 /// highest among the quorum is taken and the others are raised to it, so
 /// the next quorum, without the nodes that had the high counters, still

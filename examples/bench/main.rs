@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release --example bench -- [--endpoints E] [--quick] [--json] [--no-go]
-//!     [--no-redis] [--redis-only]
+//!     [--no-redis] [--redis-only] [--redis-cycle]
 //! ```
 //! Without `--endpoints` it starts its own single-member etcd (from PATH or
 //! `ETCD_BIN`), with its data on disk. The Go peer (etcd's own
@@ -16,15 +16,21 @@
 //! subscriber installed (`trace.rs`).
 //! The Redis rows (`redis_rows.rs`) start their own redis-servers (one, and
 //! five for Redlock) and include the `rslock` crate as the peer;
-//! `--no-redis` skips them, `--redis-only` runs only them.
+//! `--no-redis` skips them, `--redis-only` runs only them, `--redis-cycle`
+//! only the uncontended cycle against the floor and rslock, interleaved
+//! (`redis_cycle.rs`).
+//! `shared_rows.rs` adds read/write locks and semaphores on one key against
+//! etcd's Go `recipe.RWMutex`; `--shared-only` runs only them.
 
 mod cost;
 mod cost_rows;
 mod go_peer;
 mod latency;
+mod redis_cycle;
 mod redis_rows;
 mod report;
 mod server;
+mod shared_rows;
 #[path = "../../tests/support/mod.rs"]
 mod support;
 mod trace;
@@ -47,7 +53,9 @@ struct Opts {
     go: bool,
     redis: bool,
     redis_only: bool,
+    redis_cycle: bool,
     soak_only: bool,
+    shared_only: bool,
     soak_secs: Option<u64>,
     /// Which fairlock modes the soak runs.
     soak_modes: Vec<bool>,
@@ -75,7 +83,9 @@ fn parse() -> Result<Opts, String> {
         go: true,
         redis: true,
         redis_only: false,
+        redis_cycle: false,
         soak_only: false,
+        shared_only: false,
         soak_secs: None,
         soak_modes: vec![true, false],
         trace: false,
@@ -92,7 +102,9 @@ fn parse() -> Result<Opts, String> {
             "--no-redis" => o.redis = false,
             "--trace" => o.trace = true,
             "--redis-only" => o.redis_only = true,
+            "--redis-cycle" => o.redis_cycle = true,
             "--soak-only" => o.soak_only = true,
+            "--shared-only" => o.shared_only = true,
             "--latency-ms" => {
                 let v = args
                     .next()
@@ -134,7 +146,8 @@ fn parse() -> Result<Opts, String> {
             }
             "-h" | "--help" => {
                 return Err("usage: bench [--endpoints E] [--quick] [--json] [--no-go] \
-                            [--no-redis] [--redis-only] [--soak-only] [--soak-secs N] \
+                            [--no-redis] [--redis-only] [--redis-cycle] [--shared-only] \
+                            [--soak-only] [--soak-secs N] \
                             [--soak-mode fair|unfair|both] [--trace] [--latency-ms D]"
                     .into());
             }
@@ -172,6 +185,10 @@ fn main() -> ExitCode {
 }
 
 async fn run(o: &Opts) -> Res<()> {
+    if o.redis_cycle {
+        print(&redis_rows::cycle_rows(o.quick).await?, o.json);
+        return Ok(());
+    }
     if o.redis_only {
         let dur = Duration::from_millis(if o.quick { 1500 } else { 4000 });
         print(&redis_rows::rows(o.quick, dur).await?, o.json);
@@ -210,6 +227,15 @@ async fn run(o: &Opts) -> Res<()> {
     );
     if o.trace {
         print(&trace::rows(&ep, o.quick).await?, o.json);
+        return Ok(());
+    }
+    if o.shared_only {
+        let mut summary = Vec::new();
+        print(
+            &shared_rows::rows(&ep, o.quick, &mut summary).await?,
+            o.json,
+        );
+        print_summary(&summary, o.json);
         return Ok(());
     }
     let etcd_pid = own.as_ref().map(support::Etcd::pid);
@@ -429,6 +455,7 @@ async fn run(o: &Opts) -> Res<()> {
         .await?,
     );
     rows.extend(soak_rows(o.soak(), &ep, etcd_pid, go, &mut summary).await?);
+    rows.extend(shared_rows::rows(&ep, o.quick, &mut summary).await?);
 
     // 6. cost of a release with 100 queued waiters
     eprintln!("bench: 6. cost of a release with 100 queued waiters");

@@ -1,7 +1,8 @@
 //! The Redis rows: the round-trip floor, fairlock on one redis-server
-//! (uncontended against 2 round trips, contended handoffs fair and unfair),
-//! Redlock on five, and the `rslock` crate (Redlock, as in redsync) as the
-//! peer, all in the same run on servers started here.
+//! (uncontended against the lock floor and rslock in turns, see
+//! `redis_cycle.rs`; contended handoffs fair and unfair), Redlock on five,
+//! and the `rslock` crate (Redlock, as in redsync) as the peer, all in the
+//! same run on servers started here.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,6 +10,7 @@ use std::time::Duration;
 use fairlock::redis::{RedisConfig, RedisLocker};
 use fairlock::{Context, Key, Locker};
 
+use crate::redis_cycle;
 use crate::report::Row;
 use crate::support::redis_server::{self, RedisServer};
 use crate::workloads::{Fut2, Res, Run, sequential, spread};
@@ -94,6 +96,20 @@ async fn rslock_clients(urls: &[String], clients: usize, dur: Duration) -> Res<R
     spread(dur, workers).await
 }
 
+/// Rounds and cycles per batch of the interleaved uncontended rows.
+fn cycle_rounds(quick: bool) -> (usize, usize) {
+    if quick { (10, 100) } else { (20, 200) }
+}
+
+/// Only the interleaved uncontended rows (`--redis-cycle`), on a server of
+/// their own.
+pub async fn cycle_rows(quick: bool) -> Res<Vec<Row>> {
+    let one = servers(1).await?;
+    eprintln!("bench: redis {}", one[0].url);
+    let (rounds, batch) = cycle_rounds(quick);
+    redis_cycle::rows(&one[0].url, &prefix("unc"), rounds, batch).await
+}
+
 pub async fn rows(quick: bool, dur: Duration) -> Res<Vec<Row>> {
     let (seq_n, counts): (usize, &[usize]) = if quick { (300, &[4]) } else { (2000, &[4, 16]) };
     let mut rows = Vec::new();
@@ -131,65 +147,17 @@ pub async fn rows(quick: bool, dur: Duration) -> Res<Vec<Row>> {
         }
     })
     .await?;
-    // The lock floor: SET NX PX, then the Lua compare-and-delete every
-    // Redis lock releases with (EVALSHA of a loaded script).
-    let cad = redis::Script::new(
-        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end \
-         return 0",
-    );
-    let set_cad = sequential(seq_n, |_| {
-        let (mut c, key, cad) = (c.clone(), key.clone(), cad.clone());
-        async move {
-            let _: Option<String> = redis::cmd("SET")
-                .arg(&key)
-                .arg("v")
-                .arg("NX")
-                .arg("PX")
-                .arg(10_000)
-                .query_async(&mut c)
-                .await?;
-            let _: i64 = cad.key(&key).arg("v").invoke_async(&mut c).await?;
-            Ok(())
-        }
-    })
-    .await?;
     let _: i64 = redis::cmd("DEL").arg(&key).query_async(&mut c).await?;
     let rt_s = rt.mean().as_secs_f64();
-    let floor_s = set_cad.mean().as_secs_f64();
     rows.push(Row::of("redis floor: PING round trip (RT)", "-", 1, 1, &rt));
     rows.push(
         Row::of("redis floor: SET NX PX + DEL", "-", 1, 1, &set_del)
             .ratio(set_del.mean().as_secs_f64() / (2.0 * rt_s), "x 2 RT"),
     );
-    rows.push(
-        Row::of(
-            "redis floor: SET NX PX + Lua compare-and-del",
-            "-",
-            1,
-            1,
-            &set_cad,
-        )
-        .ratio(floor_s / (2.0 * rt_s), "x 2 RT"),
-    );
 
-    // Uncontended, one instance.
-    let p = prefix("unc");
-    for fair in [true, false] {
-        let l = locker(&one, &p, fair).await?;
-        let k = Key::from(if fair { "fair" } else { "unfair" });
-        cycle(&l, &k, 20).await?; // scripts loaded, connections up
-        let run = cycle(&l, &k, seq_n).await?;
-        rows.push(
-            Row::of(
-                "redis: fairlock uncontended lock+unlock",
-                if fair { "fair" } else { "unfair" },
-                1,
-                1,
-                &run,
-            )
-            .ratio(run.mean().as_secs_f64() / floor_s, "x floor"),
-        );
-    }
+    // Uncontended, one instance: the floor, fairlock and rslock in turns.
+    let (rounds, batch) = cycle_rounds(quick);
+    rows.extend(redis_cycle::rows(&one[0], &prefix("unc"), rounds, batch).await?);
 
     // One contended key, one instance: handoffs per second.
     for &n in counts {
@@ -212,12 +180,6 @@ pub async fn rows(quick: bool, dur: Duration) -> Res<Vec<Row>> {
                 .ratio(run.per_s() * 2.0 * rt_s, "x 1/(2 RT)"),
         );
     }
-    let run = rslock_clients(&one, 1, dur).await?;
-    rows.push(
-        Row::of("peer: rslock uncontended", "unfair", 1, 1, &run)
-            .ratio(run.mean().as_secs_f64() / floor_s, "x floor"),
-    );
-
     // Redlock on five masters.
     let p = prefix("redlock");
     let l = locker(&five, &p, false).await?;

@@ -38,8 +38,10 @@
 //!   cleans up in the background.
 //! - [`bad_input`]: clear errors for bad keys and a cancelled context.
 //! - [`read_write_lock`], [`semaphore`], [`shared_giving_up_leaves_nothing`],
-//!   [`shared_bad_input`]: read/write locks and semaphores, for a backend
-//!   that has them ([`Backend::supports_shared`]).
+//!   [`shared_bad_input`], [`lock_is_the_write_lock_of_a_read_key`],
+//!   [`read_lock_waits_for_the_mutex`]:
+//!   read/write locks and semaphores, for a backend that has them
+//!   ([`Backend::supports_shared`]).
 //!
 //! [`patient`] is the context the checks give every `lock` that must
 //! succeed.
@@ -129,6 +131,8 @@ mod election;
 mod election_watch;
 mod entry_points;
 mod exclusion;
+mod mixed;
+mod permits;
 mod shared;
 mod suite;
 
@@ -147,5 +151,6 @@ pub use election_watch::{
 };
 pub use entry_points::{bad_input, try_lock};
 pub use exclusion::{fair_order, key_isolation, mutual_exclusion};
+pub use mixed::{lock_is_the_write_lock_of_a_read_key, read_lock_waits_for_the_mutex};
 pub use shared::{read_write_lock, semaphore, shared_bad_input, shared_giving_up_leaves_nothing};
 pub use suite::run;

@@ -3,10 +3,10 @@
 //! [`Locker::acquire_permits`](crate::Locker::acquire_permits)): who holds together, in
 //! which order, and that giving up leaves nothing behind.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::permits::{most_held, several_permits};
 use super::{Backend, patient};
 use crate::{Context, Error, Key, LockGuard};
 
@@ -189,31 +189,7 @@ pub async fn semaphore(b: &impl Backend) {
     fourth.unlock().await.expect("unlock");
 
     // Under load: never more than the limit at once.
-    let holding = Arc::new(AtomicUsize::new(0));
-    let most = Arc::new(AtomicUsize::new(0));
-    let tasks: Vec<_> = (0..5)
-        .map(|_| {
-            let (locker, key) = (b.locker(true), key.clone());
-            let (holding, most) = (Arc::clone(&holding), Arc::clone(&most));
-            tokio::spawn(async move {
-                for _ in 0..4 {
-                    let guard = locker
-                        .acquire_permits(&patient(), &key, 1, LIMIT)
-                        .await
-                        .expect("acquire");
-                    let now = holding.fetch_add(1, Ordering::SeqCst) + 1;
-                    most.fetch_max(now, Ordering::SeqCst);
-                    tokio::task::yield_now().await;
-                    holding.fetch_sub(1, Ordering::SeqCst);
-                    guard.unlock().await.expect("unlock");
-                }
-            })
-        })
-        .collect();
-    for t in tasks {
-        t.await.expect("task");
-    }
-    let most = most.load(Ordering::SeqCst);
+    let most = most_held(b, &key, LIMIT, (5, 4), |_, _| 1).await;
     assert!(
         most <= LIMIT as usize,
         "{most} held a semaphore of {LIMIT} at once"
@@ -221,87 +197,6 @@ pub async fn semaphore(b: &impl Backend) {
     several_permits(b).await;
     b.wait_clean().await;
     b.finish().await;
-}
-
-/// Calls that take several permits: a call that does not fit waits, and
-/// holds back the smaller ones behind it (no barging); one release grants
-/// every call that fits then; under load the permits held never exceed
-/// the limit.
-async fn several_permits(b: &impl Backend) {
-    const LIMIT: u32 = 3;
-    let key = Key::from("sem-n");
-    let lockers: Vec<_> = (0..4).map(|_| Arc::new(b.locker(true))).collect();
-    let two = lockers[0]
-        .try_acquire_permits(&key, 2, LIMIT)
-        .await
-        .expect("try")
-        .expect("free");
-    assert!(
-        lockers[1]
-            .try_acquire_permits(&key, 2, LIMIT)
-            .await
-            .expect("try")
-            .is_none(),
-        "2 + 2 permits of 3"
-    );
-    let mut waiters = Vec::new();
-    for (i, n) in [(1, 2), (2, 1)] {
-        let (locker, k) = (Arc::clone(&lockers[i]), key.clone());
-        waiters.push(tokio::spawn(async move {
-            locker.acquire_permits(&patient(), &k, n, LIMIT).await
-        }));
-        b.wait_queued(&key, i + 1).await;
-    }
-    // One permit is free, but a call of 2 waits ahead: nobody barges.
-    assert!(
-        lockers[3]
-            .try_acquire_permits(&key, 1, LIMIT)
-            .await
-            .expect("try")
-            .is_none(),
-        "a permit taken past a waiting call of 2"
-    );
-    two.unlock().await.expect("unlock");
-    let mut granted = Vec::new();
-    for w in waiters {
-        granted.push(w.await.expect("task").expect("2 + 1 fit in 3 once 2 left"));
-    }
-    for g in granted {
-        g.unlock().await.expect("unlock");
-    }
-
-    // Under load, calls of 1 to 3 permits: never more than the limit held.
-    let holding = Arc::new(AtomicUsize::new(0));
-    let most = Arc::new(AtomicUsize::new(0));
-    let tasks: Vec<_> = (0..4u32)
-        .map(|i| {
-            let (locker, key) = (b.locker(true), key.clone());
-            let (holding, most) = (Arc::clone(&holding), Arc::clone(&most));
-            tokio::spawn(async move {
-                for round in 0..3u32 {
-                    let n = (i + round) % LIMIT + 1;
-                    let guard = locker
-                        .acquire_permits(&patient(), &key, n, LIMIT)
-                        .await
-                        .expect("acquire");
-                    let n = n as usize;
-                    let now = holding.fetch_add(n, Ordering::SeqCst) + n;
-                    most.fetch_max(now, Ordering::SeqCst);
-                    tokio::task::yield_now().await;
-                    holding.fetch_sub(n, Ordering::SeqCst);
-                    guard.unlock().await.expect("unlock");
-                }
-            })
-        })
-        .collect();
-    for t in tasks {
-        t.await.expect("task");
-    }
-    let most = most.load(Ordering::SeqCst);
-    assert!(
-        most <= LIMIT as usize,
-        "{most} permits of {LIMIT} held at once"
-    );
 }
 
 /// Read locks, write locks and permits that give up (deadline, cancel,

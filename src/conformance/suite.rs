@@ -146,6 +146,18 @@ macro_rules! conformance_tests {
                 });
             }
             #[test]
+            fn lock_is_the_write_lock_of_a_read_key() {
+                suite::run(async {
+                    suite::lock_is_the_write_lock_of_a_read_key(&$make("mixed").await).await
+                });
+            }
+            #[test]
+            fn read_lock_waits_for_the_mutex() {
+                suite::run(async {
+                    suite::read_lock_waits_for_the_mutex(&$make("after-mutex").await).await
+                });
+            }
+            #[test]
             fn shared_bad_input_is_a_clear_error() {
                 suite::run(async { suite::shared_bad_input(&$make("shared-bad").await).await });
             }

@@ -45,11 +45,12 @@
 //! - `shared/`: read/write locks and semaphores: joining a key's line,
 //!   waiting in it, leaving it;
 //! - `lock/`: the lock itself, following one call down: [`EtcdLocker`] on
-//!   top (which also hands out the read/write locks and semaphores of
-//!   `shared/`), then one attempt, the wait in line, the held lock and its
-//!   release.
+//!   top, then one attempt, the wait in line, the held lock and its
+//!   release;
 //! - `election/`: leader election, [`EtcdElector`]: a fair lock per
-//!   election and the leader's record beside it.
+//!   election and the leader's record beside it;
+//! - `primitives.rs`: the `Locker` trait of [`EtcdLocker`], each call
+//!   handed to the folder that serves it.
 
 mod client;
 mod config;

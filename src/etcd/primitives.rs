@@ -9,7 +9,7 @@ use super::election::elector::EtcdElector;
 use super::lock::locker::EtcdLocker;
 use super::shared::join;
 use crate::observe;
-use crate::shared::Share;
+use crate::shared::{Share, after_the_mutex, none_while_the_mutex, or_write_lock};
 use crate::{
     Context, Elector, Key, Leader, LeaderStream, Leadership, LockGuard, Locker, Result,
     leader_stream,
@@ -18,30 +18,51 @@ use crate::{
 #[async_trait]
 impl Locker for EtcdLocker {
     async fn try_lock(&self, key: &Key) -> Result<Option<LockGuard>> {
-        observe::try_lock(self.site(), key, self.try_lock_unobserved(key)).await
+        let take = async {
+            let taken = self.try_lock_unobserved(key).await;
+            let write = async {
+                none_while_the_mutex(join::try_acquire(self.state(), key, Share::Write).await)
+            };
+            or_write_lock(taken, write).await
+        };
+        observe::try_lock(self.site(), key, take).await
     }
 
     async fn lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
-        observe::lock(self.site(), key, self.lock_unobserved(ctx, key)).await
+        let wait = async {
+            let locked = self.lock_unobserved(ctx, key).await;
+            let write = after_the_mutex(ctx, key, || {
+                join::acquire(self.state(), ctx, key, Share::Write)
+            });
+            or_write_lock(locked, write).await
+        };
+        observe::lock(self.site(), key, wait).await
     }
 
     async fn read_lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
-        let line = join::acquire(self.state(), ctx, key, Share::Read);
+        let line = after_the_mutex(ctx, key, || {
+            join::acquire(self.state(), ctx, key, Share::Read)
+        });
         observe::lock(self.site(), key, line).await
     }
 
     async fn try_read_lock(&self, key: &Key) -> Result<Option<LockGuard>> {
-        let line = join::try_acquire(self.state(), key, Share::Read);
+        let line =
+            async { none_while_the_mutex(join::try_acquire(self.state(), key, Share::Read).await) };
         observe::try_lock(self.site(), key, line).await
     }
 
     async fn write_lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
-        let line = join::acquire(self.state(), ctx, key, Share::Write);
+        let line = after_the_mutex(ctx, key, || {
+            join::acquire(self.state(), ctx, key, Share::Write)
+        });
         observe::lock(self.site(), key, line).await
     }
 
     async fn try_write_lock(&self, key: &Key) -> Result<Option<LockGuard>> {
-        let line = join::try_acquire(self.state(), key, Share::Write);
+        let line = async {
+            none_while_the_mutex(join::try_acquire(self.state(), key, Share::Write).await)
+        };
         observe::try_lock(self.site(), key, line).await
     }
 

@@ -9,7 +9,7 @@ use super::election::MemoryElector;
 use super::store::{Enqueued, MemoryStore, lost};
 use crate::fairness::Fairness;
 use crate::observe::{self, Site};
-use crate::shared::Share;
+use crate::shared::{Share, after_the_mutex, none_while_the_mutex, or_write_lock};
 use crate::{
     Context, Elector, GuardRelease, Key, Leader, LeaderStream, Leadership, LockGuard, Locker,
     Result, leader_stream,
@@ -187,8 +187,10 @@ impl Locker for MemoryLocker {
             key.validate()?;
             let taken = self
                 .store
-                .take_if_free(key.as_str(), self.fairness.is_fair())?;
-            Ok(taken.map(|(id, token)| self.guard(key, id, token, Held::Mutex)))
+                .take_if_free(key.as_str(), self.fairness.is_fair())
+                .map(|taken| taken.map(|(id, token)| self.guard(key, id, token, Held::Mutex)));
+            let write = async { none_while_the_mutex(self.try_shared(key, Share::Write)) };
+            or_write_lock(taken, write).await
         })
         .await
     }
@@ -197,32 +199,36 @@ impl Locker for MemoryLocker {
         observe::lock(self.site(), key, async {
             key.validate()?;
             ctx.check(key.as_str())?;
-            match self.fairness {
+            let locked = match self.fairness {
                 Fairness::Fair => self.lock_fair(ctx, key).await,
                 Fairness::Unfair => self.lock_unfair(ctx, key).await,
-            }
+            };
+            let write = after_the_mutex(ctx, key, || self.shared(ctx, key, Share::Write));
+            or_write_lock(locked, write).await
         })
         .await
     }
 
     async fn read_lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
-        observe::lock(self.site(), key, self.shared(ctx, key, Share::Read)).await
+        let read = after_the_mutex(ctx, key, || self.shared(ctx, key, Share::Read));
+        observe::lock(self.site(), key, read).await
     }
 
     async fn try_read_lock(&self, key: &Key) -> Result<Option<LockGuard>> {
         observe::try_lock(self.site(), key, async {
-            self.try_shared(key, Share::Read)
+            none_while_the_mutex(self.try_shared(key, Share::Read))
         })
         .await
     }
 
     async fn write_lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
-        observe::lock(self.site(), key, self.shared(ctx, key, Share::Write)).await
+        let write = after_the_mutex(ctx, key, || self.shared(ctx, key, Share::Write));
+        observe::lock(self.site(), key, write).await
     }
 
     async fn try_write_lock(&self, key: &Key) -> Result<Option<LockGuard>> {
         observe::try_lock(self.site(), key, async {
-            self.try_shared(key, Share::Write)
+            none_while_the_mutex(self.try_shared(key, Share::Write))
         })
         .await
     }

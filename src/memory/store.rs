@@ -41,13 +41,7 @@ impl StoreState {
         if !self.lines.contains_key(key) {
             return Ok(());
         }
-        Err(Error::InvalidKey {
-            key: key.to_string(),
-            reason: "it is in use as a read/write lock or semaphore, so it cannot be used as \
-                     a mutex; take its write lock (write_lock) to exclude its readers, or \
-                     give the mutex a key of its own"
-                .into(),
-        })
+        Err(crate::shared::in_use_as_line(key))
     }
 
     /// Forgets `key`'s mutex once nobody holds or waits.
@@ -121,7 +115,11 @@ impl MemoryStore {
     /// Refused while `key` is in use as a read/write lock or semaphore.
     pub(super) fn take_if_free(&self, key: &str, fair: bool) -> Result<Option<(u64, u64)>> {
         let mut state = self.state();
-        state.no_line(key)?;
+        if let Err(e) = state.no_line(key) {
+            // An unfair waiter's `freed` made the key's entry: remove it.
+            state.tidy(key);
+            return Err(e);
+        }
         let id = state.next_id();
         let StoreState { revision, keys, .. } = &mut *state;
         let token = keys
@@ -194,14 +192,7 @@ impl MemoryStore {
     ) -> Result<(u64, Option<u64>, oneshot::Receiver<u64>)> {
         let mut state = self.state();
         if state.keys.contains_key(key.as_str()) {
-            return Err(Error::InvalidKey {
-                key: key.to_string(),
-                reason: format!(
-                    "it is in use as a mutex (lock), so it cannot be used as {}; give each \
-                     lock a key of its own",
-                    share.describe()
-                ),
-            });
+            return Err(crate::shared::in_use_as_mutex(key.as_str(), share));
         }
         let id = state.next_id();
         let StoreState {

@@ -3,11 +3,13 @@
 //! them.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::config::RedisConfig;
+use super::deferred::Starter;
 use super::node::Nodes;
 use crate::Error;
+use crate::backoff::Backoff;
 use crate::fairness::Fairness;
 use crate::observe::Site;
 
@@ -18,11 +20,36 @@ pub(crate) struct Core {
     pub fairness: Fairness,
     /// Written into owner values as `locker=<id>`.
     pub id: String,
+    /// Starts the watchdogs of held locks when their first extend is due.
+    pub watchdogs: Starter,
 }
 
 impl Core {
+    /// The pause before a waiter's next round after round `e` failed, its
+    /// record last refreshed at `last_ok`: a backoff while the record has
+    /// not expired, unless `e` is a refusal (wrong credentials, data
+    /// fairlock did not write: another round would say the same); else
+    /// `e`, to report. The mutex's waiters and the line's use it alike.
+    pub(crate) fn pause_after(
+        &self,
+        e: Error,
+        last_ok: Option<Instant>,
+        backoff: &mut Backoff,
+    ) -> Result<Duration, Error> {
+        match last_ok {
+            _ if super::error::is_refusal(&e) => Err(e),
+            Some(at) if at.elapsed() < self.config.ttl() => {
+                let wait = backoff.next_pause().min(self.poll());
+                crate::observe::retrying(self.site(), &e, wait);
+                Ok(wait)
+            }
+            _ => Err(e),
+        }
+    }
+
     pub fn new(nodes: Arc<Nodes>, config: RedisConfig, fairness: Fairness) -> Self {
         Core {
+            watchdogs: Starter::new(config.ttl() / 3),
             nodes,
             config,
             fairness,

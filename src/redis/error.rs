@@ -5,6 +5,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use super::wire::is_leader_record;
 use crate::{BoxError, Error};
 
 /// What went wrong with one request to one node.
@@ -26,6 +27,9 @@ pub(crate) enum Failure {
         found: String,
         key: String,
     },
+    /// The mutex's acquire script found the key in use as a read/write
+    /// lock or semaphore (`FAIRLOCK_SHARED`, see `line.rs`).
+    Shared,
     /// Nothing listens at the node's address.
     Refused(redis::RedisError),
     /// Any other failure of the connection or the server's answer.
@@ -45,6 +49,8 @@ impl Failure {
             Failure::NoPerm(error)
         } else if error.code() == Some("WRONGTYPE") {
             Failure::WrongType(error)
+        } else if error.code() == Some(SHARED_CODE) {
+            Failure::Shared
         } else if let Some(foreign) = Failure::foreign(&error) {
             foreign
         } else if error.is_connection_refusal() {
@@ -71,10 +77,14 @@ impl Failure {
 
     /// Whether retrying cannot help: wrong credentials, no permission, or
     /// data fairlock did not write.
-    fn is_refusal(&self) -> bool {
+    pub fn is_refusal(&self) -> bool {
         matches!(
             self,
-            Failure::Auth(_) | Failure::NoPerm(_) | Failure::WrongType(_) | Failure::Foreign { .. }
+            Failure::Auth(_)
+                | Failure::NoPerm(_)
+                | Failure::WrongType(_)
+                | Failure::Foreign { .. }
+                | Failure::Shared
         )
     }
 }
@@ -82,12 +92,20 @@ impl Failure {
 /// The error code of the scripts' "data fairlock did not write".
 const FOREIGN_CODE: &str = "FAIRLOCK_FOREIGN";
 
-/// What fairlock keeps in `KEYS[slot]` of its scripts.
-fn expected(slot: usize) -> &'static str {
+/// The error code of the mutex's "the key is in use as a read/write lock
+/// or semaphore".
+const SHARED_CODE: &str = "FAIRLOCK_SHARED";
+
+/// What fairlock keeps in `KEYS[slot]` of its scripts, named `key`.
+fn expected(slot: usize, key: &str) -> &'static str {
+    if is_leader_record(key) {
+        return "an election's leader record (a string)";
+    }
     match slot {
         1 => "the lock's value (a string)",
         2 => "the queue of waiters (a sorted set)",
-        3 => "the prefix's fencing counter (a decimal integer below 2^63 - 1)",
+        3 => "the prefix's fencing counter (a decimal integer below 2^53)",
+        4 => "the line of a read/write lock or semaphore (a sorted set)",
         _ => "a key of fairlock's",
     }
 }
@@ -126,7 +144,7 @@ impl NodeError {
             | Failure::WrongType(e)
             | Failure::Refused(e)
             | Failure::Other(e) => Some(e),
-            Failure::NoAnswer(_) | Failure::Foreign { .. } => None,
+            Failure::NoAnswer(_) | Failure::Foreign { .. } | Failure::Shared => None,
         }
     }
 
@@ -141,6 +159,11 @@ impl fmt::Display for NodeError {
         match &self.failure {
             Failure::NoAnswer(after) => write!(f, "{}: no answer within {after:?}", self.node),
             Failure::Refused(_) => write!(f, "{}: connection refused", self.node),
+            Failure::Shared => write!(
+                f,
+                "{}: the key is in use as a read/write lock or semaphore",
+                self.node
+            ),
             Failure::Foreign { slot, found, key } => {
                 let what = match found.as_str() {
                     "string" if *slot == 3 => "a value that is not a fencing counter".to_owned(),
@@ -152,7 +175,7 @@ impl fmt::Display for NodeError {
                     "{}: key '{key}' holds {what}, where fairlock keeps {}: fairlock did not \
                      write it. If nothing of yours uses it, remove it: redis-cli DEL '{key}'",
                     self.node,
-                    expected(*slot),
+                    expected(*slot, key),
                 )?;
                 if *slot == 3 {
                     write!(
@@ -275,6 +298,18 @@ pub(crate) fn is_refusal(e: &Error) -> bool {
         Error::Backend { source, .. } => source
             .downcast_ref::<NodeError>()
             .is_some_and(|node| node.failure.is_refusal()),
+        _ => false,
+    }
+}
+
+/// Whether `e` says that a mutex's key is in use as a read/write lock or
+/// semaphore (which the caller turns into [`Error::InvalidKey`], naming
+/// its key).
+pub(crate) fn is_in_use_as_line(e: &Error) -> bool {
+    match e {
+        Error::Backend { source, .. } => source
+            .downcast_ref::<NodeError>()
+            .is_some_and(|node| matches!(node.failure, Failure::Shared)),
         _ => false,
     }
 }

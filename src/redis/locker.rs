@@ -11,12 +11,17 @@ use async_trait::async_trait;
 use super::attempt::{AttemptKind, LockAttempt, Round};
 use super::config::RedisConfig;
 use super::core::{Core, fair_redlock_unsupported};
-use super::error::is_refusal;
+use super::election::RedisElector;
+use super::error::is_in_use_as_line;
+use super::line::in_use_as_line;
 use super::node::Nodes;
+use super::shared::{check_single, try_shared, wait_shared};
 use crate::backoff::{Backoff, jitter};
+use crate::election::leader_stream;
 use crate::fairness::Fairness;
 use crate::observe;
-use crate::{Context, Key, LockGuard, Locker, Result};
+use crate::shared::{Share, after_the_mutex, none_while_the_mutex, or_write_lock};
+use crate::{Context, Elector, Key, Leader, LeaderStream, Leadership, LockGuard, Locker, Result};
 
 /// A fair or unfair locker on one Redis instance, or on several
 /// independent masters with Redlock.
@@ -154,18 +159,8 @@ async fn lock(core: &Arc<Core>, ctx: &Context, key: &Key) -> Result<LockGuard> {
                         expires_in.map_or(poll, |e| (e + Duration::from_millis(1)).min(poll))
                     }
                 }
-                Err(e) => match last_ok {
-                    // Wrong credentials or data fairlock did not write:
-                    // another round would say the same.
-                    _ if is_refusal(&e) => return Err(e),
-                    Some(at) if at.elapsed() < core.config.ttl() => {
-                        // Refresh the queue record before it expires.
-                        let wait = backoff.next_pause().min(core.poll());
-                        observe::retrying(core.site(), &e, wait);
-                        wait
-                    }
-                    _ => return Err(e),
-                },
+                // Refresh the queue record before it expires.
+                Err(e) => core.pause_after(e, last_ok, &mut backoff)?,
             };
             tokio::select! {
                 () = notify.notified() => {}
@@ -189,18 +184,132 @@ async fn lock(core: &Arc<Core>, ctx: &Context, key: &Key) -> Result<LockGuard> {
     }
 }
 
+/// A mutex's error, with the key's use as a read/write lock or semaphore
+/// told as [`crate::Error::InvalidKey`].
+fn mutex_error(e: crate::Error, key: &Key) -> crate::Error {
+    if is_in_use_as_line(&e) {
+        return in_use_as_line(key);
+    }
+    e
+}
+
 #[async_trait]
 impl Locker for RedisLocker {
     async fn try_lock(&self, key: &Key) -> Result<Option<LockGuard>> {
-        observe::try_lock(self.core.site(), key, self.try_lock_unobserved(key)).await
+        let take = async {
+            let taken = self.try_lock_unobserved(key).await;
+            or_write_lock(taken, self.try_shared(key, Ok(Share::Write))).await
+        };
+        observe::try_lock(self.core.site(), key, take).await
     }
 
     async fn lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
-        observe::lock(self.core.site(), key, self.lock_unobserved(ctx, key)).await
+        let wait = async {
+            let locked = self.lock_unobserved(ctx, key).await;
+            or_write_lock(locked, self.shared(ctx, key, Ok(Share::Write))).await
+        };
+        observe::lock(self.core.site(), key, wait).await
+    }
+
+    /// See [`Locker::read_lock`]. On one Redis instance, a cluster or
+    /// sentinels; refused on Redlock ([`crate::Error::Unsupported`]).
+    /// Readers and writers are granted in arrival order in both modes.
+    async fn read_lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
+        observe::lock(
+            self.core.site(),
+            key,
+            self.shared(ctx, key, Ok(Share::Read)),
+        )
+        .await
+    }
+
+    async fn try_read_lock(&self, key: &Key) -> Result<Option<LockGuard>> {
+        observe::try_lock(self.core.site(), key, self.try_shared(key, Ok(Share::Read))).await
+    }
+
+    /// See [`Locker::write_lock`]; as [`RedisLocker::read_lock`].
+    async fn write_lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
+        observe::lock(
+            self.core.site(),
+            key,
+            self.shared(ctx, key, Ok(Share::Write)),
+        )
+        .await
+    }
+
+    async fn try_write_lock(&self, key: &Key) -> Result<Option<LockGuard>> {
+        observe::try_lock(
+            self.core.site(),
+            key,
+            self.try_shared(key, Ok(Share::Write)),
+        )
+        .await
+    }
+
+    /// See [`Locker::acquire_permits`]; as [`RedisLocker::read_lock`].
+    async fn acquire_permits(
+        &self,
+        ctx: &Context,
+        key: &Key,
+        n: u32,
+        limit: u32,
+    ) -> Result<LockGuard> {
+        let share = Share::permits(n, limit);
+        observe::lock(self.core.site(), key, self.shared(ctx, key, share)).await
+    }
+
+    async fn try_acquire_permits(
+        &self,
+        key: &Key,
+        n: u32,
+        limit: u32,
+    ) -> Result<Option<LockGuard>> {
+        let share = Share::permits(n, limit);
+        observe::try_lock(self.core.site(), key, self.try_shared(key, share)).await
+    }
+
+    async fn campaign(&self, ctx: &Context, election: &Key, value: Vec<u8>) -> Result<Leadership> {
+        self.elector().campaign(ctx, election, &value).await
+    }
+
+    async fn leader(&self, election: &Key) -> Result<Option<Leader>> {
+        self.elector().leader(election).await
+    }
+
+    fn observe(&self, election: &Key) -> LeaderStream {
+        let (elector, election) = (self.elector(), election.clone());
+        leader_stream(async move { elector.observe(&election).await })
     }
 
     fn is_fair(&self) -> bool {
         self.core.fairness.is_fair()
+    }
+}
+
+impl RedisLocker {
+    /// An elector on this locker's connections; its campaigns wait in
+    /// arrival order, whether this locker is fair or not (this locker if
+    /// it is fair, else a fair one with an id of its own).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(locker: fairlock::redis::RedisLocker) -> fairlock::Result<()> {
+    /// use fairlock::{Elector, Key};
+    ///
+    /// let elector = locker.elector();
+    /// if let Some(leader) = elector.leader(&Key::from("scheduler")).await? {
+    ///     println!("led by {:?}", leader.value_str());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn elector(&self) -> RedisElector {
+        let fair = if self.core.fairness.is_fair() {
+            self.clone()
+        } else {
+            self.locker(true)
+        };
+        RedisElector::new(Arc::new(fair.clone()), fair.core)
     }
 }
 
@@ -210,7 +319,7 @@ impl RedisLocker {
         self.core.nodes.layout.check(key)?;
         self.core.check_mode()?;
         let mut attempt = LockAttempt::new(&self.core, key, AttemptKind::TryLock);
-        match attempt.round().await {
+        match attempt.round().await.map_err(|e| mutex_error(e, key)) {
             Ok(Round::Granted(guard)) => Ok(Some(guard)),
             Ok(Round::Busy { unsure, .. }) => {
                 // A node that did not answer may grant us the lock late:
@@ -222,11 +331,41 @@ impl RedisLocker {
         }
     }
 
+    /// Checks a read/write lock's or semaphore's call (`share` is the
+    /// result of checking its arguments) before it is sent.
+    fn check_shared(&self, key: &Key, share: Result<Share>) -> Result<Share> {
+        let what = match share {
+            Ok(Share::Read | Share::Write) => "read/write locks",
+            _ => "semaphores",
+        };
+        check_single(&self.core, what)?;
+        let share = share?;
+        key.validate()?;
+        self.core.nodes.layout.check(key)?;
+        Ok(share)
+    }
+
+    async fn shared(&self, ctx: &Context, key: &Key, share: Result<Share>) -> Result<LockGuard> {
+        let share = self.check_shared(key, share)?;
+        ctx.check(key.as_str())?;
+        // Boxed: the waiting future nests deep enough to overflow the
+        // compiler's layout query depth inside the trait's boxed futures.
+        let wait = after_the_mutex(ctx, key, || wait_shared(&self.core, ctx, key, share));
+        Box::pin(wait).await
+    }
+
+    async fn try_shared(&self, key: &Key, share: Result<Share>) -> Result<Option<LockGuard>> {
+        let share = self.check_shared(key, share)?;
+        none_while_the_mutex(try_shared(&self.core, key, share).await)
+    }
+
     async fn lock_unobserved(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
         key.validate()?;
         self.core.nodes.layout.check(key)?;
         ctx.check(key.as_str())?;
         self.core.check_mode()?;
-        lock(&self.core, ctx, key).await
+        lock(&self.core, ctx, key)
+            .await
+            .map_err(|e| mutex_error(e, key))
     }
 }

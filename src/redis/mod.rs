@@ -8,7 +8,8 @@
 //! value is unique per attempt, and release, extend and every other change
 //! compare it first, so no client ever deletes or extends another holder's
 //! key. The token comes from `INCR` on a counter per prefix in the same
-//! script: it grows with every grant, like etcd's revision. A watchdog
+//! script: it grows with every grant, like etcd's revision, up to 2^53
+//! (where Lua's numbers, doubles, stop counting exactly). A watchdog
 //! extends held locks every TTL/3 and marks the guard lost when it cannot
 //! (see [`crate::LockGuard::is_held`]).
 //!
@@ -33,11 +34,34 @@
 //! members whose waiter record fairlock did not write (not a string, does
 //! not parse, never expires) or scored above 2^52 are skipped and dropped
 //! from the queue, so they neither get the lock nor block it. A lock or queue key of another type, or a fencing counter that
-//! cannot count, fails `lock` and `try_lock` at once with an error naming
+//! cannot count (not a decimal, or at 2^53), fails `lock` and `try_lock` at once with an error naming
 //! the key and the `redis-cli DEL` that removes it; unlock and the
 //! watchdog treat such a lock key as someone else's (the lock is lost) and
 //! such a queue as empty. [`RedisLocker::status`] lists all of these in
 //! [`crate::LockStatus::foreign`].
+//!
+//! # Read/write locks and semaphores
+//! On one instance, a cluster or sentinels (not on Redlock, which has no
+//! single arrival order), a key used as a read/write lock or semaphore has
+//! a line: a sorted set of entries in arrival order, each with a record
+//! that says what it asks for and, once granted, its fencing token (from
+//! the same counter as the mutex's). The Lua scripts walk the line from
+//! its head by the rule of [`crate::Locker::read_lock`]: a departure's own
+//! script grants whom it admits (readers at the head together) and wakes
+//! only them. Holders' records are extended by a watchdog; a dead holder's
+//! record expires after the TTL and the waiters behind it, timed to that
+//! expiry, drop it. A key is never a mutex and a line at once (either is
+//! refused with [`crate::Error::InvalidKey`] while the other exists).
+//! `line.rs` specifies it.
+//!
+//! # Leader election
+//! On one instance, a cluster or sentinels (not on Redlock), an election
+//! is the fair lock of its name plus the leader's record beside it,
+//! written only while the lock is the leader's, renewed with it, and
+//! announced on a channel at every change; observers read the lock and
+//! the record in one script and follow the channel, ordering what they
+//! read and hear by version so that they never go back
+//! ([`RedisElector`], `election/protocol.rs` specifies it).
 //!
 //! # Redlock
 //! With several URLs, a lock is taken on all masters at once (each request
@@ -127,6 +151,8 @@
 //! - `wire.rs`: every key name and value format written to Redis (flat, or
 //!   hash-tagged on a cluster), with round-trip tests; `scripts.rs`: the
 //!   Lua scripts that write them.
+//! - `line.rs`: the line of a read/write lock or semaphore: its spec, key
+//!   names, replies and Lua scripts.
 //! - `error.rs`: one failed request to one node, classified by the Redis
 //!   error kind and code, and its mapping into [`crate::Error`].
 //! - `secure.rs`: the client of one URL (TLS, credentials), and telling a
@@ -140,12 +166,22 @@
 //! - `node.rs`: the masters (or the one cluster or sentinel-watched
 //!   master), the one request helper (timeout and error mapping), and
 //!   fan-out to all nodes.
+//! - `deferred.rs`: watchdogs that start when their first extend is due,
+//!   by one timer task per locker (a lock released before then never has
+//!   a task of its own).
 //! - `core.rs`: what a locker's operations share (nodes, configuration,
-//!   mode, id) and the poll and waiter-record times.
+//!   mode, id, the watchdogs' starter) and the poll and waiter-record
+//!   times.
 //! - `watchdog.rs`: the guard of a grant, extending it every TTL/3, loss
 //!   signals, release.
+//! - `held_share.rs`: the guard of a read lock, write lock or permit, its
+//!   watchdog and release.
+//! - `shared.rs`: one read/write lock or semaphore call: entering the
+//!   line, waiting in it, leaving it when giving up.
 //! - `attempt.rs`: one `lock`/`try_lock` call: a round on every node
 //!   decided by quorum, and leaving the queue when giving up.
+//! - `election/`: [`RedisElector`]: its protocol (names, record, scripts,
+//!   versions), a leader's record, observers.
 //! - `locker.rs`: [`RedisLocker`], connect, `try_lock`, and the wait loop
 //!   of `lock`.
 //! - `status.rs`: [`RedisLocker::status`], who holds and who waits.
@@ -154,14 +190,19 @@ mod attempt;
 mod config;
 mod connect;
 mod core;
+mod deferred;
 mod deployments;
+mod election;
 mod error;
+mod held_share;
+mod line;
 mod link;
 mod locker;
 mod node;
 mod scripts;
 mod secure;
 mod sentinel;
+mod shared;
 mod status;
 mod topology;
 mod url;
@@ -175,6 +216,7 @@ use std::sync::Arc;
 /// Who asked for a lock, as [`crate::LockStatus`] shows it.
 pub use crate::Owner;
 pub use config::{DEFAULT_DRIFT_FACTOR, DEFAULT_PREFIX, MAX_TTL, MIN_TTL, RedisConfig};
+pub use election::RedisElector;
 pub use locker::RedisLocker;
 pub use topology::Deployment;
 
@@ -183,7 +225,8 @@ use crate::{Locker, Result};
 
 /// Connects to Redis and registers it as the process-wide locker provider:
 /// every [`crate::get_locker`] call then returns a new [`RedisLocker`]
-/// sharing these connections.
+/// sharing these connections, and [`crate::get_elector`] a
+/// [`RedisElector`] on them.
 ///
 /// On Redlock (several URLs) `get_locker(true)` returns a locker whose
 /// every call fails with [`crate::Error::Unsupported`]: fair mode needs a
@@ -207,12 +250,14 @@ use crate::{Locker, Result};
 /// Cancel safe: nothing is registered until the connections are up.
 pub async fn register(config: RedisConfig) -> Result<()> {
     let nodes = node::Nodes::connect(&config).await?;
+    let locker =
+        move |fairness| RedisLocker::from_nodes(Arc::clone(&nodes), config.clone(), fairness);
+    let elector = locker.clone();
     crate::register_locker_provider(move |fair| {
-        Arc::new(RedisLocker::from_nodes(
-            Arc::clone(&nodes),
-            config.clone(),
-            Fairness::from_fair(fair),
-        )) as Arc<dyn Locker>
+        Arc::new(locker(Fairness::from_fair(fair))) as Arc<dyn Locker>
+    });
+    crate::register_elector_provider(move || {
+        Arc::new(elector(Fairness::Fair).elector()) as Arc<dyn crate::Elector>
     });
     Ok(())
 }

@@ -13,7 +13,7 @@ use redis::{FromRedisValue, Script};
 use super::config::RedisConfig;
 use super::connect;
 use super::error::{FailedOp, Failure, NodeError};
-use super::link::Link;
+use super::link::{Link, Subscribe};
 use super::topology::{Deployment, Topology};
 use super::url::{redact, with_port};
 use super::wake::Hub;
@@ -27,6 +27,9 @@ pub(crate) struct Node {
     link: Link,
     timeout: Duration,
     pub hub: Hub,
+    /// Where a subscriber of this node connects (election observers open
+    /// their own).
+    pub subscribe: Subscribe,
 }
 
 /// One script call: the same keys on every node, arguments per node.
@@ -39,16 +42,28 @@ pub(crate) struct Call<'a> {
 impl Node {
     /// Runs `call` on this node within the per-node timeout.
     pub async fn run<T: FromRedisValue>(&self, call: Call<'_>) -> Result<T, NodeError> {
-        let mut invocation = call.script.prepare_invoke();
-        for key in call.keys {
+        let args: Vec<&[u8]> = call.args.iter().map(String::as_bytes).collect();
+        self.run_bytes(call.script, call.keys, &args).await
+    }
+
+    /// Runs `script` with arguments that need not be text (an election's
+    /// value), within the per-node timeout.
+    pub async fn run_bytes<T: FromRedisValue>(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&[u8]],
+    ) -> Result<T, NodeError> {
+        let mut invocation = script.prepare_invoke();
+        for key in keys {
             invocation.key(*key);
         }
-        for arg in &call.args {
-            invocation.arg(arg);
+        for arg in args {
+            invocation.arg(*arg);
         }
         self.request(self.timeout, self.link.invoke(&invocation))
             .await
-            .map_err(|e| e.name_key(call.keys))
+            .map_err(|e| e.name_key(keys))
     }
 
     /// A plain command (for `status`), within the per-node timeout; on a
@@ -110,11 +125,12 @@ impl Nodes {
         config.validate()?;
         let topology = config.topology()?;
         let wake = wake_prefix(config.prefix());
-        let node = |name: String, (link, subscribe)| Node {
+        let node = |name: String, (link, subscribe): (Link, Subscribe)| Node {
             name,
             link,
             timeout: config.node_timeout(),
-            hub: Hub::start(subscribe, &wake),
+            hub: Hub::start(subscribe.clone(), &wake),
+            subscribe,
         };
         let mut list = Vec::new();
         match &topology.deployment {

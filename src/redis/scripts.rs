@@ -16,6 +16,11 @@
 //! - fence: one counter per prefix, incremented at every grant (the
 //!   fencing token).
 //!
+//! The acquire and the release start with a fast path for the uncontended
+//! cycle (a free lock, nobody queued, nothing foreign), written before the
+//! helpers that only the general path needs: Redis runs a script's body
+//! anew each time, local function definitions included.
+//!
 //! Anything under the prefix may have been written by someone else. A
 //! lock value that does not parse is someone else's lock; a queue member
 //! without a live record fairlock wrote, or scored above 2^52, is dropped
@@ -29,13 +34,39 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Shared helpers, prepended to every script.
-const PRELUDE: &str = r"
+/// What every script starts with: the keys, and the helpers that the fast
+/// paths (see [`script`]) use too.
+const HEAD: &str = r"
 local lock, queue, fence = KEYS[1], KEYS[2], KEYS[3]
 
 -- Keys are read with the commands the README's minimal ACL grants (no
 -- TYPE): a key of another type answers GET or ZSCORE with an error.
 local function failed(reply) return type(reply) == 'table' and reply.err ~= nil end
+
+-- Whether INCR on the fencing counter gives a next token that Lua holds
+-- exactly: absent, or a decimal below 2^53 (a Lua number is a double, so
+-- past 2^53 two grants could read the same token).
+local function fence_ok()
+  local v = redis.pcall('GET', fence)
+  if failed(v) then return false end
+  if not v then return true end
+  if v ~= '0' and not string.match(v, '^[1-9]%d*$') then return false end
+  return #v < 16 or (#v == 16 and v < '9007199254740992')
+end
+
+-- The token is written with '%d': Lua writes a number of 15 digits or
+-- more as '1e+14', a value no holder would recognise as its own.
+local function grant(owner, ttl)
+  local token = redis.call('INCR', fence)
+  redis.call('SET', lock, string.format('%d', token) .. ' ' .. owner, 'PX', ttl)
+  return token
+end
+";
+
+/// The other shared helpers, defined after a script's fast path: a script
+/// defines its local functions anew on every run, which costs Redis about
+/// as much as the uncontended cycle's own commands.
+const PRELUDE: &str = r"
 
 -- Fails the script naming KEYS[i] and the type found there, for a key
 -- that holds data fairlock did not write (the Rust side names the key).
@@ -58,16 +89,6 @@ local function queue_ok() return not failed(redis.pcall('ZSCORE', queue, '')) en
 local function holder(value)
   if not value then return nil, nil end
   return string.match(value, '^(%d+) (.*)$')
-end
-
--- Whether INCR on the fencing counter gives a next token: absent, or a
--- decimal below Redis' 64-bit limit.
-local function fence_ok()
-  local v = redis.pcall('GET', fence)
-  if failed(v) then return false end
-  if not v then return true end
-  if v ~= '0' and not string.match(v, '^[1-9]%d*$') then return false end
-  return #v < 19 or (#v == 19 and v < '9223372036854775807')
 end
 
 -- Fails naming the first of lock, queue and fence that holds data
@@ -124,12 +145,6 @@ local function head(waiters)
   end
 end
 
-local function grant(owner, ttl)
-  local token = redis.call('INCR', fence)
-  redis.call('SET', lock, token .. ' ' .. owner, 'PX', ttl)
-  return token
-end
-
 -- The lock is free: hand it to a fair head (it learns on its wake-up), or
 -- wake an unfair head to try. Exactly one waiter hears of it. A handoff
 -- lasts the head's record TTL (from its record) until the head confirms it
@@ -156,10 +171,36 @@ end
 /// `ARGV = [owner, ttl ms, f|u, id or "", waiters, wake, hub, record ttl ms,
 /// joined]`, `joined` `1` when an earlier round of this attempt may have
 /// queued `id` (on the first round there is nothing of it to remove);
-/// returns `{1, token}` or `{0, pttl of the holder}`.
+/// returns `{1, token}` or `{0, pttl of the holder}`. Fails with
+/// `FAIRLOCK_SHARED` while the key's line exists (`line.rs`).
+///
+/// Its fast path grants a free lock, as the general path would, when no
+/// key holds data fairlock did not write and no earlier round left
+/// anything to remove: `GET` finds no lock, no line of a read/write lock
+/// or semaphore exists (`PTTL` -2), `ZRANGE` finds nobody queued (fair)
+/// or no key of another type (unfair: a free lock is taken whoever is
+/// queued), and the fencing counter counts.
+const ACQUIRE_FAST: &str = r"
+do
+  local mode, id, joined = ARGV[3], ARGV[4], ARGV[9]
+  if (id == '' or joined ~= '1') and not redis.pcall('GET', lock)
+      and redis.call('PTTL', lock .. '/_OWNERS_/line') == -2 then
+    local first = redis.pcall('ZRANGE', queue, 0, 0)
+    if first.err == nil and (mode == 'u' or first[1] == nil) and fence_ok() then
+      return {1, grant(ARGV[1], ARGV[2])}
+    end
+  end
+end
+";
+
+/// The general path of the acquire.
 const ACQUIRE: &str = r"
 local owner, ttl, mode, id, waiters, wake, hub, wttl, joined = unpack(ARGV)
 local value = check_keys()
+-- A key in use as a read/write lock or semaphore (its line, `line.rs`)
+-- has no mutex: refused before anything is written.
+-- (PTTL, not EXISTS: the README's minimal ACL grants no EXISTS.)
+if redis.call('PTTL', lock .. '/_OWNERS_/line') ~= -2 then error({err = 'FAIRLOCK_SHARED'}) end
 if value then
   local token, who = holder(value)
   if who == owner then
@@ -204,8 +245,31 @@ return {0, redis.call('PTTL', lock)}
 /// `owner`; 0 if the lock key is gone; 2 if a later grant holds it (a
 /// fairlock value with a greater token: this node's counter only grows);
 /// 3 if it holds anything else (someone else wrote it).
+///
+/// Its fast path deletes the key when it holds exactly what this node's
+/// grant wrote (`mine` and `owner`) and answers at once when nobody is
+/// queued (or the queue holds another type: no fairlock waiter is in it);
+/// when someone is, the general path passes the lock on (`released`).
+const RELEASE_FAST: &str = r"
+local released = false
+do
+  local owner, mine = ARGV[1], ARGV[4]
+  if mine ~= '' and redis.pcall('GET', lock) == mine .. ' ' .. owner then
+    redis.call('DEL', lock)
+    local first = redis.pcall('ZRANGE', queue, 0, 0)
+    if first.err ~= nil or first[1] == nil then return 1 end
+    released = true
+  end
+end
+";
+
+/// The general path of the release.
 const RELEASE: &str = r"
 local owner, waiters, wake, mine = unpack(ARGV)
+if released then
+  pass_on(waiters, wake)
+  return 1
+end
 local value = lock_value()
 if value == false then return 3 end
 local token, who = holder(value)
@@ -325,13 +389,18 @@ impl Released {
     }
 }
 
-fn script(body: &str) -> Script {
-    Script::new(&format!("{PRELUDE}{body}"))
+/// A script: the head, its fast path (commands only, before the other
+/// helpers are defined; it returns, or falls through to the general path,
+/// which decides every case alike), the prelude, and its body.
+fn script(fast: &str, body: &str) -> Script {
+    Script::new(&format!("{HEAD}{fast}{PRELUDE}{body}"))
 }
 
-pub(crate) static ACQUIRE_SCRIPT: LazyLock<Script> = LazyLock::new(|| script(ACQUIRE));
-pub(crate) static RELEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| script(RELEASE));
-pub(crate) static LEAVE_SCRIPT: LazyLock<Script> = LazyLock::new(|| script(LEAVE));
-pub(crate) static EXTEND_SCRIPT: LazyLock<Script> = LazyLock::new(|| script(EXTEND));
-pub(crate) static RAISE_SCRIPT: LazyLock<Script> = LazyLock::new(|| script(RAISE));
-pub(crate) static STATUS_SCRIPT: LazyLock<Script> = LazyLock::new(|| script(STATUS));
+pub(crate) static ACQUIRE_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| script(ACQUIRE_FAST, ACQUIRE));
+pub(crate) static RELEASE_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| script(RELEASE_FAST, RELEASE));
+pub(crate) static LEAVE_SCRIPT: LazyLock<Script> = LazyLock::new(|| script("", LEAVE));
+pub(crate) static EXTEND_SCRIPT: LazyLock<Script> = LazyLock::new(|| script("", EXTEND));
+pub(crate) static RAISE_SCRIPT: LazyLock<Script> = LazyLock::new(|| script("", RAISE));
+pub(crate) static STATUS_SCRIPT: LazyLock<Script> = LazyLock::new(|| script("", STATUS));

@@ -10,7 +10,7 @@ use super::node::Call;
 use super::node::Node;
 use super::scripts::STATUS_SCRIPT;
 use super::wire::{Layout as Naming, LockKeys as Layout};
-use crate::{Key, LockHolder, LockStatus, LockWaiter, NodeCount, Owner, Result};
+use crate::{Elector, Key, LockHolder, LockStatus, LockWaiter, NodeCount, Owner, Result};
 
 /// What one node says about one lock.
 struct NodeView {
@@ -121,7 +121,13 @@ impl RedisLocker {
         if views.len() < nodes.quorum {
             return Err(nodes.unavailable("status", errors));
         }
-        Ok(merge(name, &layout, &views, nodes.list.len()))
+        let mut lock = merge(name, &layout, &views, nodes.list.len());
+        // An election's leader (no elections on Redlock).
+        let key = Key::from(name);
+        if lock.holder.is_some() && !nodes.is_redlock() && key.validate().is_ok() {
+            lock.leader = self.elector().leader(&key).await?;
+        }
+        Ok(lock)
     }
 }
 

@@ -6,10 +6,10 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use futures_util::future::join_all;
-use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::core::Core;
+use super::deferred::Watchdog;
 use super::node::Call;
 use super::scripts::{EXTEND_SCRIPT, RELEASE_SCRIPT, Released};
 use super::wire::LockKeys;
@@ -19,7 +19,8 @@ use crate::{Error, Expiry, GuardRelease, Key, LockGuard, LossCause, Result, obse
 
 /// Builds the guard of a grant whose acquire request was sent at
 /// `started`, given on the nodes of `granted` with their own tokens, and
-/// starts its watchdog. The local deadline (see
+/// queues its watchdog, which starts when its first extend is due (see
+/// `deferred.rs`). The local deadline (see
 /// [`RedisConfig::validity_left`](super::config::RedisConfig)) and the
 /// first extend both count from `started`.
 pub(crate) fn guard(
@@ -40,15 +41,18 @@ pub(crate) fn guard(
     for (i, t) in granted {
         tokens[*i] = t.to_string();
     }
-    let task = tokio::spawn(watch(
-        Arc::clone(&core),
-        keys.clone(),
-        owner.clone(),
-        started,
-        lost.clone(),
-        expiry.clone(),
-        loss.clone(),
-    ));
+    let watchdog = core.watchdogs.start(
+        started + config.ttl() / 3,
+        Box::pin(watch(
+            Arc::clone(&core),
+            keys.clone(),
+            owner.clone(),
+            started,
+            lost.clone(),
+            expiry.clone(),
+            loss.clone(),
+        )),
+    );
     let held_lock = HeldLock {
         core,
         key: key.clone(),
@@ -58,7 +62,7 @@ pub(crate) fn guard(
         expiry: expiry.clone(),
         lost: lost.clone(),
         loss,
-        watchdog: task.abort_handle(),
+        watchdog,
     };
     LockGuard::new(key, token, Box::new(held_lock)).with_loss_signal(lost, Some(expiry))
 }
@@ -145,12 +149,12 @@ struct HeldLock {
     lost: CancellationToken,
     /// Why the watchdog declared the lock lost.
     loss: LossCell,
-    watchdog: AbortHandle,
+    watchdog: Watchdog,
 }
 
 impl Drop for HeldLock {
     fn drop(&mut self) {
-        self.watchdog.abort();
+        self.watchdog.stop();
     }
 }
 
@@ -178,7 +182,7 @@ impl GuardRelease for HeldLock {
     /// holds anything else: someone overwrote it before our release came.
     async fn release(self: Box<Self>) -> Result<()> {
         // Stop extending first: our own release is not a loss.
-        self.watchdog.abort();
+        self.watchdog.stop();
         let was_lost = self.lost.is_cancelled() || self.expiry.has_passed();
         let nodes = &self.core.nodes;
         let script_keys = self.keys.script_keys();

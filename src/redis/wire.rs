@@ -11,7 +11,9 @@
 //! - the fencing counter `fairlock:_OWNERS_/fence`, one per prefix, the only
 //!   key that outlives the locks (a token must never repeat);
 //! - wake-up channels `fairlock:_OWNERS_/wake/<hub id>`, one per connection;
-//!   a message is the id of the one waiter it wakes.
+//!   a message is the id of the one waiter it wakes;
+//! - an election's leader record `fairlock:jobs/export/_OWNERS_/leader`,
+//!   and its channel of the same name (format: `election/protocol.rs`).
 //!
 //! On a Redis Cluster ([`Layout::Tagged`]) the key is in a hash tag, so that
 //! every key of one lock hashes to the same slot: lock key
@@ -130,6 +132,16 @@ impl LockKeys {
     pub fn script_keys(&self) -> [&str; 3] {
         [self.lock.as_str(), self.queue.as_str(), self.fence.as_str()]
     }
+}
+
+/// The leader's record of the election whose lock key is `lock`.
+pub(crate) fn leader_record(lock: &str) -> String {
+    format!("{lock}/{RESERVED_SEGMENT}/leader")
+}
+
+/// `true` if Redis key `name` is an election's leader record.
+pub(crate) fn is_leader_record(name: &str) -> bool {
+    name.ends_with(&format!("/{RESERVED_SEGMENT}/leader"))
 }
 
 /// The fencing counter of a prefix.

@@ -18,6 +18,9 @@ pub struct RedisBackend {
     pub base: RedisLocker,
     /// Whether fair mode works here (one server; Redlock refuses it).
     fair: bool,
+    /// Whether the conformance suite checks read/write locks and
+    /// semaphores here (see [`RedisBackend::with_shared`]).
+    shared: bool,
     /// On a cluster (whose masters are `urls`): a connection that routes
     /// reads of a lock's keys to their slot's master.
     cluster: Option<redis::cluster_async::ClusterConnection>,
@@ -32,8 +35,17 @@ impl RedisBackend {
             urls,
             base,
             fair,
+            shared: false,
             cluster: None,
         }
+    }
+
+    /// Has the conformance suite check read/write locks and semaphores:
+    /// on one server (Redlock refuses them).
+    #[must_use]
+    pub fn with_shared(mut self) -> RedisBackend {
+        self.shared = true;
+        self
     }
 
     /// `base` on a cluster whose masters are at `masters`.
@@ -47,6 +59,7 @@ impl RedisBackend {
             urls: masters,
             base,
             fair: true,
+            shared: false,
             cluster: Some(conn),
         }
     }
@@ -66,6 +79,17 @@ impl RedisBackend {
     /// The Redis key of the fair queue of `key`.
     pub fn queue(&self, key: &Key) -> String {
         format!("{}/_OWNERS_/queue", self.lock_key(key))
+    }
+
+    /// The Redis key of the line of `key` as a read/write lock or
+    /// semaphore (holders and waiters).
+    pub fn line(&self, key: &Key) -> String {
+        format!("{}/_OWNERS_/line", self.lock_key(key))
+    }
+
+    /// The Redis key of the record of entry `id` in the line of `key`.
+    pub fn entry(&self, key: &Key, id: &str) -> String {
+        format!("{}/_OWNERS_/e/{id}", self.lock_key(key))
     }
 
     /// The keys left under the prefix (but the fencing counter), as
@@ -103,13 +127,16 @@ impl Backend for RedisBackend {
     fn locker(&self, fair: bool) -> Arc<dyn Locker> {
         Arc::new(self.base.locker(fair))
     }
+    /// Counts the mutex's fair waiters and, with read/write locks and
+    /// semaphores, the callers in the key's line, holders included.
     async fn wait_queued(&self, key: &Key, n: usize) {
-        if self.cluster.is_none() {
+        if self.cluster.is_none() && !self.shared {
             return rs::wait_queued(&self.urls[0], self.prefix(), key, n).await;
         }
         let zcard = redis::cmd("ZCARD").arg(self.queue(key)).to_owned();
+        let in_line = redis::cmd("ZCARD").arg(self.line(key)).to_owned();
         rs::wait_until_any(&self.urls, self.prefix(), || async {
-            self.query::<usize>(&zcard).await >= n
+            self.query::<usize>(&zcard).await + self.query::<usize>(&in_line).await >= n
         })
         .await;
     }
@@ -133,9 +160,35 @@ impl Backend for RedisBackend {
     fn supports_fair(&self) -> bool {
         self.fair
     }
+    fn supports_shared(&self) -> bool {
+        self.shared
+    }
 }
 
 /// Takes `key` on `locker` with `try_lock`, which must find it free.
 pub async fn take<L: Locker + ?Sized>(locker: &L, key: &Key) -> LockGuard {
     locker.try_lock(key).await.expect("try_lock").expect("free")
+}
+
+/// Elections on the same store: each elector a fair locker of its own
+/// (its own id) on the base locker's connections.
+#[async_trait]
+impl fairlock::conformance::ElectionBackend for RedisBackend {
+    fn elector(&self) -> Arc<dyn fairlock::Elector> {
+        Arc::new(self.base.elector())
+    }
+    /// The candidates in the election's fair queue (the leader holds the
+    /// lock key, not a queue entry).
+    async fn wait_candidates(&self, name: &Key, n: usize) {
+        Backend::wait_queued(self, name, n).await;
+    }
+    async fn wait_clean(&self) {
+        Backend::wait_clean(self).await;
+    }
+    async fn is_clean(&self) -> bool {
+        Backend::is_clean(self).await
+    }
+    async fn finish(&self) {
+        Backend::finish(self).await;
+    }
 }

@@ -84,6 +84,26 @@ impl RedisCluster {
                 })
                 .await;
             }
+            // `cluster_state:ok` comes before every node has heard (by
+            // gossip) which nodes became replicas: until then a node lists
+            // a replica as a master, and a test that picks "another master"
+            // from that list sends it commands only masters take.
+            for n in &cluster.nodes {
+                wait_for(&n.url, &["CLUSTER", "NODES"], |nodes| {
+                    let count = |role: &str| {
+                        nodes
+                            .lines()
+                            .filter(|l| {
+                                l.split_whitespace()
+                                    .nth(2)
+                                    .is_some_and(|f| f.contains(role))
+                            })
+                            .count()
+                    };
+                    count("master") == 3 && count("slave") == 3
+                })
+                .await;
+            }
         });
         cluster
     }

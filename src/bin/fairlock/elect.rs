@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use fairlock::etcd::EtcdElector;
+use fairlock::redis::{RedisElector, RedisLocker};
 use fairlock::{BackendConfig, Context, Elector, Error, Key, Leadership};
 
 use crate::election_args::ElectArgs;
@@ -40,13 +41,43 @@ pub async fn run(config: BackendConfig, a: ElectArgs) -> u8 {
     code
 }
 
-/// An elector on the configured backend: etcd's; other backends have no
-/// elections.
-pub async fn connect(config: &BackendConfig) -> fairlock::Result<EtcdElector> {
+/// An elector on the configured backend: etcd's or Redis'.
+pub enum Electors {
+    Etcd(EtcdElector),
+    Redis(RedisElector),
+}
+
+impl std::ops::Deref for Electors {
+    type Target = dyn Elector;
+
+    fn deref(&self) -> &Self::Target {
+        match self {
+            Electors::Etcd(e) => e,
+            Electors::Redis(e) => e,
+        }
+    }
+}
+
+impl Electors {
+    /// Ends the session: etcd revokes its lease; Redis has none.
+    pub async fn close(self) -> fairlock::Result<()> {
+        match self {
+            Electors::Etcd(e) => e.close().await,
+            Electors::Redis(_) => Ok(()),
+        }
+    }
+}
+
+/// Connects an elector on the configured backend.
+pub async fn connect(config: &BackendConfig) -> fairlock::Result<Electors> {
     match config {
-        BackendConfig::Etcd(c) => EtcdElector::connect(c.clone()).await,
+        BackendConfig::Etcd(c) => Ok(Electors::Etcd(EtcdElector::connect(c.clone()).await?)),
+        BackendConfig::Redis(c) => Ok(Electors::Redis(
+            RedisLocker::connect(c.clone(), true).await?.elector(),
+        )),
         other => Err(Error::Unsupported(format!(
-            "leader election runs on etcd; the {} backend has none (point --endpoints at etcd)",
+            "leader election in the fairlock command runs on etcd and Redis; not on the {} \
+             backend",
             other.backend()
         ))),
     }
@@ -77,7 +108,7 @@ fn default_value() -> String {
 
 /// Campaigns until elected, or says why not and returns the exit code.
 async fn campaign(
-    elector: &EtcdElector,
+    elector: &Electors,
     name: &Key,
     value: &[u8],
     a: &ElectArgs,
@@ -110,7 +141,7 @@ async fn campaign(
             Err(128 + u8::try_from(sig).unwrap_or(0))
         }
         Err(Error::Timeout { .. }) => {
-            let leader = describe_leader(elector, name).await;
+            let leader = describe_leader(&**elector, name).await;
             eprintln!(
                 "fairlock: not elected within {:?} for {name} ({leader}); not running {}",
                 a.timeout.unwrap_or_default(),
@@ -209,7 +240,7 @@ async fn lead(leadership: Leadership, a: &ElectArgs, signals: &mut Signals) -> u
 }
 
 /// Who leads `name`, for a message.
-async fn describe_leader(elector: &EtcdElector, name: &Key) -> String {
+async fn describe_leader(elector: &dyn Elector, name: &Key) -> String {
     let read = tokio::time::timeout(Duration::from_secs(5), elector.leader(name)).await;
     match read {
         Ok(Ok(Some(l))) => format!(

@@ -32,7 +32,7 @@ pub async fn run(config: BackendConfig, a: LeaderArgs) -> u8 {
         writeln!(out, "{line}").and_then(|()| out.flush()).is_ok()
     };
     let code = if a.watch {
-        follow(&elector, &name, show).await
+        follow(&*elector, &name, show).await
     } else {
         match elector.leader(&name).await {
             Ok(state) => {

@@ -83,6 +83,14 @@ fn table(locks: &[LockStatus], backend: &str) -> String {
                 let _ = writeln!(out, "{}: free", lock.key);
             }
         }
+        if let Some(leader) = &lock.leader {
+            let _ = writeln!(
+                out,
+                "  election: led by {} (term {})",
+                String::from_utf8_lossy(&leader.value),
+                leader.fencing_token
+            );
+        }
         if lock
             .holder
             .as_ref()
@@ -211,7 +219,7 @@ mod tests {
         );
         assert!(
             line.ends_with(
-                r#""locker":"L","fair":true,"reads":false,"permits":1}],"foreign":[],"kind":"lock","limit":null,"holders":[]}"#
+                r#""locker":"L","fair":true,"reads":false,"permits":1}],"foreign":[],"kind":"lock","limit":null,"holders":[],"leader":null}"#
             ),
             "{line}"
         );

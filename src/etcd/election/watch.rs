@@ -9,18 +9,11 @@ use crate::etcd::lock::locker::EtcdLocker;
 use crate::etcd::protocol::election::{decode, read_leader, read_leader_answer, value_key};
 use crate::etcd::protocol::keys::LockKeys;
 use crate::etcd::session::state::LockerState;
-use crate::{ChangeSender, Error, Key, Leader, LeaderWatch, Owner, Result};
+use crate::{ChangeSender, Error, Key, Leader, LeaderWatch, Result};
 
 /// The leader a value key's value `raw` names, if fairlock wrote it.
 fn leader_of(name: &Key, raw: &[u8]) -> Option<Leader> {
-    let record = decode(raw)?;
-    Some(Leader {
-        name: name.to_string(),
-        value: record.value.to_vec(),
-        fencing_token: u64::try_from(record.term).ok()?,
-        owner: Owner::parse(record.owner),
-        since: record.since,
-    })
+    decode(raw)?.leader(name.as_str())
 }
 
 /// Who leads election `name` (etcd keys `keys`), and the revision read at.

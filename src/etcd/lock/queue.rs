@@ -319,13 +319,7 @@ fn lease_lost(attempt: &LockAttempt) -> EtcdError {
 }
 
 fn in_use_as_line(attempt: &LockAttempt) -> EtcdError {
-    EtcdError::Public(Error::InvalidKey {
-        key: attempt.key.to_string(),
-        reason: "it is in use as a read/write lock or semaphore, so it cannot be used as a \
-                 mutex; take its write lock (write_lock) to exclude its readers, or give \
-                 the mutex a key of its own"
-            .into(),
-    })
+    EtcdError::Public(crate::shared::in_use_as_line(attempt.key.as_str()))
 }
 
 fn session_lost(attempt: &LockAttempt) -> EtcdError {

@@ -10,12 +10,13 @@ use etcd_client::{GetOptions, SortOrder, SortTarget};
 use super::locker::EtcdLocker;
 use crate::etcd::client::error::EtcdError;
 use crate::etcd::client::request::request;
-use crate::etcd::protocol::election::is_value_key;
+use crate::etcd::protocol::election::{decode, is_value_key};
 use crate::etcd::protocol::keys::{entry_name, prefix_end};
 use crate::etcd::protocol::line::LineKeys;
 use crate::shared::{Admission, Share};
 use crate::{
-    Key, LeaseId, LockHolder, LockKind, LockStatus, LockWaiter, Owner, RESERVED_SEGMENT, Result,
+    Key, Leader, LeaseId, LockHolder, LockKind, LockStatus, LockWaiter, Owner, RESERVED_SEGMENT,
+    Result,
 };
 
 impl EtcdLocker {
@@ -135,6 +136,7 @@ fn group(prefix: &str, kvs: Vec<(Vec<u8>, Vec<u8>, i64, i64)>) -> Vec<LockStatus
     let marker = format!("/{RESERVED_SEGMENT}/");
     let mut locks: BTreeMap<String, LockStatus> = BTreeMap::new();
     let mut lines: BTreeMap<String, Vec<LineEntry>> = BTreeMap::new();
+    let mut records: BTreeMap<String, Leader> = BTreeMap::new();
     for (key, value, mod_revision, lease) in kvs {
         let key = String::from_utf8_lossy(&key);
         let Some(name) = key.strip_prefix(prefix) else {
@@ -159,7 +161,11 @@ fn group(prefix: &str, kvs: Vec<(Vec<u8>, Vec<u8>, i64, i64)>) -> Vec<LockStatus
                     .push(LockWaiter::new(owner, name.locker, name.mode.is_fair()));
             }
             // An election's leader record: fairlock's own, not a waiter.
-            Some(None) if is_value_key(queue.as_bytes(), key.as_bytes()) => {}
+            Some(None) if is_value_key(queue.as_bytes(), key.as_bytes()) => {
+                if let Some(leader) = decode(&value).and_then(|r| r.leader(lock)) {
+                    records.insert(lock.to_owned(), leader);
+                }
+            }
             Some(None) => match line_entry(prefix, lock, key.as_bytes(), lease) {
                 Some((share, locker)) => {
                     lines.entry(lock.to_owned()).or_default().push(LineEntry {
@@ -183,6 +189,15 @@ fn group(prefix: &str, kvs: Vec<(Vec<u8>, Vec<u8>, i64, i64)>) -> Vec<LockStatus
     for (lock, entries) in lines {
         if let Some(status) = locks.get_mut(&lock) {
             line_status(status, entries);
+        }
+    }
+    // An election's leader: the record of the lock holder's term (one of
+    // an earlier term is nobody's).
+    for (lock, leader) in records {
+        if let Some(status) = locks.get_mut(&lock)
+            && status.holder.as_ref().map(|h| h.fencing_token) == Some(leader.fencing_token)
+        {
+            status.leader = Some(leader);
         }
     }
     // A fair holder's own queue key stays until it releases, and may sort

@@ -9,6 +9,7 @@ use etcd_client::{Compare, CompareOp, KeyValue, Txn, TxnOp, TxnResponse};
 use super::fence::fence;
 use super::keys::LockKeys;
 use super::ops::{put_leased, range_at};
+use crate::{Leader, Owner};
 
 /// The value key's name under the lock's queue prefix: `P k/_OWNERS_/leader`.
 /// Never a waiter's name (those are `<locker id>/<f|u><slot>`), so the lock
@@ -42,6 +43,19 @@ pub(crate) struct Record<'a> {
     pub since: Option<SystemTime>,
     /// Its value.
     pub value: &'a [u8],
+}
+
+impl Record<'_> {
+    /// The leader of election `name` this record shows.
+    pub(crate) fn leader(&self, name: &str) -> Option<Leader> {
+        Some(Leader {
+            name: name.to_owned(),
+            value: self.value.to_vec(),
+            fencing_token: u64::try_from(self.term).ok()?,
+            owner: Owner::parse(self.owner),
+            since: self.since,
+        })
+    }
 }
 
 /// The value key's value: `<term, 20 digits> <owner> since=<unix ms>`, a

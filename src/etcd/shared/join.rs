@@ -24,7 +24,7 @@ use crate::etcd::session::handout::LeaseEnd;
 use crate::etcd::session::state::LockerState;
 use crate::observe::Site;
 use crate::shared::Share;
-use crate::{Context, Error, Key, LockGuard, Result};
+use crate::{Context, Key, LockGuard, Result};
 
 /// Waits until `key` is held as `share` (see `crate::shared`), retrying
 /// attempts that fail in ways that may pass, as `lock` does.
@@ -214,13 +214,7 @@ async fn wait_in_line(
 /// (a write stands for the mutex of the same name when nothing in the
 /// line conflicts).
 fn refusal(key: &Key, want: Share, present: Share) -> EtcdError {
-    let error = crate::shared::conflict(key, want, present).unwrap_or_else(|| Error::InvalidKey {
-        key: key.to_string(),
-        reason: format!(
-            "it is in use as a mutex (lock), so it cannot be used as {}; give each lock a \
-             key of its own",
-            want.describe()
-        ),
-    });
+    let error = crate::shared::conflict(key, want, present)
+        .unwrap_or_else(|| crate::shared::in_use_as_mutex(key.as_str(), want));
     EtcdError::Public(error)
 }

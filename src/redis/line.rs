@@ -1,0 +1,465 @@
+//! The line of a read/write lock or semaphore on Redis: its keys, the
+//! format of its entries, and the Lua scripts that change it. Who of the
+//! line holds is the rule of `crate::shared`, computed in Lua by walking
+//! the line from its head, so every decision is one atomic script.
+//!
+//! # Keys
+//! For the lock key `L` (`<prefix><key>`, or `<prefix>{<key>}` on a
+//! cluster, so that all of them hash to one slot):
+//! - line `L/_OWNERS_/line`: a sorted set of entry ids, scored by arrival
+//!   (the last score + 1), holders and waiters together;
+//! - entry records `L/_OWNERS_/e/<id>`, each
+//!   `"<r|w|s> <limit> <n> <hub> <token> <record ttl ms> <owner>"` with
+//!   `PX`: what the entry asks for (`limit` 0 for reads and writes, `n`
+//!   the permits it takes, 1 so far), the wake-up channel it listens on,
+//!   its fencing token (0 while it waits);
+//! - the fencing counter of the mutex (`wire.rs`): every grant of either
+//!   kind increments it, so tokens of a key never go back.
+//!
+//! A waiter's record lives a record TTL (three polls) and is refreshed at
+//! every poll; a holder's lives a lock TTL and is extended by its
+//! watchdog. An entry whose record is gone (expired: its caller died or
+//! paused; deleted by someone) is dead: the next walk drops it from the
+//! line. The line itself is given a PTTL at least as long as every record
+//! written into it, so it never outlives its last live entry by more than
+//! a TTL, and an emptied line is deleted by Redis with its last member.
+//!
+//! # Scripts (`KEYS = [lock, queue, fence, line]`)
+//! `walk` (the prelude) is `crate::shared::Admission` in Lua:
+//! ```text
+//! walk(me): head = none, held = 0
+//!   for id in line, in order:
+//!     e = record(id); if none: ZREM id (dead); continue
+//!     holds = head is none, or e's kind is head's, not a write, and
+//!             (a read, or held + e.n <= limit)
+//!     if not holds: stop (nobody after it holds either)
+//!     held += e.n; if e has no token: token = INCR fence, write it,
+//!       with the full TTL for `me`, else with e's record TTL, and
+//!       PUBLISH e's id on e's hub (a grant no one was told of)
+//!   returns head, held, whether it stopped, and the least PTTL of the holders
+//! ```
+//! - `ENTER(id, share, owner, hub, ttl, record ttl, mode)`, the only way in
+//!   (`mode` `try`, `join` or `check`):
+//!   ```text
+//!   if id in line:                       -- a waiter checking its place
+//!     if its record is gone: walk(); return GONE
+//!     if it has a token: renew it to the full TTL; return HELD token
+//!     refresh its record (record TTL); walk(id)
+//!     return HELD token if it got one, else WAIT least PTTL
+//!   if mode = check: walk(); return GONE  -- it was dropped: never rejoin
+//!   if the mutex's lock or queue key exists: return MUTEX
+//!   s = walk()
+//!   if s.head conflicts with share: return KIND (head's kind and limit)
+//!   if share would hold after s (the walk did not stop, and it fits):
+//!     ZADD, record with token = INCR fence and the full TTL; return HELD
+//!   if mode = try: return WAIT              -- nothing written
+//!   ZADD, record with token 0 and the record TTL; return WAIT least PTTL
+//!   ```
+//! - `LEAVE(id)`: `ZREM id`, `DEL` its record, `walk()` (granting whom
+//!   that admits); returns HELD if it held, WAITED, or GONE.
+//! - `EXTEND(id, ttl)`: renews the record of a holder still in line;
+//!   returns 1, else 0 (the guard is lost).
+//!
+//! # Why it is fair and herd-free
+//! Arrival order is the line's order, and a newcomer holds only if the
+//! whole line holds and it fits after it (no barging past a waiter);
+//! whom a departure admits is decided in the departure's own script, so
+//! consecutive readers at the head are granted together by one release,
+//! and only those granted are woken (one `PUBLISH` each, to the one
+//! connection each waits on). A dead holder frees its share when its
+//! record expires: the waiters behind it time their next check by the
+//! least PTTL of the holders, and that check's walk drops it. Both fair
+//! and unfair lockers keep arrival order here, as the `Locker` trait
+//! promises for read/write locks and semaphores.
+//!
+//! The scripts use only the commands of the README's minimal ACL (no
+//! `EXISTS`, `ZCARD` or `TYPE`: a key's presence is `PTTL` other than -2).
+//!
+//! # The mutex of the same name
+//! A mutex ([`crate::Locker::lock`]) and a line never share a key: `ENTER`
+//! answers MUTEX while the mutex's lock or queue key exists, and the
+//! mutex's acquire script fails with `FAIRLOCK_SHARED` while the line
+//! exists (see `scripts.rs`); both are [`crate::Error::InvalidKey`].
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+use super::wire::LockKeys;
+use crate::shared::Share;
+use crate::{Error, Key, RESERVED_SEGMENT};
+
+/// The Redis keys of one line (beside the mutex's, `wire.rs`).
+#[derive(Clone, Debug)]
+pub(crate) struct LineKeys {
+    pub lock: LockKeys,
+    /// The sorted set of entry ids.
+    pub line: String,
+    /// Prefix of the entry records.
+    pub entries: String,
+}
+
+impl LineKeys {
+    pub fn new(lock: LockKeys) -> Self {
+        LineKeys {
+            line: line_key(&lock.lock),
+            entries: format!("{}/{RESERVED_SEGMENT}/e/", lock.lock),
+            lock,
+        }
+    }
+
+    /// `KEYS` of the line's scripts: `[lock, queue, fence, line]`.
+    pub fn script_keys(&self) -> [&str; 4] {
+        [
+            self.lock.lock.as_str(),
+            self.lock.queue.as_str(),
+            self.lock.fence.as_str(),
+            self.line.as_str(),
+        ]
+    }
+}
+
+/// The line of the lock key `lock` (the mutex's acquire script builds the
+/// same name in Lua).
+pub(crate) fn line_key(lock: &str) -> String {
+    format!("{lock}/{RESERVED_SEGMENT}/line")
+}
+
+/// What an entry asks for, as its record and `ENTER` spell it: kind,
+/// limit (0 for reads and writes) and permits.
+pub(crate) fn spell(share: Share) -> (&'static str, u32, u32) {
+    match share {
+        Share::Read => ("r", 0, 1),
+        Share::Write => ("w", 0, 1),
+        Share::Permit { limit, n } => ("s", limit, n),
+    }
+}
+
+/// How a caller enters the line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Holds at once or writes nothing.
+    Try,
+    /// Joins the line (or, if an earlier unanswered round put it there,
+    /// checks its place).
+    Join,
+    /// Checks its place; never joins again.
+    Check,
+}
+
+impl Mode {
+    pub fn word(self) -> &'static str {
+        match self {
+            Mode::Try => "try",
+            Mode::Join => "join",
+            Mode::Check => "check",
+        }
+    }
+}
+
+/// What `ENTER` answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Entered {
+    /// It holds, with this token.
+    Held(u64),
+    /// It waits (or, for a try, would wait); the least PTTL of the
+    /// holders ahead, when known.
+    Waits(Option<u64>),
+    /// Its entry is gone.
+    Gone,
+    /// The key is in use as a mutex.
+    Mutex,
+    /// The key's line holds entries of this other kind.
+    Kind(Share),
+}
+
+impl Entered {
+    /// Reads `ENTER`'s reply: `{1, token}`, `{0, pttl}`, `{-1}` (gone),
+    /// `{-2}` (mutex), `{-3, kind, limit}` (kind 1 read, 2 write, 3
+    /// permits).
+    pub fn from_reply(reply: &[i64]) -> Option<Entered> {
+        let at = |i: usize| reply.get(i).copied();
+        Some(match at(0)? {
+            1 => Entered::Held(u64::try_from(at(1)?).ok()?),
+            0 => Entered::Waits(at(1).and_then(|p| u64::try_from(p).ok())),
+            -1 => Entered::Gone,
+            -2 => Entered::Mutex,
+            -3 => Entered::Kind(match (at(1)?, at(2)?) {
+                (1, _) => Share::Read,
+                (2, _) => Share::Write,
+                // The other call's own permits do not matter to a refusal.
+                (3, limit) => Share::Permit {
+                    limit: u32::try_from(limit).ok()?,
+                    n: 1,
+                },
+                _ => return None,
+            }),
+            _ => return None,
+        })
+    }
+}
+
+/// What `LEAVE` found of the entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Left {
+    /// It held (2).
+    Held,
+    /// It waited (1).
+    Waited,
+    /// It was gone (0).
+    Gone,
+}
+
+impl Left {
+    pub fn from_answer(answer: i64) -> Left {
+        match answer {
+            2 => Left::Held,
+            1 => Left::Waited,
+            _ => Left::Gone,
+        }
+    }
+}
+
+/// The error for a line's caller on a key in use as a mutex.
+pub(crate) fn in_use_as_mutex(key: &Key, share: Share) -> Error {
+    crate::shared::in_use_as_mutex(key.as_str(), share)
+}
+
+/// The error for a mutex on a key in use as a read/write lock or semaphore.
+pub(crate) fn in_use_as_line(key: &Key) -> Error {
+    crate::shared::in_use_as_line(key.as_str())
+}
+
+/// Shared helpers, prepended to every script.
+const PRELUDE: &str = r"
+local lock, queue, fence, line = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+
+local function failed(reply) return type(reply) == 'table' and reply.err ~= nil end
+
+local function foreign(i, found)
+  error({err = 'FAIRLOCK_FOREIGN ' .. i .. ' ' .. found})
+end
+
+-- Whether the line is absent or a sorted set.
+local function line_ok() return not failed(redis.pcall('ZSCORE', line, '')) end
+
+-- Whether INCR on the fencing counter gives a next token (as scripts.rs).
+local function fence_ok()
+  local v = redis.pcall('GET', fence)
+  if failed(v) then return false end
+  if not v then return true end
+  if v ~= '0' and not string.match(v, '^[1-9]%d*$') then return false end
+  return #v < 19 or (#v == 19 and v < '9223372036854775807')
+end
+
+-- The record of entry `id` if fairlock wrote it and it lives: a table of
+-- its fields; nil otherwise.
+local function entry(entries, id)
+  local key = entries .. id
+  local value = redis.pcall('GET', key)
+  if not value or failed(value) or redis.call('PTTL', key) <= 0 then return nil end
+  local kind, limit, n, hub, token, wttl, owner =
+    string.match(value, '^([rws]) (%d+) ([1-9]%d*) (%S+) (%d+) ([1-9]%d*) (.*)$')
+  if not kind or #limit > 9 or #n > 9 or #wttl > 9 then return nil end
+  return {kind = kind, limit = tonumber(limit), n = tonumber(n), hub = hub,
+    token = token, wttl = wttl, owner = owner}
+end
+
+-- Writes entry `id`'s record with PX `ttl`; the line lives at least as long.
+local function store(entries, id, e, ttl)
+  redis.call('SET', entries .. id, e.kind .. ' ' .. e.limit .. ' ' .. e.n .. ' ' .. e.hub ..
+    ' ' .. e.token .. ' ' .. e.wttl .. ' ' .. e.owner, 'PX', ttl)
+  if redis.call('PTTL', line) < tonumber(ttl) then redis.call('PEXPIRE', line, ttl) end
+end
+
+-- Whether an entry of `kind`, `limit`, `n` holds after the entries the
+-- walk state `s` counted (crate::shared::Admission::next).
+local function fits(s, kind, limit, n)
+  if s.stopped then return false end
+  if not s.head then return true end
+  if kind ~= s.head or kind == 'w' or limit ~= s.limit then return false end
+  return kind == 'r' or s.held + n <= s.limit
+end
+
+-- Walks the line from its head: drops dead entries, grants the entries
+-- that hold and have no token (with the full `ttl` for `me`, their record
+-- TTL for the others, who are woken), and stops at the first that does
+-- not hold. Grants only with a fence that can count.
+local function walk(entries, wake, me, ttl)
+  local s = {head = nil, limit = 0, held = 0, stopped = false, soonest = -1}
+  if not line_ok() then return s end
+  local grant = fence_ok()
+  local pos = 0
+  while not s.stopped do
+    local ids = redis.call('ZRANGE', line, pos, pos + 31)
+    if #ids == 0 then break end
+    local dropped = 0
+    for _, id in ipairs(ids) do
+      local e = entry(entries, id)
+      if not e then
+        redis.call('ZREM', line, id)
+        dropped = dropped + 1
+      elseif fits(s, e.kind, e.limit, e.n) then
+        if not s.head then s.head, s.limit = e.kind, e.limit end
+        s.held = s.held + e.n
+        if e.token == '0' and grant then
+          e.token = tostring(redis.call('INCR', fence))
+          if id == me then
+            store(entries, id, e, ttl)
+          else
+            store(entries, id, e, e.wttl)
+            redis.call('PUBLISH', wake .. e.hub, id)
+          end
+        end
+        local pttl = redis.call('PTTL', entries .. id)
+        if id ~= me and (s.soonest < 0 or pttl < s.soonest) then s.soonest = pttl end
+      else
+        s.stopped = true
+        break
+      end
+    end
+    pos = pos + #ids - dropped
+  end
+  return s
+end
+
+local kinds = {r = 1, w = 2, s = 3}
+";
+
+/// Enters the line, or checks a waiter's place (see the module docs).
+/// `ARGV = [id, kind, limit, n, owner, hub, ttl ms, record ttl ms,
+/// entries, wake, try|join|check]`; replies as [`Entered::from_reply`]
+/// reads. Fails with `FAIRLOCK_FOREIGN` (before writing) for a line that
+/// is not a sorted set or a fence that cannot count.
+const ENTER: &str = r"
+local id, kind, limit, n, owner, hub, ttl, wttl, entries, wake, mode = unpack(ARGV)
+limit, n = tonumber(limit), tonumber(n)
+if not line_ok() then foreign(4, 'other') end
+if not fence_ok() then
+  if failed(redis.pcall('GET', fence)) then foreign(3, 'other') end
+  foreign(3, 'string')
+end
+if redis.call('ZSCORE', line, id) then
+  local e = entry(entries, id)
+  if not e then
+    walk(entries, wake, '', ttl)
+    return {-1}
+  end
+  if e.token ~= '0' then
+    store(entries, id, e, ttl)
+    return {1, tonumber(e.token)}
+  end
+  store(entries, id, e, wttl)
+  local s = walk(entries, wake, id, ttl)
+  e = entry(entries, id)
+  if e and e.token ~= '0' then return {1, tonumber(e.token)} end
+  return {0, s.soonest}
+end
+if mode == 'check' then
+  walk(entries, wake, '', ttl)
+  return {-1}
+end
+-- PTTL -2: no such key (the README's minimal ACL grants no EXISTS).
+if redis.call('PTTL', lock) ~= -2 or redis.call('PTTL', queue) ~= -2 then return {-2} end
+local s = walk(entries, wake, '', ttl)
+if s.head and ((s.head == 's') ~= (kind == 's') or (kind == 's' and s.limit ~= limit)) then
+  return {-3, kinds[s.head], s.limit}
+end
+local e = {kind = kind, limit = limit, n = n, hub = hub, token = '0', wttl = wttl, owner = owner}
+local holds = fits(s, kind, limit, n)
+if not holds and mode == 'try' then return {0, s.soonest} end
+local last = redis.call('ZRANGE', line, -1, -1, 'WITHSCORES')
+local score = 1
+if last[2] then score = tonumber(last[2]) + 1 end
+redis.call('ZADD', line, score, id)
+if holds then
+  e.token = tostring(redis.call('INCR', fence))
+  store(entries, id, e, ttl)
+  return {1, tonumber(e.token)}
+end
+store(entries, id, e, wttl)
+return {0, s.soonest}
+";
+
+/// Leaves the line (a release, or a waiter giving up) and grants whom
+/// that admits. `ARGV = [id, entries, wake]`; returns 2 if the entry
+/// held, 1 if it waited, 0 if it was gone.
+const LEAVE: &str = r"
+local id, entries, wake = unpack(ARGV)
+if not line_ok() then return 0 end
+local e = entry(entries, id)
+local removed = redis.call('ZREM', line, id)
+redis.call('DEL', entries .. id)
+if removed == 0 then return 0 end
+walk(entries, wake, '', '1')
+if e and e.token ~= '0' then return 2 end
+if e then return 1 end
+return 0
+";
+
+/// The watchdog's extend: renews the record of a holder still in line.
+/// `ARGV = [id, entries, ttl ms]`; returns 1 if extended.
+const EXTEND: &str = r"
+local id, entries, ttl = unpack(ARGV)
+if not line_ok() or not redis.call('ZSCORE', line, id) then return 0 end
+local e = entry(entries, id)
+if not e or e.token == '0' then return 0 end
+store(entries, id, e, ttl)
+return 1
+";
+
+fn script(body: &str) -> Script {
+    Script::new(&format!("{PRELUDE}{body}"))
+}
+
+pub(crate) static ENTER_SCRIPT: LazyLock<Script> = LazyLock::new(|| script(ENTER));
+pub(crate) static LEAVE_SCRIPT: LazyLock<Script> = LazyLock::new(|| script(LEAVE));
+pub(crate) static EXTEND_SCRIPT: LazyLock<Script> = LazyLock::new(|| script(EXTEND));
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::redis::wire::Layout;
+
+    #[test]
+    fn line_keys_share_the_lock_keys_name() {
+        for (layout, lock) in [(Layout::Flat, "p:a/b"), (Layout::Tagged, "p:{a/b}")] {
+            let keys = LineKeys::new(LockKeys::new(layout, "p:", &Key::from("a/b")));
+            assert_eq!(keys.line, format!("{lock}/_OWNERS_/line"));
+            assert_eq!(keys.entries, format!("{lock}/_OWNERS_/e/"));
+            assert_eq!(keys.script_keys()[3], keys.line);
+            assert_eq!(line_key(lock), keys.line);
+            // No lock key can name them (a `_OWNERS_` segment is refused).
+            let name = keys.line.strip_prefix("p:").unwrap();
+            assert!(Key::from(name).validate().is_err(), "{name}");
+        }
+    }
+
+    #[test]
+    fn replies_read_back() {
+        assert_eq!(Entered::from_reply(&[1, 7]), Some(Entered::Held(7)));
+        assert_eq!(
+            Entered::from_reply(&[0, 250]),
+            Some(Entered::Waits(Some(250)))
+        );
+        assert_eq!(Entered::from_reply(&[0, -1]), Some(Entered::Waits(None)));
+        assert_eq!(Entered::from_reply(&[-1]), Some(Entered::Gone));
+        assert_eq!(Entered::from_reply(&[-2]), Some(Entered::Mutex));
+        assert_eq!(
+            Entered::from_reply(&[-3, 3, 4]),
+            Some(Entered::Kind(Share::Permit { limit: 4, n: 1 }))
+        );
+        assert_eq!(
+            Entered::from_reply(&[-3, 2, 0]),
+            Some(Entered::Kind(Share::Write))
+        );
+        assert_eq!(Entered::from_reply(&[-3, 9, 0]), None);
+        assert_eq!(Entered::from_reply(&[]), None);
+        assert_eq!(Left::from_answer(2), Left::Held);
+        assert_eq!(Left::from_answer(1), Left::Waited);
+        assert_eq!(Left::from_answer(0), Left::Gone);
+        assert_eq!(spell(Share::Permit { limit: 3, n: 1 }), ("s", 3, 1));
+        assert_eq!(spell(Share::Permit { limit: 3, n: 2 }), ("s", 3, 2));
+        assert_eq!(spell(Share::Read), ("r", 0, 1));
+    }
+}

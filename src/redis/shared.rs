@@ -1,0 +1,290 @@
+//! Read/write locks and semaphores on Redis: one call's entry in the
+//! key's line (`line.rs`), entering it, waiting in it until granted, and
+//! leaving it when the caller gives up.
+//!
+//! A waiter sleeps until a release that grants it publishes its id (see
+//! `wake.rs`), the least PTTL of the holders ahead passes (a dead holder's
+//! share frees then), or the next poll (`min(TTL/3, 1 s)`, in case a
+//! message was lost); each wake-up runs `ENTER` in `check` mode, which
+//! refreshes its record, confirms a grant (renewing it to the full TTL),
+//! or answers that its entry is gone ([`crate::Error::SessionLost`]: it
+//! never joins again at the back).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+use super::core::Core;
+use super::error::NodeError;
+use super::held_share::{self, node};
+use super::line::{ENTER_SCRIPT, Entered, LEAVE_SCRIPT, LineKeys, Mode, in_use_as_mutex, spell};
+use super::node::Call;
+use super::wire::{LockKeys, owner_value};
+use crate::backoff::Backoff;
+use crate::shared::{Share, conflict};
+use crate::{Context, Error, Key, LockGuard, Result, observe};
+
+/// Refuses read/write locks and semaphores on Redlock: a line on N
+/// independent masters would have no single arrival order (see the
+/// module docs of `redis`), so `what` needs one Redis instance (or a
+/// cluster, or sentinels) or etcd.
+pub(crate) fn check_single(core: &Core, what: &str) -> Result<()> {
+    if core.nodes.is_redlock() {
+        return Err(Error::Unsupported(format!(
+            "{what} on Redlock (several redis:// URLs): independent masters cannot agree on one \
+             line of holders and waiters; use a single Redis instance (or a Redis Cluster or \
+             Sentinel deployment) or etcd"
+        )));
+    }
+    Ok(())
+}
+
+/// Takes `share` of `key` if that needs no wait.
+pub(crate) async fn try_shared(
+    core: &Arc<Core>,
+    key: &Key,
+    share: Share,
+) -> Result<Option<LockGuard>> {
+    let mut entry = Entry::new(core, key, share, Wakes::Never);
+    let sent = Instant::now();
+    match entry.enter(Mode::Try).await {
+        Ok(Entered::Held(token)) => Ok(Some(entry.granted(token, sent))),
+        Ok(Entered::Waits(_) | Entered::Gone) => {
+            entry.armed = false;
+            Ok(None)
+        }
+        Ok(refused) => {
+            entry.armed = false;
+            Err(entry.refusal(refused))
+        }
+        // Redis may still apply the request: dropping the entry (armed)
+        // leaves the line in the background.
+        Err(e) => Err(e),
+    }
+}
+
+/// Waits in `key`'s line until `share` of it is granted, or the context
+/// ends; node errors are retried for up to a TTL after the last answered
+/// round, but for refusals, which end the wait at once.
+pub(crate) async fn wait_shared(
+    core: &Arc<Core>,
+    ctx: &Context,
+    key: &Key,
+    share: Share,
+) -> Result<LockGuard> {
+    let mut entry = Entry::new(core, key, share, Wakes::OnGrant);
+    let notify = Arc::clone(&entry.notify);
+    let waited = async {
+        node(core).hub.ready(core.config.node_timeout()).await;
+        // Join until a round is answered: an unanswered one may or may
+        // not have put the entry in line, and `join` finds it if it did.
+        let mut mode = Mode::Join;
+        let mut last_ok: Option<Instant> = None;
+        let (first_pause, max_pause) = core.config.retry_delay();
+        let mut backoff = Backoff::new(first_pause, max_pause).with_jitter();
+        loop {
+            let sent = Instant::now();
+            let wait = match entry.enter(mode).await {
+                Ok(Entered::Held(token)) => return Ok(entry.granted(token, sent)),
+                Ok(Entered::Waits(soonest)) => {
+                    if mode == Mode::Join {
+                        observe::queued(None);
+                    }
+                    mode = Mode::Check;
+                    last_ok = Some(Instant::now());
+                    backoff.reset();
+                    let poll = core.poll();
+                    soonest.map_or(poll, |ms| {
+                        (Duration::from_millis(ms) + Duration::from_millis(1)).min(poll)
+                    })
+                }
+                Ok(refused) => return Err(entry.refusal(refused)),
+                // Refresh the record before it expires.
+                Err(e) => core.pause_after(e, last_ok, &mut backoff)?,
+            };
+            tokio::select! {
+                () = notify.notified() => {}
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+    };
+    let outcome = tokio::select! {
+        res = waited => res,
+        err = ctx.done(key.as_str()) => Err(err),
+    };
+    match outcome {
+        Ok(guard) => Ok(guard),
+        Err(e) => {
+            // Leave the line before reporting, so a caller who gave up
+            // leaves nothing behind (and a grant that came meanwhile is
+            // passed on).
+            entry.abandon().await;
+            Err(e)
+        }
+    }
+}
+
+/// Whether an entry is woken by the release that grants it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Wakes {
+    /// A waiter: registered with the node's hub.
+    OnGrant,
+    /// A try: holds at once or never.
+    Never,
+}
+
+/// One call's entry: dropping it while armed leaves the line in the
+/// background, so a caller that gives up leaves nothing behind.
+struct Entry {
+    core: Arc<Core>,
+    key: Key,
+    keys: LineKeys,
+    share: Share,
+    /// The entry's id: its line member and record name.
+    id: String,
+    owner: String,
+    wakes: Wakes,
+    notify: Arc<Notify>,
+    armed: bool,
+}
+
+impl Entry {
+    fn new(core: &Arc<Core>, key: &Key, share: Share, wakes: Wakes) -> Self {
+        let (kind, _, _) = spell(share);
+        let id = format!("{kind}{}", uuid::Uuid::new_v4().simple());
+        let notify = Arc::new(Notify::new());
+        if wakes == Wakes::OnGrant {
+            node(core).hub.register(&id, &notify);
+        }
+        Entry {
+            owner: owner_value(&id, &core.id),
+            keys: LineKeys::new(LockKeys::new(core.nodes.layout, core.config.prefix(), key)),
+            core: Arc::clone(core),
+            key: key.clone(),
+            share,
+            id,
+            wakes,
+            notify,
+            armed: true,
+        }
+    }
+
+    /// Runs `ENTER` once.
+    async fn enter(&self, mode: Mode) -> Result<Entered> {
+        let (kind, limit, n) = spell(self.share);
+        let config = &self.core.config;
+        let hub = match self.wakes {
+            Wakes::OnGrant => node(&self.core).hub.id.clone(),
+            Wakes::Never => "-".to_owned(),
+        };
+        let reply: Vec<i64> = node(&self.core)
+            .run(Call {
+                script: &ENTER_SCRIPT,
+                keys: &self.keys.script_keys(),
+                args: vec![
+                    self.id.clone(),
+                    kind.to_owned(),
+                    limit.to_string(),
+                    n.to_string(),
+                    self.owner.clone(),
+                    hub,
+                    config.ttl_ms().to_string(),
+                    self.core.record_ttl().as_millis().to_string(),
+                    self.keys.entries.clone(),
+                    self.keys.lock.wake.clone(),
+                    mode.word().to_owned(),
+                ],
+            })
+            .await
+            .map_err(|e| self.core.nodes.unavailable("lock", vec![e]))?;
+        Entered::from_reply(&reply).ok_or_else(|| Error::Backend {
+            backend: "redis",
+            op: "lock",
+            source: format!("unexpected answer to entering the line: {reply:?}").into(),
+        })
+    }
+
+    /// The error for an answer that refuses the call.
+    fn refusal(&self, answer: Entered) -> Error {
+        match answer {
+            Entered::Mutex => in_use_as_mutex(&self.key, self.share),
+            Entered::Kind(present) => {
+                conflict(&self.key, self.share, present).unwrap_or_else(|| Error::SessionLost {
+                    key: self.key.to_string(),
+                    reason: format!("the line holds {} instead", present.describe()),
+                })
+            }
+            Entered::Gone => Error::SessionLost {
+                key: self.key.to_string(),
+                reason: "its entry in the line vanished (its record expired while this \
+                         process was paused or Redis was unreachable, or someone deleted it)"
+                    .into(),
+            },
+            Entered::Held(_) | Entered::Waits(_) => Error::Backend {
+                backend: "redis",
+                op: "lock",
+                source: "a grant taken for a refusal".into(),
+            },
+        }
+    }
+
+    /// The guard of a grant answered to a request sent at `sent`.
+    fn granted(&mut self, token: u64, sent: Instant) -> LockGuard {
+        self.armed = false;
+        held_share::guard(
+            Arc::clone(&self.core),
+            self.key.clone(),
+            self.keys.clone(),
+            self.id.clone(),
+            token,
+            sent,
+        )
+    }
+
+    /// Gives up: leaves the line with one request (bounded by the node
+    /// timeout); if Redis does not answer, goes on in the background.
+    async fn abandon(mut self) {
+        let answered = send_leave(&self.core, &self.keys, &self.id).await.is_ok();
+        self.armed = !answered;
+    }
+
+    /// Leaves the line in the background, retrying for about a TTL (by
+    /// then the entry's record has expired anyway).
+    fn spawn_leave(&self) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (core, keys, id) = (Arc::clone(&self.core), self.keys.clone(), self.id.clone());
+        rt.spawn(async move {
+            let (first, max) = core.config.retry_delay();
+            let mut backoff = Backoff::new(first, max);
+            let give_up = Instant::now() + core.config.ttl();
+            while send_leave(&core, &keys, &id).await.is_err() && Instant::now() < give_up {
+                backoff.sleep().await;
+            }
+        });
+    }
+}
+
+/// Sends `LEAVE` for entry `id` once.
+async fn send_leave(core: &Core, keys: &LineKeys, id: &str) -> Result<i64, NodeError> {
+    node(core)
+        .run::<i64>(Call {
+            script: &LEAVE_SCRIPT,
+            keys: &keys.script_keys(),
+            args: vec![id.to_owned(), keys.entries.clone(), keys.lock.wake.clone()],
+        })
+        .await
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        if self.wakes == Wakes::OnGrant {
+            node(&self.core).hub.deregister(&self.id);
+        }
+        if std::mem::take(&mut self.armed) {
+            self.spawn_leave();
+        }
+    }
+}
