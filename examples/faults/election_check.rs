@@ -4,16 +4,17 @@
 //!   behind a deposed leader whose fenced write was refused; then
 //!   `check::pauses` for leaders paused past their TTL;
 //! - checker 1: terms grow: leaders in grant order have growing terms,
-//!   and the term key's values in etcd's history never go back (a deposed
-//!   leader's write of an older term, applied after a newer one, is what
-//!   fencing prevents);
+//!   and the term key's values in etcd's history never go back; and every
+//!   write etcd applied was fenced (`shared_check::fenced_history`): a
+//!   deposed leader's write is refused;
 //! - checker 6: observers converge: at the end the observer's last state
 //!   is what `leader()` reads, both with a leader and with an empty seat
 //!   (`run.rs`, `Phase::converge`, hands the findings in);
 //! - recovery (4), harness and leftovers (5) as for the mutex.
 
 use crate::check::{self, Input, Report, Violation};
-use crate::shared_check::{Held, exclusion, sections, writes};
+use crate::shared_check::{Held, exclusion, fenced_history, sections, tokens_grow, writes};
+use crate::workload::Section;
 
 /// One comparison of the observer's state with `leader()` at the end.
 pub struct Finding {
@@ -33,7 +34,8 @@ pub fn check(inp: Input<'_>, finale: Vec<Finding>) -> Report {
         leaders.len(),
         leaders.iter().filter(|h| h.outlived).count()
     ));
-    terms(&inp, &leaders, &mut v, &mut notes);
+    tokens_grow(&inp, &leaders, Section::Leader, &mut v, &mut notes);
+    fenced_history(&inp, &mut v, &mut notes);
     check::pauses(&inp, &mut v, &mut notes);
     if finale.is_empty() {
         v.push(Violation {
@@ -63,59 +65,4 @@ pub fn check(inp: Input<'_>, finale: Vec<Finding>) -> Report {
         violations: v,
         notes,
     }
-}
-
-/// Checker 1: terms grow, by grant and in the term key's history.
-fn terms(inp: &Input<'_>, leaders: &[&Held], v: &mut Vec<Violation>, notes: &mut Vec<String>) {
-    for pair in leaders.windows(2) {
-        let (a, b) = (pair[0], pair[1]);
-        if b.token <= a.token {
-            v.push(Violation {
-                checker: 1,
-                t: Some(b.acq),
-                text: format!(
-                    "worker {} was elected with term {} after worker {} with term {}",
-                    b.proc, b.token, a.proc, a.token
-                ),
-            });
-        }
-    }
-    // Values read `leader <term> <worker> <seq>` (sections.rs).
-    let mut last: Option<(u64, i64)> = None;
-    let mut written = 0;
-    for c in inp.changes.iter().filter(|c| c.key == inp.counter) {
-        let Some(put) = &c.put else { continue };
-        let Some(term) = put
-            .value
-            .split(' ')
-            .nth(1)
-            .and_then(|t| t.parse::<u64>().ok())
-        else {
-            v.push(Violation {
-                checker: 1,
-                t: None,
-                text: format!("term key value {:?} is not `leader term worker seq`", put.value),
-            });
-            continue;
-        };
-        written += 1;
-        if let Some((before, rev)) = last
-            && term < before
-        {
-            v.push(Violation {
-                checker: 1,
-                t: None,
-                text: format!(
-                    "the term key went back from term {before} (revision {rev}) to {term} \
-                     (revision {}, {:?}): a deposed leader's write was applied",
-                    c.revision, put.value
-                ),
-            });
-        }
-        last = Some((term, c.revision));
-    }
-    notes.push(format!(
-        "term key: {written} writes in etcd's history, last term {}",
-        last.map_or("none".into(), |(t, _)| t.to_string())
-    ));
 }

@@ -196,8 +196,9 @@ fn parse() -> Result<Role, String> {
             "--known-slow" => o.known_slow = Some(value()?),
             "--workload" => {
                 let w = value()?;
-                o.workload = workload::Workload::parse(&w)
-                    .ok_or(format!("--workload: {w:?} is not mutex, shared or election"))?;
+                o.workload = workload::Workload::parse(&w).ok_or(format!(
+                    "--workload: {w:?} is not mutex, shared or election"
+                ))?;
             }
             "--soak" => soak.duration = Duration::from_secs(number(value()?)?),
             "--soak-keys" => soak.keys = usize::try_from(number(value()?)?).unwrap_or(1).max(1),

@@ -53,7 +53,12 @@ impl Args {
 }
 
 /// The locker the observer and the orchestrator's final check use.
-pub fn config(endpoints: Vec<String>, prefix: &str, ttl: Duration, timeout: Duration) -> EtcdConfig {
+pub fn config(
+    endpoints: Vec<String>,
+    prefix: &str,
+    ttl: Duration,
+    timeout: Duration,
+) -> EtcdConfig {
     EtcdConfig::new(endpoints)
         .with_prefix(prefix.to_string())
         .with_ttl(ttl)

@@ -364,7 +364,8 @@ impl<'a> Phase<'a> {
         let mut findings = Vec::new();
         // A killed worker's lease may hold the seat for a TTL yet.
         let ctx = fairlock::Context::background().with_timeout(Duration::from_secs(30));
-        let leadership = fairlock::Locker::campaign(&locker, &ctx, &election, b"end".to_vec()).await?;
+        let leadership =
+            fairlock::Locker::campaign(&locker, &ctx, &election, b"end".to_vec()).await?;
         let what = "the orchestrator leads";
         findings.push(self.observer_matches(&locker, &election, obs, what).await);
         leadership.resign().await?;
@@ -402,7 +403,10 @@ impl<'a> Phase<'a> {
         use fairlock::Locker as _;
         let bound = self.o.ttl + ELECTION_TIMEOUT + self.o.margin;
         let read = retrying("leader()", || async {
-            Ok(locker.leader(election).await?.map_or(0, |l| l.fencing_token))
+            Ok(locker
+                .leader(election)
+                .await?
+                .map_or(0, |l| l.fencing_token))
         })
         .await;
         let term = match read {

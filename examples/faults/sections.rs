@@ -146,9 +146,11 @@ async fn section(a: &Args, locker: &EtcdLocker, held: Held, kind: Section, seq: 
         Ev::new(Kind::ProbeStart, token, *seq, kind.name()).emit();
         let outcome = match guard.fence() {
             Ok(fence) => {
-                let probe = Txn::new()
-                    .when([fence])
-                    .and_then([TxnOp::put(a.counter.as_str(), value, None)]);
+                let probe = Txn::new().when([fence]).and_then([TxnOp::put(
+                    a.counter.as_str(),
+                    value,
+                    None,
+                )]);
                 let mut kv = locker.client().kv_client();
                 match tokio::time::timeout(a.request_timeout, kv.txn(probe)).await {
                     Ok(Ok(resp)) if resp.succeeded() => "ok".to_string(),

@@ -10,8 +10,15 @@
 //!   permits are held, except behind a holder that lost its lock and
 //!   whose fenced write was refused (`refused_after`): what the fence is
 //!   for when etcd ends a lease early (the revoke injection does);
-//! - then the harness (1), recovery (4), paused holders (2) and leftovers
+//! - tokens of the write lock's grants never go back, by grant and in the
+//!   data key's history (`tokens_grow`), and every write etcd applied was
+//!   fenced: its holder's entry was unchanged when it landed
+//!   (`fenced_history`), so a holder that lost its lock wrote nothing
+//!   (checker 1);
+//! - then the harness (0), recovery (4), paused holders (2) and leftovers
 //!   (5) checkers of `check.rs`, as for the mutex.
+
+use std::collections::HashMap;
 
 use crate::check::{self, Input, Report, Violation};
 use crate::events::{Kind, Log};
@@ -144,7 +151,10 @@ fn permits(log: &Log, held: &[&Held], v: &mut Vec<Violation>) -> usize {
                     at_once.len(),
                     b.proc,
                     b.token,
-                    at_once.iter().map(|a| (a.proc, a.token)).collect::<Vec<_>>()
+                    at_once
+                        .iter()
+                        .map(|a| (a.proc, a.token))
+                        .collect::<Vec<_>>()
                 ),
             });
         }
@@ -189,6 +199,14 @@ pub fn check(inp: Input<'_>) -> Report {
         most_readers(&rw),
         all.iter().filter(|h| h.outlived).count()
     ));
+    tokens_grow(
+        &inp,
+        &of(&[Section::Write]),
+        Section::Write,
+        &mut v,
+        &mut notes,
+    );
+    fenced_history(&inp, &mut v, &mut notes);
     writes(&inp, &mut notes);
     check::pauses(&inp, &mut v, &mut notes);
     check::recovery(&inp, &mut v, &mut notes);
@@ -217,4 +235,140 @@ pub fn writes(inp: &Input<'_>, notes: &mut Vec<String>) {
     for (what, n) in outcomes {
         notes.push(format!("{n} x {what}"));
     }
+}
+
+/// The data key's writes in etcd's history: revision, token, and the value
+/// (`<kind> <token> <worker> <seq>`, `sections.rs`); a value of another
+/// shape is a violation.
+fn data_writes<'a>(inp: &'a Input<'_>, v: &mut Vec<Violation>) -> Vec<(i64, u64, &'a str)> {
+    let mut out = Vec::new();
+    for c in inp.changes.iter().filter(|c| c.key == inp.counter) {
+        let Some(put) = &c.put else { continue };
+        match put.value.split(' ').nth(1).map(str::parse::<u64>) {
+            Some(Ok(token)) => out.push((c.revision, token, put.value.as_str())),
+            _ => v.push(Violation {
+                checker: 1,
+                t: None,
+                text: format!(
+                    "data key value {:?} is not `kind token worker seq`",
+                    put.value
+                ),
+            }),
+        }
+    }
+    out
+}
+
+/// Checker 1: the tokens of `kind`'s grants (an exclusive kind: write
+/// locks, leaderships) grow in grant order, and its writes in the data
+/// key's history never go back to an older token: a holder's write
+/// applied after a newer holder's is what fencing prevents.
+pub fn tokens_grow(
+    inp: &Input<'_>,
+    held: &[&Held],
+    kind: Section,
+    v: &mut Vec<Violation>,
+    notes: &mut Vec<String>,
+) {
+    for pair in held.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        if b.token <= a.token {
+            v.push(Violation {
+                checker: 1,
+                t: Some(b.acq),
+                text: format!(
+                    "worker {} was granted {} with token {} after worker {} with token {}",
+                    b.proc,
+                    kind.name(),
+                    b.token,
+                    a.proc,
+                    a.token
+                ),
+            });
+        }
+    }
+    let prefix = format!("{} ", kind.name());
+    let mut last: Option<(u64, i64)> = None;
+    let mut written = 0;
+    for (revision, token, value) in data_writes(inp, v) {
+        if !value.starts_with(&prefix) {
+            continue;
+        }
+        written += 1;
+        if let Some((before, rev)) = last
+            && token < before
+        {
+            v.push(Violation {
+                checker: 1,
+                t: None,
+                text: format!(
+                    "the data key's {} writes went back from token {before} (revision {rev}) to \
+                     {token} (revision {revision}, {value:?}): an older holder's write was applied",
+                    kind.name()
+                ),
+            });
+        }
+        last = Some((token, revision));
+    }
+    notes.push(format!(
+        "{} writes in etcd's history: {written}, last token {}",
+        kind.name(),
+        last.map_or("none".into(), |(t, _)| t.to_string())
+    ));
+}
+
+/// Checker 1: every write etcd applied to the data key was fenced, as
+/// etcd's history shows it: a key put at the writer's token (its grant)
+/// was not changed or deleted before the write's revision. A write after
+/// the holder's entry went (its lease ended, it was deposed) is one the
+/// fence should have refused.
+pub fn fenced_history(inp: &Input<'_>, v: &mut Vec<Violation>, notes: &mut Vec<String>) {
+    let mut granted: HashMap<i64, Vec<&str>> = HashMap::new();
+    let mut revisions: HashMap<&str, Vec<i64>> = HashMap::new();
+    for c in inp.changes.iter().filter(|c| c.key != inp.counter) {
+        if c.put.is_some() {
+            granted.entry(c.revision).or_default().push(&c.key);
+        }
+        revisions.entry(&c.key).or_default().push(c.revision);
+    }
+    // The first change of `key` after `token` (changes are in revision order).
+    let next_change = |key: &str, token: i64| {
+        revisions
+            .get(key)
+            .and_then(|r| r.iter().copied().find(|&r| r > token))
+    };
+    let (mut fenced, mut unfenced) = (0, 0);
+    for (revision, token, value) in data_writes(inp, v) {
+        let token = i64::try_from(token).unwrap_or(i64::MAX);
+        let keys = granted.get(&token).map_or(&[][..], Vec::as_slice);
+        let held = keys
+            .iter()
+            .any(|k| next_change(k, token).is_none_or(|r| r > revision));
+        if held {
+            fenced += 1;
+            continue;
+        }
+        unfenced += 1;
+        let gone = keys
+            .iter()
+            .filter_map(|k| next_change(k, token).map(|r| format!("{k} at revision {r}")))
+            .collect::<Vec<_>>();
+        v.push(Violation {
+            checker: 1,
+            t: None,
+            text: format!(
+                "write {value:?} was applied at revision {revision} though its holder's key \
+                 was gone: {}",
+                if gone.is_empty() {
+                    format!("no key was put at its token {token}")
+                } else {
+                    format!("changed or deleted before it ({})", gone.join(", "))
+                }
+            ),
+        });
+    }
+    notes.push(format!(
+        "data key: {fenced} writes applied while their holder's key stood, {unfenced} after it \
+         went"
+    ));
 }
