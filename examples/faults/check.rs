@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use crate::events::{Ev, Kind, Log};
+use crate::fault::Injection;
 use crate::history::Change;
-use crate::run::Injection;
 use crate::support::cluster::ELECTION_TIMEOUT;
 use crate::{Opts, ms};
 

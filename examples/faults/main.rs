@@ -61,9 +61,12 @@
 //! event on stdout (`events.rs`).
 
 mod check;
+mod convergence;
 mod election_check;
 mod events;
+mod fault;
 mod history;
+mod inject;
 mod net_check;
 mod net_phases;
 mod observer;
@@ -71,6 +74,7 @@ mod observer;
 mod redis_net;
 #[cfg(feature = "redis")]
 mod redis_worker;
+mod retry;
 mod run;
 mod sections;
 mod shared_check;

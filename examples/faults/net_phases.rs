@@ -18,7 +18,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::run::{Fault, Injection, MEMBERS, PAST_TTL, Phase, phases};
+use crate::fault::{Fault, Injection, PAST_TTL};
+use crate::run::{MEMBERS, Phase, phases};
 use crate::support::cluster::{Cluster, Placement};
 use crate::support::net::Net;
 use crate::support::proxy::Proxy;

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use crate::check::{self, Input, Report, Violation};
 use crate::events::{Kind, Shared};
-use crate::run::{Fault, Injection, PAST_TTL};
+use crate::fault::{Fault, Injection, PAST_TTL};
 use crate::support::net::Net;
 use crate::{BoxError, Opts, mono_ns, redis_worker};
 
