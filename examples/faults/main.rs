@@ -62,6 +62,7 @@
 
 mod check;
 mod convergence;
+mod counter_check;
 mod election_check;
 mod events;
 mod fault;
@@ -70,6 +71,7 @@ mod inject;
 mod net_check;
 mod net_phases;
 mod observer;
+mod order_check;
 #[cfg(feature = "redis")]
 mod redis_net;
 #[cfg(feature = "redis")]
@@ -81,6 +83,7 @@ mod shared_check;
 mod soak;
 #[path = "../../tests/support/mod.rs"]
 mod support;
+mod table;
 mod worker;
 mod workload;
 

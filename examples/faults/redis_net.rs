@@ -75,7 +75,7 @@ pub async fn run(o: &Opts) -> Result<usize, BoxError> {
         reports.push(phase.check(&mut conn, &prefix, fair).await?);
     }
     drop(redis);
-    let violations = check::print(&reports, o);
+    let violations = crate::table::print(&reports, o);
     Ok(violations)
 }
 
@@ -359,7 +359,7 @@ impl RedisPhase<'_> {
                 text: format!("left behind: {:?}", inp.leftovers.0),
             });
         }
-        let rows = check::rows(&inp, &v);
+        let rows = crate::table::rows(&inp, &v);
         Ok(Report {
             mode: if fair { "redis fair" } else { "redis unfair" },
             rows,

@@ -47,7 +47,7 @@ pub async fn run(o: &Opts) -> Result<usize, BoxError> {
     }
     let reports = phases(o, &mut cluster, None, &schedule).await?;
     drop(cluster);
-    let violations = check::print(&reports, o);
+    let violations = crate::table::print(&reports, o);
     println!("total time {:.0} s", started.elapsed().as_secs_f64());
     Ok(violations)
 }
