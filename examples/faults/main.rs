@@ -11,7 +11,7 @@
 //!     [--request-timeout-ms TTL] [--unfenced] [--dump DIR] [--net] [--only TEXT]
 //! ```
 //! `--workload shared|election` runs the same faults on another primitive
-//! (`workload.rs`; opt-in, not in `scripts/faults.sh`'s default runs):
+//! (`workload.rs`; loopback only, `scripts/faults.sh --workload W`):
 //! `shared` mixes read and write locks on one key with one of two permits
 //! of a semaphore on another, `election` has the workers campaign, lead
 //! and resign while an observer process follows the election. Their
