@@ -11,7 +11,8 @@
 #
 # The rounds, newest server first:
 #   1. every test on etcd 3.5.30 (Debian forky's, the newest etcd Debian
-#      has: etcd's March 2026 auth changes), and the fault suite on it;
+#      has: etcd's March 2026 auth changes), and the fault suite on it
+#      (the mutex, then short runs of the shared and election workloads);
 #   2. the etcd tests on etcd 3.7 as emulated in front of 3.5.30 (see
 #      tests/support/emulate.rs: 3.7 answers keys-only reads without
 #      leases), and the fault suite's loopback run there;
@@ -92,6 +93,14 @@ ETCD_BIN=$newest cargo test --all-features "$@"
 if [[ "${FAIRLOCK_FAULTS:-1}" != 0 ]]; then
   step "fault suite, etcd $(etcd_version "$newest"): loopback, network, soak (about 7 minutes)"
   ETCD_BIN=$newest scripts/faults.sh
+  # The read/write lock, semaphore and election workloads, short: fair
+  # mode, the holder faults only (paused past the TTL, killed, lease
+  # revoked), each checked for exclusion, the permit limit, tokens that
+  # never go back, refused fenced writes and converging observers.
+  step "fault suite, etcd $(etcd_version "$newest"): shared and election workloads, holder faults (about 1 minute)"
+  for workload in shared election; do
+    ETCD_BIN=$newest scripts/faults.sh --workload "$workload" --mode fair --only holder
+  done
 fi
 
 if [[ "${FAIRLOCK_ETCD_VERSIONS:-1}" != 0 ]]; then

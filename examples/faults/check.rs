@@ -1,13 +1,12 @@
-//! The checkers, run on what the workers reported and on etcd's history,
-//! and the table.
+//! The mutex workload's checkers, run on what the workers reported and on
+//! etcd's history (checker 1 in `counter_check.rs`, 3 in `order_check.rs`),
+//! and the pieces the other workloads' checkers share.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use crate::events::{Ev, Kind, Log};
+use crate::fault::Injection;
 use crate::history::Change;
-use crate::run::Injection;
-use crate::support::cluster::ELECTION_TIMEOUT;
 use crate::{Opts, ms};
 
 pub struct Input<'a> {
@@ -61,12 +60,26 @@ pub fn check(inp: Input<'_>) -> Report {
     let mut v = Vec::new();
     let mut notes = Vec::new();
     harness(&inp, &mut v);
-    counter(&inp, &mut v, &mut notes);
+    crate::counter_check::counter(&inp, &mut v, &mut notes);
     let intervals = intervals(&inp.log);
     exclusion(&inp, &intervals, &mut v, &mut notes);
     pauses(&inp, &mut v, &mut notes);
-    order(&inp, &mut v, &mut notes);
+    crate::order_check::order(&inp, &mut v, &mut notes);
     crate::net_check::check(&inp, &mut v, &mut notes);
+    recovery(&inp, &mut v, &mut notes);
+    leftovers(&inp, &mut v);
+    let rows = crate::table::rows(&inp, &v);
+    Report {
+        mode: if inp.fair { "fair" } else { "unfair" },
+        rows,
+        violations: v,
+        notes,
+    }
+}
+
+/// Checker 4: after each fault heals, a lock is granted again within the
+/// injection's bound (or reported as known with `--known-slow`).
+pub fn recovery(inp: &Input<'_>, v: &mut Vec<Violation>, notes: &mut Vec<String>) {
     for inj in inp.injections.iter().filter(|i| !i.missed) {
         let bound = inj.bound(inp.opts);
         let took = inj
@@ -103,6 +116,10 @@ pub fn check(inp: Input<'_>) -> Report {
             });
         }
     }
+}
+
+/// Checker 5: no keys under the lock prefix and no leases after the phase.
+pub fn leftovers(inp: &Input<'_>, v: &mut Vec<Violation>) {
     let (keys, leases) = &inp.leftovers;
     if !keys.is_empty() || !leases.is_empty() {
         v.push(Violation {
@@ -113,13 +130,6 @@ pub fn check(inp: Input<'_>) -> Report {
                  (waited TTL + election timeout + margin)"
             ),
         });
-    }
-    let rows = rows(&inp, &v);
-    Report {
-        mode: if inp.fair { "fair" } else { "unfair" },
-        rows,
-        violations: v,
-        notes,
     }
 }
 
@@ -142,161 +152,6 @@ pub fn harness(inp: &Input<'_>, v: &mut Vec<Violation>) {
             });
         }
     }
-}
-
-/// The outcome a worker reported for each of its writes, and the token
-/// it wrote under: `(proc, seq) -> (token, outcome)`.
-fn writes(log: &Log) -> HashMap<(usize, u64), (u64, Option<String>)> {
-    let mut w = HashMap::new();
-    for (&n, p) in &log.procs {
-        for e in &p.events {
-            match e.kind {
-                Kind::WriteStart | Kind::ProbeStart => {
-                    w.insert((n, e.seq), (e.token, None));
-                }
-                Kind::Write | Kind::Probe => {
-                    if let Some(entry) = w.get_mut(&(n, e.seq)) {
-                        entry.1 = Some(e.detail.clone());
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-    w
-}
-
-/// Checker 1: the counter's history is 1, 2, 3, ... (no lost or duplicated
-/// update), each value was written while the writer's token was the lock
-/// key's revision, every acknowledged write is in it exactly once, and no
-/// write reported rejected is.
-fn counter(inp: &Input<'_>, v: &mut Vec<Violation>, notes: &mut Vec<String>) {
-    let writes = writes(&inp.log);
-    let mut lock: Option<(i64, String)> = None;
-    let mut seen: HashSet<(usize, u64)> = HashSet::new();
-    let mut puts = 0u64;
-    let mut indeterminate = 0;
-    for c in &inp.changes {
-        if c.key == inp.lock_key {
-            lock = c.put.as_ref().map(|p| (c.revision, p.value.clone()));
-            continue;
-        }
-        if c.key != inp.counter {
-            continue;
-        }
-        let Some(put) = &c.put else {
-            v.push(Violation {
-                checker: 1,
-                t: None,
-                text: format!("the counter was deleted at revision {}", c.revision),
-            });
-            continue;
-        };
-        puts += 1;
-        let f: Vec<&str> = put.value.split(' ').collect();
-        let parsed = match f[..] {
-            [n, proc, seq] => n
-                .parse::<u64>()
-                .ok()
-                .zip(proc.parse::<usize>().ok())
-                .zip(seq.parse::<u64>().ok()),
-            _ => None,
-        };
-        let Some(((n, proc), seq)) = parsed else {
-            v.push(Violation {
-                checker: 1,
-                t: None,
-                text: format!("counter value {:?} is not `n proc seq`", put.value),
-            });
-            continue;
-        };
-        if n != puts {
-            v.push(Violation {
-                checker: 1,
-                t: None,
-                text: format!(
-                    "update {puts} of the counter wrote {n} (revision {}, worker {proc} write \
-                     {seq}): {}",
-                    c.revision,
-                    if n < puts {
-                        "a lost update (two holders read the same value)"
-                    } else {
-                        "a skipped value"
-                    }
-                ),
-            });
-        }
-        if !seen.insert((proc, seq)) {
-            v.push(Violation {
-                checker: 1,
-                t: None,
-                text: format!("worker {proc} write {seq} applied twice"),
-            });
-        }
-        let Some((token, outcome)) = writes.get(&(proc, seq)) else {
-            v.push(Violation {
-                checker: 1,
-                t: None,
-                text: format!("counter write {proc}/{seq} that no worker reported starting"),
-            });
-            continue;
-        };
-        // The fence, checked on etcd's own record: the lock key was last
-        // written at the writer's token when the write applied.
-        let fenced = lock
-            .as_ref()
-            .is_some_and(|(rev, _)| u64::try_from(*rev).is_ok_and(|r| r == *token));
-        if !fenced {
-            v.push(Violation {
-                checker: 1,
-                t: None,
-                text: format!(
-                    "counter write {proc}/{seq} (token {token}) applied at revision {} while \
-                     the lock key was {lock:?}",
-                    c.revision
-                ),
-            });
-        }
-        match outcome.as_deref() {
-            Some("ok") => {}
-            Some(o) if o.starts_with("err") => indeterminate += 1,
-            None => indeterminate += 1, // killed before it printed the answer
-            Some(o) => v.push(Violation {
-                checker: 1,
-                t: None,
-                text: format!(
-                    "counter write {proc}/{seq} was applied (revision {}) but reported {o:?}",
-                    c.revision
-                ),
-            }),
-        }
-    }
-    let acked: Vec<_> = writes
-        .iter()
-        .filter(|(_, (_, o))| o.as_deref() == Some("ok"))
-        .map(|(k, _)| *k)
-        .collect();
-    for k in &acked {
-        if !seen.contains(k) {
-            v.push(Violation {
-                checker: 1,
-                t: None,
-                text: format!(
-                    "acknowledged counter write {}/{} is not in etcd's history",
-                    k.0, k.1
-                ),
-            });
-        }
-    }
-    let unknown = writes
-        .values()
-        .filter(|(_, o)| o.as_ref().is_none_or(|o| o.starts_with("err")))
-        .count();
-    notes.push(format!(
-        "counter: {puts} updates in etcd = {} acknowledged + {indeterminate} of {unknown} \
-         indeterminate (no answer) that etcd applied",
-        acked.len()
-    ));
 }
 
 /// Critical sections per process, from its events.
@@ -361,7 +216,7 @@ fn pause_in(inp: &Input<'_>, proc: usize, from: u64, to: u64) -> Option<(u64, u6
 }
 
 /// What `proc` did with `token` after `after`: its events for that token.
-fn after(log: &Log, proc: usize, token: u64, after: u64) -> Vec<&Ev> {
+pub fn after(log: &Log, proc: usize, token: u64, after: u64) -> Vec<&Ev> {
     log.procs.get(&proc).map_or(Vec::new(), |p| {
         p.events
             .iter()
@@ -565,7 +420,7 @@ fn explain(inp: &Input<'_>, a: &Interval, b: &Interval) -> String {
 
 /// Checker 2, from the paused holder's side: after every pause past the
 /// TTL it must see the loss, and no write of its may be accepted.
-fn pauses(inp: &Input<'_>, v: &mut Vec<Violation>, notes: &mut Vec<String>) {
+pub fn pauses(inp: &Input<'_>, v: &mut Vec<Violation>, notes: &mut Vec<String>) {
     let (mut fenced_local, mut fenced_etcd, mut after_write) = (0, 0, 0);
     for inj in inp.injections.iter().filter(|i| !i.missed) {
         let (Some(proc), Some((_, cont))) = (inj.target, inj.pause) else {
@@ -605,247 +460,4 @@ fn pauses(inp: &Input<'_>, v: &mut Vec<Violation>, notes: &mut Vec<String>) {
          ({fenced_etcd} of them also by etcd's own compare); {after_write} were paused after \
          their write"
     ));
-}
-
-/// Checker 3: every grant in etcd's history went to the oldest live queue
-/// entry (fair), or counts how many did not (unfair). Also: every grant a
-/// worker reported is a lock-key write at its token, by its process.
-fn order(inp: &Input<'_>, v: &mut Vec<Violation>, notes: &mut Vec<String>) {
-    let queue_prefix = format!("{}/", inp.lock_key);
-    let mut queue: BTreeMap<String, (i64, String)> = BTreeMap::new();
-    let mut grants: HashMap<i64, String> = HashMap::new();
-    let acq_time: HashMap<u64, (usize, u64)> = inp
-        .log
-        .procs
-        .iter()
-        .flat_map(|(&n, p)| {
-            p.events
-                .iter()
-                .filter(|e| e.kind == Kind::Acq)
-                .map(move |e| (e.token, (n, e.t)))
-        })
-        .collect();
-    let (mut total, mut out_of_order) = (0, 0);
-    let mut i = 0;
-    while i < inp.changes.len() {
-        let rev = inp.changes[i].revision;
-        // Unfair waiters leave the queue in the txn that takes the lock, so
-        // for them the queue as it was before the grant is what counts.
-        let oldest_before = oldest(&queue);
-        let mut granted = None;
-        while i < inp.changes.len() && inp.changes[i].revision == rev {
-            let c = &inp.changes[i];
-            if c.key == inp.lock_key {
-                granted = c.put.as_ref().map(|p| p.value.clone());
-            } else if c.key.starts_with(&queue_prefix) {
-                match &c.put {
-                    Some(p) => {
-                        // A fair grant appends the waiters behind the
-                        // grantee to its queue value: the owner is line one.
-                        let owner = p.value.lines().next().unwrap_or_default();
-                        queue.insert(c.key.clone(), (p.create_revision, owner.to_string()));
-                    }
-                    None => {
-                        queue.remove(&c.key);
-                    }
-                }
-            }
-            i += 1;
-        }
-        let Some(value) = granted else { continue };
-        total += 1;
-        grants.insert(rev, value.clone());
-        let first = if inp.fair {
-            oldest(&queue)
-        } else {
-            oldest_before
-        };
-        if let Some(first) = first.filter(|first| *first != value) {
-            out_of_order += 1;
-            if inp.fair {
-                v.push(Violation {
-                    checker: 3,
-                    t: u64::try_from(rev)
-                        .ok()
-                        .and_then(|r| acq_time.get(&r))
-                        .map(|&(_, t)| t),
-                    text: format!(
-                        "revision {rev}: the lock went to {value:?} while {first:?} was first \
-                         in the queue"
-                    ),
-                });
-            }
-        }
-    }
-    for (&token, &(proc, t)) in &acq_time {
-        let pid = inp.log.procs.get(&proc).map_or(0, |p| p.pid);
-        let ok = i64::try_from(token)
-            .ok()
-            .and_then(|r| grants.get(&r))
-            // Owner values read "<attempt> pid=<pid> host=... at=...".
-            .is_some_and(|value| {
-                let want = format!("pid={pid}");
-                value.split_whitespace().any(|field| field == want)
-            });
-        if !ok {
-            v.push(Violation {
-                checker: 3,
-                t: Some(t),
-                text: format!(
-                    "worker {proc} reported a grant at token {token}, but etcd's history has no \
-                     lock-key write of its at that revision"
-                ),
-            });
-        }
-    }
-    let reported: HashSet<i64> = acq_time
-        .keys()
-        .filter_map(|&t| i64::try_from(t).ok())
-        .collect();
-    let mut unreported: Vec<_> = grants
-        .iter()
-        .filter(|(rev, _)| !reported.contains(rev))
-        .map(|(rev, value)| format!("{rev} ({value})"))
-        .collect();
-    unreported.sort();
-    notes.push(format!(
-        "grants no worker reported as acquired (lock returned an error, the waiter was killed, \
-         or its session ended): {}",
-        if unreported.is_empty() {
-            "none".into()
-        } else {
-            unreported.join(", ")
-        }
-    ));
-    let mut lock_errors: BTreeMap<String, usize> = BTreeMap::new();
-    for e in inp.log.procs.values().flat_map(|p| &p.events) {
-        if matches!(e.kind, Kind::LockErr | Kind::Err) {
-            let what: String = e.detail.chars().take(90).collect();
-            *lock_errors.entry(what).or_default() += 1;
-        }
-    }
-    for (what, n) in lock_errors {
-        notes.push(format!(
-            "worker errors (expected under faults): {n} x {what}"
-        ));
-    }
-    notes.push(format!(
-        "grants in etcd's history: {total}; {out_of_order} not to the first in the queue{}",
-        if inp.fair {
-            ""
-        } else {
-            " (unfair mode may barge)"
-        }
-    ));
-}
-
-/// The value of the oldest live queue entry.
-fn oldest(queue: &BTreeMap<String, (i64, String)>) -> Option<String> {
-    queue
-        .values()
-        .min_by_key(|(created, _)| *created)
-        .map(|(_, value)| value.clone())
-}
-
-/// One row per fault kind, plus one for the checks over the whole phase.
-pub fn rows(inp: &Input<'_>, v: &[Violation]) -> Vec<Row> {
-    let acqs: Vec<u64> = inp
-        .log
-        .procs
-        .values()
-        .flat_map(|p| p.events.iter().filter(|e| e.kind == Kind::Acq).map(|e| e.t))
-        .collect();
-    let window_of = |t: u64| {
-        inp.injections
-            .iter()
-            .position(|i| i.start <= t && t < i.end.max(i.start + 1))
-    };
-    let mut rows: Vec<Row> = Vec::new();
-    let mut row_of = HashMap::new();
-    for (n, inj) in inp.injections.iter().enumerate() {
-        let label = inj.fault.label(inp.opts.ttl);
-        let r = *row_of.entry(label.clone()).or_insert_with(|| {
-            rows.push(Row {
-                label,
-                injections: 0,
-                cycles: 0,
-                violations: 0,
-                max_recovery: None,
-                unrecovered: 0,
-            });
-            rows.len() - 1
-        });
-        let row = &mut rows[r];
-        row.cycles += acqs.iter().filter(|&&t| window_of(t) == Some(n)).count();
-        if inj.missed {
-            continue;
-        }
-        row.injections += 1;
-        let took = inj
-            .recovery
-            .map(|t| Duration::from_nanos(t - inj.measure_from));
-        row.max_recovery = row.max_recovery.max(took);
-        row.unrecovered += usize::from(took.is_none());
-    }
-    let mut whole = Row {
-        label: "whole phase: counter, order, leftovers".into(),
-        injections: 0,
-        cycles: acqs.len(),
-        violations: 0,
-        max_recovery: None,
-        unrecovered: 0,
-    };
-    for violation in v {
-        let n = violation.t.and_then(window_of);
-        match n.and_then(|n| row_of.get(&inp.injections[n].fault.label(inp.opts.ttl))) {
-            Some(&r) => rows[r].violations += 1,
-            None => whole.violations += 1,
-        }
-    }
-    rows.push(whole);
-    rows
-}
-
-/// Prints the table and every violation; returns how many there were.
-pub fn print(reports: &[Report], o: &Opts) -> usize {
-    let bound = o.ttl + ELECTION_TIMEOUT + o.margin;
-    println!(
-        "\n{:<7} {:<40} {:>10} {:>11} {:>10} {:>13}",
-        "mode", "fault", "injections", "lock cycles", "violations", "max recovery"
-    );
-    let mut total = 0;
-    for r in reports {
-        for row in &r.rows {
-            println!(
-                "{:<7} {:<40} {:>10} {:>11} {:>10} {:>13}",
-                r.mode,
-                row.label,
-                row.injections,
-                row.cycles,
-                row.violations,
-                match (row.max_recovery, row.unrecovered) {
-                    (_, 0) => row
-                        .max_recovery
-                        .map_or("-".into(), |d| format!("{} ms", d.as_millis())),
-                    (_, n) => format!("never ({n}x)"),
-                }
-            );
-        }
-    }
-    println!(
-        "(recovery: first grant after the fault healed, or after the injection for holder \
-         faults; bound {} ms)",
-        bound.as_millis()
-    );
-    for r in reports {
-        println!("\n{} phase:", r.mode);
-        for n in &r.notes {
-            println!("  {n}");
-        }
-        for v in &r.violations {
-            println!("  VIOLATION (checker {}): {}", v.checker, v.text);
-        }
-        total += r.violations.len();
-    }
-    total
 }

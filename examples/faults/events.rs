@@ -43,6 +43,11 @@ pub enum Kind {
     Err,
     /// Stopping cleanly.
     Bye,
+    /// The guard's deadline (CLOCK_MONOTONIC ns) after the hold, for the
+    /// shared and election workloads: renewals move it past the grant's.
+    Until,
+    /// The observer saw a change; token: the leader's term (0: none).
+    Observed,
 }
 
 impl Kind {
@@ -61,6 +66,8 @@ impl Kind {
             Kind::LockErr => "LERR",
             Kind::Err => "ERR",
             Kind::Bye => "BYE",
+            Kind::Until => "UNTIL",
+            Kind::Observed => "OBS",
         }
     }
 
@@ -79,6 +86,8 @@ impl Kind {
             "LERR" => Kind::LockErr,
             "ERR" => Kind::Err,
             "BYE" => Kind::Bye,
+            "UNTIL" => Kind::Until,
+            "OBS" => Kind::Observed,
             _ => return None,
         })
     }

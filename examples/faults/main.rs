@@ -10,6 +10,12 @@
 //!     [--rounds N] [--ttl-ms 2000] [--hold-ms 40] [--margin-ms 2000]
 //!     [--request-timeout-ms TTL] [--unfenced] [--dump DIR] [--net] [--only TEXT]
 //! ```
+//! `--workload shared|election` runs the same faults on another primitive
+//! (`workload.rs`; loopback only, `scripts/faults.sh --workload W`):
+//! `shared` mixes read and write locks on one key with one of two permits
+//! of a semaphore on another, `election` has the workers campaign, lead
+//! and resign while an observer process follows the election. Their
+//! checkers are in `shared_check.rs` and `election_check.rs`.
 //! `--soak SECS` runs the soak instead (`soak.rs`): lock cycles on many
 //! keys in both modes, failing if RSS, watches, keys or leases grow.
 //! `--only TEXT` injects only the faults whose label contains TEXT (after
@@ -55,19 +61,31 @@
 //! event on stdout (`events.rs`).
 
 mod check;
+mod convergence;
+mod counter_check;
+mod election_check;
 mod events;
+mod fault;
 mod history;
+mod inject;
 mod net_check;
 mod net_phases;
+mod observer;
+mod order_check;
 #[cfg(feature = "redis")]
 mod redis_net;
 #[cfg(feature = "redis")]
 mod redis_worker;
+mod retry;
 mod run;
+mod sections;
+mod shared_check;
 mod soak;
 #[path = "../../tests/support/mod.rs"]
 mod support;
+mod table;
 mod worker;
+mod workload;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -103,15 +121,18 @@ pub struct Opts {
     pub known_slow: Option<String>,
     /// Run the soak (`soak.rs`) instead of any fault suite.
     pub soak: Option<soak::SoakOpts>,
+    /// What the workers do (`workload.rs`).
+    pub workload: workload::Workload,
 }
 
 const USAGE: &str = "usage: faults [--long] [--mode both|fair|unfair] [--workers N] [--rounds N] \
-                     [--ttl-ms MS] [--hold-ms MS] [--margin-ms MS] [--request-timeout-ms MS] [--unfenced] [--dump DIR] [--net] [--only TEXT] [--known-slow TEXT] \
+                     [--ttl-ms MS] [--hold-ms MS] [--margin-ms MS] [--request-timeout-ms MS] [--unfenced] [--dump DIR] [--net] [--only TEXT] [--known-slow TEXT] [--workload mutex|shared|election] \
                      [--soak SECS [--soak-keys N] [--soak-tasks N] [--soak-leak]]";
 
 enum Role {
     Orchestrator(Opts),
     Worker(worker::Args),
+    Observer(observer::Args),
     #[cfg(feature = "redis")]
     RedisWorker(redis_worker::Args),
 }
@@ -120,6 +141,9 @@ fn parse() -> Result<Role, String> {
     let mut args = std::env::args().skip(1).peekable();
     if args.peek().map(String::as_str) == Some("--worker") {
         return worker::Args::parse(args.skip(1)).map(Role::Worker);
+    }
+    if args.peek().map(String::as_str) == Some("--observer") {
+        return observer::Args::parse(args.skip(1)).map(Role::Observer);
     }
     #[cfg(feature = "redis")]
     if args.peek().map(String::as_str) == Some("--redis-worker") {
@@ -139,6 +163,7 @@ fn parse() -> Result<Role, String> {
         only: None,
         known_slow: None,
         soak: None,
+        workload: workload::Workload::Mutex,
     };
     let mut soak = soak::SoakOpts {
         duration: Duration::ZERO,
@@ -176,6 +201,12 @@ fn parse() -> Result<Role, String> {
             "--net" => o.net = true,
             "--only" => o.only = Some(value()?),
             "--known-slow" => o.known_slow = Some(value()?),
+            "--workload" => {
+                let w = value()?;
+                o.workload = workload::Workload::parse(&w).ok_or(format!(
+                    "--workload: {w:?} is not mutex, shared or election"
+                ))?;
+            }
             "--soak" => soak.duration = Duration::from_secs(number(value()?)?),
             "--soak-keys" => soak.keys = usize::try_from(number(value()?)?).unwrap_or(1).max(1),
             "--soak-tasks" => soak.tasks = usize::try_from(number(value()?)?).unwrap_or(1).max(1),
@@ -192,6 +223,9 @@ fn parse() -> Result<Role, String> {
     }
     if o.request_timeout.is_zero() {
         o.request_timeout = o.ttl;
+    }
+    if o.net && o.workload != workload::Workload::Mutex {
+        return Err("--workload: the network suite (--net) runs the mutex workload only".into());
     }
     if o.workers < 2 {
         return Err("--workers must be at least 2 (someone must be waiting)".into());
@@ -222,6 +256,13 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("faults worker: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Role::Observer(args) => match rt.block_on(observer::run(args)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("faults observer: {e}");
                 ExitCode::FAILURE
             }
         },

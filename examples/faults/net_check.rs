@@ -14,8 +14,8 @@
 
 use crate::check::{Input, Violation};
 use crate::events::Kind;
+use crate::fault::Fault;
 use crate::ms;
-use crate::run::Fault;
 
 pub fn check(inp: &Input<'_>, v: &mut Vec<Violation>, notes: &mut Vec<String>) {
     for inj in inp.injections.iter().filter(|i| !i.missed) {

@@ -18,11 +18,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::run::{Fault, Injection, MEMBERS, PAST_TTL, Phase, phases};
+use crate::fault::{Fault, Injection, PAST_TTL};
+use crate::run::{MEMBERS, Phase, phases};
 use crate::support::cluster::{Cluster, Placement};
 use crate::support::net::Net;
 use crate::support::proxy::Proxy;
-use crate::{BoxError, Opts, check, mono_ns};
+use crate::{BoxError, Opts, mono_ns};
 
 /// Share of packets dropped on every worker link, and for how long.
 const LOSS_PERCENT: u8 = 30;
@@ -121,7 +122,7 @@ pub async fn run(o: &Opts) -> Result<usize, BoxError> {
     drop(cluster);
     drop(env);
     #[allow(unused_mut)]
-    let mut violations = check::print(&reports?, o);
+    let mut violations = crate::table::print(&reports?, o);
     // The Redis holder cut runs unless --only picks other faults.
     #[cfg(feature = "redis")]
     if o.only

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use crate::check::{self, Input, Report, Violation};
 use crate::events::{Kind, Shared};
-use crate::run::{Fault, Injection, PAST_TTL};
+use crate::fault::{Fault, Injection, PAST_TTL};
 use crate::support::net::Net;
 use crate::{BoxError, Opts, mono_ns, redis_worker};
 
@@ -75,7 +75,7 @@ pub async fn run(o: &Opts) -> Result<usize, BoxError> {
         reports.push(phase.check(&mut conn, &prefix, fair).await?);
     }
     drop(redis);
-    let violations = check::print(&reports, o);
+    let violations = crate::table::print(&reports, o);
     Ok(violations)
 }
 
@@ -359,7 +359,7 @@ impl RedisPhase<'_> {
                 text: format!("left behind: {:?}", inp.leftovers.0),
             });
         }
-        let rows = check::rows(&inp, &v);
+        let rows = crate::table::rows(&inp, &v);
         Ok(Report {
             mode: if fair { "redis fair" } else { "redis unfair" },
             rows,

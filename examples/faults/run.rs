@@ -9,143 +9,20 @@ use tokio::time::Instant;
 
 use crate::check::{self, Report};
 use crate::events::{Kind, Shared};
+use crate::fault::{Fault, Injection};
 use crate::net_phases::NetEnv;
-use crate::support::cluster::{Cluster, ELECTION_TIMEOUT, send_signal};
-use crate::{BoxError, Opts, history, mono_ns, worker};
+use crate::retry::retrying;
+use crate::support::cluster::{Cluster, ELECTION_TIMEOUT};
+use crate::workload::Workload;
+use crate::{BoxError, Opts, election_check, history, mono_ns, worker};
 
 /// etcd members.
 pub const MEMBERS: usize = 3;
-/// How long a killed member stays down before its restart.
-const MEMBER_DOWN: Duration = Duration::from_secs(2);
-/// Normal running between faults, so each fault starts from a steady state.
-const SETTLE: Duration = Duration::from_millis(1500);
-/// Fault-free running at the start of each phase.
-const BASELINE: Duration = Duration::from_secs(3);
-/// A holder is paused (or cut off) this much longer than its TTL.
-pub const PAST_TTL: Duration = Duration::from_millis(1500);
-/// How long the holder stays stopped after its lease was revoked.
-const REVOKED_PAUSE: Duration = Duration::from_millis(500);
-/// How often a holder fault is retried when its target had already
-/// released the lock when the signal landed.
-const HOLDER_TRIES: usize = 3;
-
-/// One kind of fault.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Fault {
-    Baseline,
-    LeaderPause(Duration),
-    MemberKill,
-    LeaderKill,
-    HolderPause,
-    HolderKill,
-    /// The holder's lease revoked while it is stopped for less than the
-    /// TTL: what an etcd that ends a live lease early does (see
-    /// `check::etcd_ended_lease`).
-    HolderRevoke,
-    /// The network faults (`net_phases.rs`).
-    HolderCut,
-    WaiterCut,
-    LeaderMinority,
-    Loss,
-    DelaySpikes,
-    LinkFlap,
-}
-
-impl Fault {
-    pub fn label(self, ttl: Duration) -> String {
-        match self {
-            Fault::Baseline => "none (baseline)".into(),
-            Fault::LeaderPause(d) => format!("SIGSTOP leader {:.1}s", d.as_secs_f64()),
-            Fault::MemberKill => "kill -9 + restart follower".into(),
-            Fault::LeaderKill => "kill -9 + restart leader".into(),
-            Fault::HolderPause => {
-                format!("SIGSTOP holder {:.1}s", (ttl + PAST_TTL).as_secs_f64())
-            }
-            Fault::HolderKill => "kill -9 holder".into(),
-            Fault::HolderRevoke => format!(
-                "lease revoked, holder stopped {:.1}s",
-                REVOKED_PAUSE.as_secs_f64()
-            ),
-            net => crate::net_phases::label(net, ttl),
-        }
-    }
-
-    /// Holder faults are measured from the injection: the lock is stuck
-    /// until the holder's lease expires. Cluster faults from their healing.
-    pub fn on_holder(self) -> bool {
-        matches!(
-            self,
-            Fault::HolderPause
-                | Fault::HolderKill
-                | Fault::HolderRevoke
-                | Fault::HolderCut
-                | Fault::WaiterCut
-                | Fault::LeaderMinority
-        )
-    }
-
-    /// How soon a lock must be granted again (see `on_holder` for from
-    /// when): TTL + election timeout + margin. An isolated leader costs
-    /// one election timeout more: the new leader extends every lease by
-    /// it when it takes over (etcd's lessor `Promote`); this assumes the
-    /// majority elects it within one election timeout, and
-    /// [`Injection::bound`] uses when it did.
-    pub fn bound(self, o: &Opts) -> Duration {
-        let bound = o.ttl + ELECTION_TIMEOUT + o.margin;
-        if self == Fault::LeaderMinority {
-            bound + ELECTION_TIMEOUT
-        } else {
-            bound
-        }
-    }
-}
-
-/// One injection, as done.
-#[derive(Clone, Debug)]
-pub struct Injection {
-    pub fault: Fault,
-    /// Window of the injection: from its start to the next one's.
-    pub start: u64,
-    pub end: u64,
-    /// Recovery is measured from here (heal, or injection on a holder).
-    pub measure_from: u64,
-    /// First grant after `measure_from` (to another process, on a holder).
-    pub recovery: Option<u64>,
-    /// The paused or killed worker process, and the pause.
-    pub target: Option<usize>,
-    pub pause: Option<(u64, u64)>,
-    /// When the target's link was cut and healed (network faults).
-    pub cut: Option<(u64, u64)>,
-    /// When the majority had a new leader (the isolated leader only).
-    pub elected: Option<u64>,
-    /// The holder had released before the signal landed: not counted.
-    pub missed: bool,
-}
-
-impl Injection {
-    /// How soon after `measure_from` a lock must be granted again: the
-    /// fault's bound, and for the isolated leader TTL + election timeout +
-    /// margin from when the majority had its new leader (etcd's lessor
-    /// extends every lease by the election timeout at that moment, so the
-    /// holder's lease cannot expire sooner, and how long the election takes
-    /// is etcd's: a split vote costs another election timeout or two).
-    pub fn bound(&self, o: &Opts) -> Duration {
-        match (self.fault, self.elected) {
-            (Fault::LeaderMinority, Some(elected)) => {
-                Duration::from_nanos(elected.saturating_sub(self.measure_from))
-                    + o.ttl
-                    + ELECTION_TIMEOUT
-                    + o.margin
-            }
-            (fault, _) => fault.bound(o),
-        }
-    }
-}
 
 /// A worker slot's current process.
 pub struct Slot {
     pub proc: usize,
-    child: Child,
+    pub child: Child,
     pub stdin: Option<ChildStdin>,
 }
 
@@ -170,7 +47,7 @@ pub async fn run(o: &Opts) -> Result<usize, BoxError> {
     }
     let reports = phases(o, &mut cluster, None, &schedule).await?;
     drop(cluster);
-    let violations = check::print(&reports, o);
+    let violations = crate::table::print(&reports, o);
     println!("total time {:.0} s", started.elapsed().as_secs_f64());
     Ok(violations)
 }
@@ -214,6 +91,9 @@ pub async fn phases(
         // Whatever happened, no worker outlives the phase.
         phase.stop_workers().await;
         result?;
+        if o.workload == Workload::Election {
+            phase.finale = phase.converge().await?;
+        }
         let report = phase.check().await?;
         reports.push(report);
     }
@@ -222,16 +102,20 @@ pub async fn phases(
 
 pub struct Phase<'a> {
     pub o: &'a Opts,
-    fair: bool,
-    prefix: String,
+    pub fair: bool,
+    pub prefix: String,
     pub cluster: &'a mut Cluster,
     pub net: Option<&'a NetEnv>,
     pub client: Client,
     pub shared: Shared,
     pub slots: Vec<Slot>,
-    next_proc: usize,
-    injections: Vec<Injection>,
-    first_revision: i64,
+    pub next_proc: usize,
+    pub injections: Vec<Injection>,
+    pub first_revision: i64,
+    /// The election workload's observer process.
+    pub observer: Option<Slot>,
+    /// What the election workload's end showed (`converge`).
+    pub finale: Vec<election_check::Finding>,
 }
 
 impl<'a> Phase<'a> {
@@ -260,6 +144,8 @@ impl<'a> Phase<'a> {
             next_proc: 0,
             injections: Vec::new(),
             first_revision,
+            observer: None,
+            finale: Vec::new(),
         })
     }
 
@@ -272,7 +158,7 @@ impl<'a> Phase<'a> {
     }
 
     /// Starts a worker process in `slot` (replacing a dead one).
-    fn spawn(&mut self, slot: usize) -> Result<(), BoxError> {
+    pub fn spawn(&mut self, slot: usize) -> Result<(), BoxError> {
         let proc = self.next_proc;
         self.next_proc += 1;
         // In a test network, a worker reaches the members' own addresses
@@ -328,6 +214,9 @@ impl<'a> Phase<'a> {
         for slot in 0..self.o.workers {
             self.spawn(slot)?;
         }
+        if self.o.workload == Workload::Election {
+            self.spawn_observer()?;
+        }
         // Start once every worker has taken the lock at least once.
         let workers = self.o.workers;
         let all_in = self
@@ -371,198 +260,6 @@ impl<'a> Phase<'a> {
         if let Some(last) = self.injections.last_mut() {
             last.end = mono_ns();
         }
-        Ok(())
-    }
-
-    /// Injects `fault` (retrying a holder fault that missed its holder),
-    /// waits for the recovery and records the injection.
-    async fn inject(&mut self, fault: Fault) -> Result<Injection, BoxError> {
-        let tries = if fault.on_holder() { HOLDER_TRIES } else { 1 };
-        let mut inj = None;
-        for _ in 0..tries {
-            let done = self.inject_once(fault).await?;
-            let missed = done.missed;
-            self.push(done.clone());
-            inj = Some(done);
-            if !missed {
-                break;
-            }
-        }
-        inj.ok_or_else(|| "no injection".into())
-    }
-
-    fn push(&mut self, inj: Injection) {
-        if let Some(prev) = self.injections.last_mut() {
-            prev.end = inj.start;
-        }
-        self.injections.push(inj);
-    }
-
-    async fn inject_once(&mut self, fault: Fault) -> Result<Injection, BoxError> {
-        let start = mono_ns();
-        let mut inj = Injection {
-            fault,
-            start,
-            end: start,
-            measure_from: start,
-            recovery: None,
-            target: None,
-            pause: None,
-            cut: None,
-            elected: None,
-            missed: false,
-        };
-        match fault {
-            Fault::Baseline => {
-                tokio::time::sleep(BASELINE).await;
-                inj.measure_from = mono_ns();
-            }
-            Fault::LeaderPause(d) => {
-                let leader = self.cluster.wait_leader(Duration::from_secs(20)).await?;
-                self.cluster.signal(leader, libc::SIGSTOP)?;
-                tokio::time::sleep(d).await;
-                self.cluster.signal(leader, libc::SIGCONT)?;
-                inj.measure_from = mono_ns();
-            }
-            Fault::MemberKill | Fault::LeaderKill => {
-                let leader = self.cluster.wait_leader(Duration::from_secs(20)).await?;
-                let member = if fault == Fault::LeaderKill {
-                    leader
-                } else {
-                    (leader + 1) % self.cluster.len()
-                };
-                self.cluster.kill(member)?;
-                tokio::time::sleep(MEMBER_DOWN).await;
-                let cluster = &mut *self.cluster;
-                tokio::task::block_in_place(|| cluster.restart(member))?;
-                inj.measure_from = mono_ns();
-            }
-            Fault::HolderPause | Fault::HolderKill | Fault::HolderRevoke => {
-                let (proc, token) = self.fresh_holder().await?;
-                let pid = self.shared.lock().procs.get(&proc).map_or(0, |p| p.pid);
-                inj.target = Some(proc);
-                if fault == Fault::HolderPause {
-                    let stop = mono_ns();
-                    send_signal(pid, libc::SIGSTOP)?;
-                    tokio::time::sleep(self.o.ttl + PAST_TTL).await;
-                    send_signal(pid, libc::SIGCONT)?;
-                    inj.pause = Some((stop, mono_ns()));
-                    inj.measure_from = stop;
-                } else if fault == Fault::HolderRevoke {
-                    // Stopped, so that it cannot see the loss before the
-                    // next holder is granted: the sections overlap, as when
-                    // etcd ends a lease early, and the fence must refuse
-                    // its write.
-                    let stop = mono_ns();
-                    send_signal(pid, libc::SIGSTOP)?;
-                    let revoked = self.revoke_lock_lease(token).await;
-                    tokio::time::sleep(REVOKED_PAUSE).await;
-                    send_signal(pid, libc::SIGCONT)?;
-                    revoked?;
-                    inj.measure_from = stop;
-                } else {
-                    let kill = mono_ns();
-                    send_signal(pid, libc::SIGKILL)?;
-                    if let Some(p) = self.shared.lock().procs.get_mut(&proc) {
-                        p.killed_at = Some(kill);
-                    }
-                    inj.measure_from = kill;
-                    self.respawn(proc)?;
-                }
-                inj.missed = self.released_before(proc, token, inj.measure_from);
-            }
-            net => self.inject_net(net, &mut inj).await?,
-        }
-        inj.recovery = self.await_recovery(&inj).await;
-        Ok(inj)
-    }
-
-    /// Revokes the lease the lock key is bound to, as an operator's
-    /// `etcdctl lease revoke` would, if the key is still the grant at
-    /// `token` (else the target released already: the injection counts as
-    /// missed, and no other worker's lease is touched). Retried like the
-    /// orchestrator's other requests: its connection to a member that was
-    /// killed and restarted before may fail once.
-    async fn revoke_lock_lease(&self, token: u64) -> Result<(), BoxError> {
-        let key = format!("{}{}", self.locks(), worker::LOCK_KEY);
-        retrying("lease revoke", || {
-            let (mut client, key) = (self.client.clone(), key.clone());
-            async move {
-                let held = client.get(key, None).await?;
-                let lease = held
-                    .kvs()
-                    .first()
-                    .filter(|kv| u64::try_from(kv.mod_revision()).ok() == Some(token))
-                    .map(|kv| kv.lease());
-                match lease {
-                    Some(lease) => match client.lease_revoke(lease).await {
-                        // An earlier try's revoke was applied after all.
-                        Err(e) if e.to_string().contains("lease not found") => Ok(()),
-                        done => done.map(drop).map_err(Into::into),
-                    },
-                    None => Ok(()),
-                }
-            }
-        })
-        .await
-    }
-
-    /// The next process to take the lock from now on, and its token: it is
-    /// then in (or near) its `hold` sleep, before its fenced write.
-    pub async fn fresh_holder(&self) -> Result<(usize, u64), BoxError> {
-        let since = mono_ns();
-        let (proc, _, token) = self
-            .shared
-            .wait_for(Instant::now() + Duration::from_secs(20), |log| {
-                log.holder().filter(|&(_, t, _)| t > since)
-            })
-            .await
-            .ok_or("no worker took the lock within 20 s")?;
-        Ok((proc, token))
-    }
-
-    /// `true` if `proc` had already ended its critical section for `token`
-    /// before `t` (its lines up to `t` are in: it wrote them before the
-    /// signal, and the reader has had the whole pause or recovery to read).
-    pub fn released_before(&self, proc: usize, token: u64, t: u64) -> bool {
-        self.shared.lock().procs.get(&proc).is_some_and(|p| {
-            p.events
-                .iter()
-                .any(|e| e.kind == Kind::Rel && e.token == token && e.t < t)
-        })
-    }
-
-    /// Replaces killed process `proc` with a new one in its slot.
-    fn respawn(&mut self, proc: usize) -> Result<(), BoxError> {
-        let Some(slot) = self.slots.iter().position(|s| s.proc == proc) else {
-            return Err(format!("worker process {proc} has no slot").into());
-        };
-        let _ = self.slots[slot].child.wait();
-        self.spawn(slot)
-    }
-
-    /// Waits for the first grant after the injection healed (to a process
-    /// other than the target, for holder faults); gives up at twice the
-    /// liveness bound, which the checker reports.
-    async fn await_recovery(&self, inj: &Injection) -> Option<u64> {
-        let bound = inj.bound(self.o);
-        let waited = Duration::from_nanos(mono_ns().saturating_sub(inj.measure_from));
-        let deadline = Instant::now() + (bound * 2).saturating_sub(waited);
-        let (from, target) = (inj.measure_from, inj.target);
-        self.shared
-            .wait_for(deadline, |log| {
-                log.grants_after(from)
-                    .into_iter()
-                    .find(|&(_, p, _)| Some(p) != target)
-                    .map(|(t, _, _)| t)
-            })
-            .await
-    }
-
-    /// Normal running before the next fault, and a leader in place.
-    async fn settle(&mut self) -> Result<(), BoxError> {
-        tokio::time::sleep(SETTLE).await;
-        self.cluster.wait_leader(Duration::from_secs(20)).await?;
         Ok(())
     }
 
@@ -612,7 +309,7 @@ impl<'a> Phase<'a> {
         if let Some(dir) = &self.o.dump {
             dump(dir, self.fair, &log, &changes, &self.injections)?;
         }
-        Ok(check::check(check::Input {
+        let input = check::Input {
             fair: self.fair,
             opts: self.o,
             log,
@@ -621,7 +318,12 @@ impl<'a> Phase<'a> {
             lock_key: format!("{}{}", self.locks(), worker::LOCK_KEY),
             counter: self.counter(),
             leftovers,
-        }))
+        };
+        Ok(match self.o.workload {
+            Workload::Mutex => check::check(input),
+            Workload::Shared => crate::shared_check::check(input),
+            Workload::Election => election_check::check(input, std::mem::take(&mut self.finale)),
+        })
     }
 
     /// Keys under the lock prefix and leases still in etcd, once both are
@@ -665,7 +367,7 @@ impl<'a> Phase<'a> {
 
 impl Drop for Phase<'_> {
     fn drop(&mut self) {
-        for s in &mut self.slots {
+        for s in self.slots.iter_mut().chain(self.observer.as_mut()) {
             drop(s.stdin.take());
             let _ = s.child.kill();
             let _ = s.child.wait();
@@ -704,25 +406,4 @@ fn dump(
     }
     std::fs::write(dir.join(format!("{mode}-history.txt")), hist)?;
     Ok(())
-}
-
-/// Runs the orchestrator's own etcd request `op`, retrying failures for a
-/// few seconds: after a member restart the client's first requests may
-/// meet a closed connection.
-async fn retrying<T, F, Fut>(what: &str, mut op: F) -> Result<T, BoxError>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, BoxError>>,
-{
-    let mut tries = 0;
-    loop {
-        match op().await {
-            Ok(v) => return Ok(v),
-            Err(e) if tries >= 20 => return Err(format!("{what}: {e}").into()),
-            Err(_) => {
-                tries += 1;
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-        }
-    }
 }

@@ -14,6 +14,7 @@ use crate::BoxError;
 use crate::events::{Ev, Kind};
 use crate::support::chain;
 use crate::support::proxy::Proxy;
+use crate::workload::Workload;
 
 /// The lock every worker of a phase contends for.
 pub const LOCK_KEY: &str = "k";
@@ -24,20 +25,22 @@ const LOCK_TIMEOUT: Duration = Duration::from_secs(20);
 
 pub struct Args {
     /// Process number, unique in the run: names its writes in the counter.
-    id: u64,
-    endpoints: Vec<String>,
+    pub id: u64,
+    pub endpoints: Vec<String>,
     /// Lock prefix (the lock key is `<prefix>k`).
-    prefix: String,
+    pub prefix: String,
     /// The counter's key.
-    counter: String,
-    fair: bool,
-    ttl: Duration,
-    hold: Duration,
-    request_timeout: Duration,
-    unfenced: bool,
+    pub counter: String,
+    pub fair: bool,
+    pub ttl: Duration,
+    pub hold: Duration,
+    pub request_timeout: Duration,
+    pub unfenced: bool,
     /// Reach every endpoint through a delay relay of our own, whose delay
     /// the orchestrator sets with `delay <ms> <jitter ms>` lines on stdin.
-    proxied: bool,
+    pub proxied: bool,
+    /// What the worker does with its locker (`workload.rs`).
+    pub workload: Workload,
 }
 
 impl Args {
@@ -55,6 +58,11 @@ impl Args {
             ms(next("request timeout")?).map_err(|_| "--worker: bad request timeout")?;
         let unfenced = next("fencing")? == "unfenced";
         let proxied = next("path")? == "proxied";
+        // Absent for the network suite's workers: the mutex.
+        let workload = match args.next() {
+            Some(w) => Workload::parse(&w).ok_or("--worker: bad workload")?,
+            None => Workload::Mutex,
+        };
         Ok(Args {
             id,
             endpoints,
@@ -66,6 +74,7 @@ impl Args {
             request_timeout,
             unfenced,
             proxied,
+            workload,
         })
     }
 
@@ -91,6 +100,7 @@ impl Args {
             o.request_timeout.as_millis().to_string(),
             if o.unfenced { "unfenced" } else { "fenced" }.into(),
             if proxied { "proxied" } else { "direct" }.into(),
+            o.workload.name().into(),
         ]
     }
 }
@@ -175,6 +185,10 @@ pub async fn run(a: Args) -> Result<(), BoxError> {
     let mut seq = 0;
     let key = Key::from(LOCK_KEY);
     while !stop.is_cancelled() {
+        if a.workload != Workload::Mutex {
+            crate::sections::one(&a, &locker, &stop, &mut seq).await;
+            continue;
+        }
         let ctx = Context::background().with_timeout(LOCK_TIMEOUT);
         let guard = tokio::select! {
             res = locker.lock(&ctx, &key) => res,
@@ -299,7 +313,7 @@ async fn cycle(a: &Args, locker: &EtcdLocker, lock_key: &str, guard: LockGuard, 
 
 /// After a loss: `lease=gone` if etcd no longer knows lease `id`,
 /// `lease=alive` if it does, `lease=?` if it did not answer.
-async fn lease_state(a: &Args, locker: &EtcdLocker, id: i64) -> &'static str {
+pub async fn lease_state(a: &Args, locker: &EtcdLocker, id: i64) -> &'static str {
     let mut client = locker.client().clone();
     let asked = tokio::time::timeout(a.request_timeout, client.lease_time_to_live(id, None)).await;
     match asked {
