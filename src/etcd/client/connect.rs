@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{Client, ConnectOptions, GetOptions};
 
-use super::balance::Routing;
 use super::error::{is_connection_refused, is_server_answer, is_transient};
+use super::members::Routing;
 use super::request::retry_backoff;
 use super::secure::{refused, tls_failure, tls_options};
 use crate::etcd::config::EtcdConfig;
@@ -34,7 +34,7 @@ fn ping_every(config: &EtcdConfig) -> Duration {
         .min(config.request_timeout())
 }
 
-/// How requests pick a member (see `balance.rs`): a member with a request
+/// How requests pick a member (see `members/balance.rs`): a member with a request
 /// unanswered for a third of the request timeout (when a hedged copy goes
 /// out) is passed over, at first for as long as a dead connection takes to
 /// be found.

@@ -12,18 +12,17 @@
 //! - `stale_token.rs`: etcd's refusal of an auth token older than its last
 //!   change to users or roles, read as one of an invalid token (on which
 //!   etcd-client authenticates again);
-//! - `health.rs`: how a member has been answering; `balance.rs`: which
-//!   member a request goes to (passing over members that stopped
-//!   answering); `connect.rs`: connecting, and its errors;
+//! - `members/`: which member a request goes to (how each has been
+//!   answering, passing over members that stopped), sealed behind its
+//!   `Routing`; `connect.rs`: connecting, and its errors;
 //! - `watch.rs`: watches multiplexed on one stream; `shared_watch.rs`: the
 //!   long-lived ones reused across waits;
 //! - `retry.rs`: when a call whose attempt failed tries again.
 
-pub(crate) mod balance;
 pub(crate) mod batch;
 pub(crate) mod connect;
 pub(crate) mod error;
-pub(crate) mod health;
+pub(crate) mod members;
 pub(crate) mod request;
 pub(crate) mod request_body;
 pub(crate) mod retry;

@@ -47,9 +47,9 @@ use tower::util::BoxCloneSyncService;
 use tower::{BoxError, Service, ServiceExt};
 
 use super::health::Health;
-pub(crate) use super::health::Routing;
-use super::request_body::LookAhead;
-use super::stale_token::{self, RenewInTrailers};
+use super::health::Routing;
+use crate::etcd::client::request_body::LookAhead;
+use crate::etcd::client::stale_token::{self, RenewInTrailers};
 
 type Request = http::Request<tonic::body::Body>;
 type Response = http::Response<tonic::body::Body>;
