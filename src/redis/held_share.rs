@@ -11,7 +11,8 @@ use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::core::Core;
-use super::line::{EXTEND_SCRIPT, LEAVE_SCRIPT, Left, LineKeys};
+use super::line::{Left, LineKeys};
+use super::line_lua::{EXTEND_SCRIPT, LEAVE_SCRIPT};
 use super::node::{Call, Node};
 use crate::backoff::{Backoff, jitter};
 use crate::loss::LossCell;

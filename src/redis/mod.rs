@@ -152,7 +152,7 @@
 //!   hash-tagged on a cluster), with round-trip tests; `scripts.rs`: the
 //!   Lua scripts that write them.
 //! - `line.rs`: the line of a read/write lock or semaphore: its spec, key
-//!   names, replies and Lua scripts.
+//!   names and replies; `line_lua.rs`: its Lua scripts' text.
 //! - `error.rs`: one failed request to one node, classified by the Redis
 //!   error kind and code, and its mapping into [`crate::Error`].
 //! - `secure.rs`: the client of one URL (TLS, credentials), and telling a
@@ -196,6 +196,7 @@ mod election;
 mod error;
 mod held_share;
 mod line;
+mod line_lua;
 mod link;
 mod locker;
 mod node;

@@ -10,6 +10,7 @@ use clap::{ArgAction, Args, CommandFactory, Parser, Subcommand};
 use crate::election_args::{ELECT_AFTER_HELP, ElectArgs, LeaderArgs, check_elect, check_leader};
 use crate::exit;
 use crate::help::{AFTER_HELP, LOCK_AFTER_HELP};
+use crate::lock_args::LockArgs;
 
 /// fairlock: run commands under a distributed lock held in etcd or Redis.
 #[derive(Debug, Parser)]
@@ -114,117 +115,6 @@ pub enum Command {
 }
 
 #[derive(Debug, Args)]
-pub struct LockArgs {
-    /// Take the lock as soon as it is free, not in arrival order
-    #[arg(long, overrides_with = "fair")]
-    pub unfair: bool,
-    /// Take the lock in arrival order (the default)
-    #[arg(long, overrides_with = "unfair", hide = true)]
-    pub fair: bool,
-    /// Hold KEY as a reader of a read/write lock (a shared lock): with
-    /// other readers, once no writer holds it or waits ahead
-    #[arg(long, visible_alias = "shared", conflicts_with_all = ["write", "limit", "unfair"])]
-    pub read: bool,
-    /// Hold KEY as the writer of a read/write lock: alone, once the
-    /// readers and writers ahead are done
-    #[arg(long, conflicts_with_all = ["limit", "unfair"])]
-    pub write: bool,
-    /// Hold one of N permits of the semaphore KEY: at most N run at once
-    #[arg(
-        long,
-        value_name = "N",
-        conflicts_with = "unfair",
-        value_parser = clap::value_parser!(u32).range(1..)
-    )]
-    pub limit: Option<u32>,
-    /// With --limit N: hold K of the N permits (1 to N; default 1)
-    #[arg(
-        long,
-        value_name = "K",
-        requires = "limit",
-        default_value_t = 1,
-        value_parser = clap::value_parser!(u32).range(1..)
-    )]
-    pub permits: u32,
-    /// If the lock is held, do not wait: exit at once with the conflict
-    /// code, without running CMD
-    #[arg(short, long)]
-    pub nonblock: bool,
-    /// Give up after waiting DUR: exit with the conflict code
-    #[arg(short = 'w', long, value_name = "DUR", value_parser = duration)]
-    pub timeout: Option<Duration>,
-    /// The conflict code, 0-255
-    #[arg(
-        short = 'E',
-        long = "conflict-exit-code",
-        value_name = "N",
-        default_value_t = exit::CONFLICT,
-        value_parser = exit_code
-    )]
-    pub conflict_code: u8,
-    /// When the lock is lost while CMD runs, send SIGKILL this long after
-    /// SIGTERM
-    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = duration)]
-    pub kill_after: Duration,
-    /// The lock's name
-    #[arg(value_name = "KEY")]
-    pub key: Option<String>,
-    /// The command to run while holding the lock, with its arguments
-    /// (after `--` if they start with `-`)
-    #[arg(
-        value_name = "CMD",
-        num_args = 0..,
-        trailing_var_arg = true,
-        allow_hyphen_values = true
-    )]
-    pub cmd: Vec<String>,
-}
-
-impl LockArgs {
-    /// `true` unless `--unfair` (the last of `--fair`/`--unfair` wins).
-    pub fn is_fair(&self) -> bool {
-        !self.unfair
-    }
-
-    /// What to hold: a mutex, a read or write lock, or a permit.
-    pub fn hold(&self) -> Hold {
-        match (self.read, self.write, self.limit) {
-            (true, _, _) => Hold::Read,
-            (_, true, _) => Hold::Write,
-            (_, _, Some(limit)) => Hold::Permits {
-                n: self.permits,
-                limit,
-            },
-            _ => Hold::Lock,
-        }
-    }
-
-    /// The key, checked to be there and not empty.
-    pub fn key(&self) -> &str {
-        self.key.as_deref().unwrap_or_default()
-    }
-}
-
-/// What `fairlock lock` holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Hold {
-    /// The mutex (the default).
-    Lock,
-    /// A read lock (`--read`).
-    Read,
-    /// A write lock (`--write`).
-    Write,
-    /// `n` permits of a semaphore with `limit` permits (`--limit N
-    /// --permits K`).
-    Permits {
-        /// How many permits (`--permits`).
-        n: u32,
-        /// The semaphore's limit (`--limit`).
-        limit: u32,
-    },
-}
-
-#[derive(Debug, Args)]
 pub struct StatusArgs {
     /// Only this lock
     #[arg(value_name = "KEY")]
@@ -271,11 +161,6 @@ pub struct DemoArgs {
 
 fn duration(v: &str) -> Result<Duration, String> {
     fairlock::parse_duration(v)
-}
-
-fn exit_code(v: &str) -> Result<u8, String> {
-    v.parse()
-        .map_err(|_| format!("{v:?} is not an exit code (0-255)"))
 }
 
 /// Parses the arguments (program name first); `Err` is clap's error,

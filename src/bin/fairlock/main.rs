@@ -5,7 +5,8 @@
 //!   (which document the exit codes).
 //! - `logging.rs`: `-v`/`RUST_LOG` tracing output on stderr.
 //! - `backend.rs`: etcd or Redis, by the endpoints' scheme, behind one face.
-//! - `lock.rs`: `fairlock lock`, the command runner.
+//! - `lock_args.rs`: the options of `fairlock lock`; `lock.rs`: the
+//!   command runner.
 //! - `election_args.rs`: the command lines of `elect` and `leader`;
 //!   `elect.rs`: `fairlock elect`, the command runner for a leader;
 //!   `leader.rs`: `fairlock leader`.
@@ -23,6 +24,7 @@ mod exit;
 mod help;
 mod leader;
 mod lock;
+mod lock_args;
 mod logging;
 mod status;
 mod svg;
