@@ -25,7 +25,9 @@ pub(crate) async fn read(core: &Core, name: &Key, keys: &ElectionKeys) -> Result
 }
 
 async fn read_raw(core: &Core, keys: &ElectionKeys) -> Result<Read> {
-    type Reply = (Option<String>, i64, Option<Vec<u8>>, Option<String>);
+    // Bytes, not text: a lock key or counter someone else wrote need not
+    // be UTF-8 (then it is nobody's lock, or no counter).
+    type Reply = (Option<Vec<u8>>, i64, Option<Vec<u8>>, Option<Vec<u8>>);
     let (lock, pttl, record, fence): Reply = node(core)
         .run_bytes(&READ, &keys.script_keys(), &[])
         .await
@@ -37,11 +39,12 @@ async fn read_raw(core: &Core, keys: &ElectionKeys) -> Result<Read> {
                 errors: vec![e],
             })
         })?;
+    let text = |v: Option<Vec<u8>>| v.and_then(|v| String::from_utf8(v).ok());
     Ok(Read {
-        lock,
+        lock: text(lock),
         pttl,
         record,
-        fence,
+        fence: text(fence),
     })
 }
 
