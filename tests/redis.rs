@@ -684,3 +684,60 @@ async fn held_shares_are_extended_and_their_loss_signalled() {
     r.wait_clean().await;
     r.finish().await;
 }
+
+/// `status` of a read/write lock and of a semaphore lists every holder
+/// (readers, permits held) and the waiters in line, with their modes, as
+/// on etcd.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_lists_the_holders_and_waiters_of_a_line() {
+    let r = redis("line-status").await;
+    let key = Key::from("rw");
+    let (a, b, c) = (
+        r.base.locker(true),
+        r.base.locker(true),
+        r.base.locker(true),
+    );
+    let r1 = a.read_lock(&patient(), &key).await.expect("read");
+    let r2 = b.read_lock(&patient(), &key).await.expect("read");
+    let writer = {
+        let (c, key) = (c.clone(), key.clone());
+        tokio::spawn(async move { c.write_lock(&patient(), &key).await?.unlock().await })
+    };
+    r.wait_queued(&key, 3).await;
+    let status = r.base.status(Some(&key)).await.expect("status");
+    let lock = &status[0];
+    assert_eq!(lock.kind, fairlock::LockKind::ReadWrite, "{lock:?}");
+    assert_eq!(lock.holders.len(), 2, "{lock:?}");
+    assert!(lock.holders.iter().all(|h| h.reads), "{lock:?}");
+    assert_eq!(
+        lock.holder.as_ref().map(|h| h.fencing_token),
+        Some(r1.fencing_token())
+    );
+    assert_eq!(lock.waiters.len(), 1, "{lock:?}");
+    assert!(
+        !lock.waiters[0].reads && lock.waiters[0].locker == c.id(),
+        "{lock:?}"
+    );
+    r1.unlock().await.expect("unlock");
+    r2.unlock().await.expect("unlock");
+    writer.await.expect("join").expect("write");
+
+    let sem = Key::from("sem");
+    let two = a
+        .acquire_permits(&patient(), &sem, 2, 3)
+        .await
+        .expect("permits");
+    let status = r.base.status(Some(&sem)).await.expect("status");
+    let lock = &status[0];
+    assert_eq!(
+        lock.kind,
+        fairlock::LockKind::Semaphore { limit: 3 },
+        "{lock:?}"
+    );
+    assert_eq!(lock.holders.len(), 1, "{lock:?}");
+    assert_eq!(lock.holders[0].permits, 2, "{lock:?}");
+    two.unlock().await.expect("unlock");
+    r.wait_clean().await;
+    assert!(r.base.status(None).await.expect("status").is_empty());
+    r.finish().await;
+}

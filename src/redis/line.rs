@@ -132,6 +132,22 @@ pub(crate) fn spell(share: Share) -> (&'static str, u32, u32) {
     }
 }
 
+/// An entry record read back (`"<r|w|s> <limit> <n> <hub> <token> <record
+/// ttl ms> <owner>"`): what it asks for, its token (0 while it waits) and
+/// its owner value; `None` if fairlock did not write it.
+pub(crate) fn parse_entry(record: &str) -> Option<(Share, u64, &str)> {
+    let mut f = record.splitn(7, ' ');
+    let (kind, limit, n) = (f.next()?, f.next()?.parse().ok()?, f.next()?.parse().ok()?);
+    let (_hub, token, _ttl, owner) = (f.next()?, f.next()?.parse().ok()?, f.next()?, f.next()?);
+    let share = match kind {
+        "r" => Share::Read,
+        "w" => Share::Write,
+        "s" => Share::Permit { limit, n },
+        _ => return None,
+    };
+    Some((share, token, owner))
+}
+
 /// How a caller enters the line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Mode {
@@ -229,6 +245,18 @@ pub(crate) fn in_use_as_line(key: &Key) -> Error {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn entry_records_are_read_back() {
+        use super::{Share, parse_entry};
+        let (share, token, owner) =
+            parse_entry("s 3 2 hub 17 3000 e1 pid=7 host=h at=5 locker=L").expect("parses");
+        assert_eq!((share, token), (Share::Permit { limit: 3, n: 2 }, 17));
+        assert_eq!(owner, "e1 pid=7 host=h at=5 locker=L");
+        assert_eq!(parse_entry("r 0 1 hub 0 3000 o").map(|e| e.1), Some(0));
+        assert!(parse_entry("x 0 1 hub 0 3000 o").is_none());
+        assert!(parse_entry("r 0 1 hub").is_none());
+    }
+
     use super::*;
     use crate::redis::wire::Layout;
 

@@ -190,3 +190,22 @@ fn script(body: &str) -> Script {
 pub(crate) static ENTER_SCRIPT: LazyLock<Script> = LazyLock::new(|| script(ENTER));
 pub(crate) static LEAVE_SCRIPT: LazyLock<Script> = LazyLock::new(|| script(LEAVE));
 pub(crate) static EXTEND_SCRIPT: LazyLock<Script> = LazyLock::new(|| script(EXTEND));
+
+/// The line's entries for `status`: `[id, record, id, record, ...]` in
+/// line order, live records fairlock wrote only (`KEYS` as every line
+/// script, `ARGV = [entries prefix]`; a line of another type reads as
+/// empty).
+const STATUS: &str = r"
+local out = {}
+if not line_ok() then return out end
+for _, id in ipairs(redis.call('ZRANGE', line, 0, -1)) do
+  local e = entry(ARGV[1], id)
+  if e then
+    table.insert(out, id)
+    table.insert(out, redis.call('GET', ARGV[1] .. id))
+  end
+end
+return out
+";
+
+pub(crate) static STATUS_SCRIPT: LazyLock<Script> = LazyLock::new(|| script(STATUS));

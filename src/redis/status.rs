@@ -5,12 +5,15 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use super::error::NodeError;
+use super::line::{LineKeys, parse_entry};
+use super::line_lua::STATUS_SCRIPT as LINE_STATUS_SCRIPT;
 use super::locker::RedisLocker;
 use super::node::Call;
 use super::node::Node;
 use super::scripts::STATUS_SCRIPT;
 use super::wire::{Layout as Naming, LockKeys as Layout};
-use crate::{Elector, Key, LockHolder, LockStatus, LockWaiter, NodeCount, Owner, Result};
+use crate::shared::Share;
+use crate::{Elector, Key, LockHolder, LockKind, LockStatus, LockWaiter, NodeCount, Owner, Result};
 
 /// What one node says about one lock.
 struct NodeView {
@@ -28,6 +31,10 @@ impl RedisLocker {
     /// nor waiters do not exist in Redis and are not listed. On Redlock the
     /// holder is the one holding the key on the most nodes, and the queue
     /// the longest among the nodes.
+    ///
+    /// A read/write lock or semaphore lists every holder (readers, permits
+    /// held) in [`crate::LockStatus::holders`] and its waiters with their
+    /// modes, as on etcd.
     ///
     /// Keys fairlock did not write are listed in
     /// [`crate::LockStatus::foreign`]: a lock key of another type or whose
@@ -122,12 +129,60 @@ impl RedisLocker {
             return Err(nodes.unavailable("status", errors));
         }
         let mut lock = merge(name, &layout, &views, nodes.list.len());
+        if lock.holder.is_none() && lock.waiters.is_empty() && !nodes.is_redlock() {
+            self.line_status(&mut lock, layout.clone()).await?;
+        }
         // An election's leader (no elections on Redlock).
         let key = Key::from(name);
         if lock.holder.is_some() && !nodes.is_redlock() && key.validate().is_ok() {
             lock.leader = self.elector().leader(&key).await?;
         }
         Ok(lock)
+    }
+}
+
+impl RedisLocker {
+    /// Fills `lock` with its line's holders and waiters, if the key is a
+    /// read/write lock or semaphore.
+    async fn line_status(&self, lock: &mut LockStatus, keys: Layout) -> Result<()> {
+        let keys = LineKeys::new(keys);
+        let node = &self.inner().nodes.list[0];
+        let values: Vec<Vec<u8>> = node
+            .run(Call {
+                script: &LINE_STATUS_SCRIPT,
+                keys: &keys.script_keys(),
+                args: vec![keys.entries.clone()],
+            })
+            .await
+            .map_err(|e| self.inner().nodes.unavailable("status", vec![e]))?;
+        for pair in values.chunks(2) {
+            let [_, record] = pair else { continue };
+            let record = String::from_utf8_lossy(record);
+            let Some((share, token, owner)) = parse_entry(&record) else {
+                continue;
+            };
+            let (reads, permits, kind) = match share {
+                Share::Read => (true, 1, LockKind::ReadWrite),
+                Share::Write => (false, 1, LockKind::ReadWrite),
+                Share::Permit { limit, n } => (false, n, LockKind::Semaphore { limit }),
+            };
+            lock.kind = kind;
+            let owner = Owner::parse(owner);
+            if token > 0 {
+                let mut holder = LockHolder::new(owner, token);
+                holder.reads = reads;
+                holder.permits = permits;
+                lock.holders.push(holder);
+            } else {
+                let locker = owner.field("locker").unwrap_or_default().to_owned();
+                let mut waiter = LockWaiter::new(owner, locker, true);
+                waiter.reads = reads;
+                waiter.permits = permits;
+                lock.waiters.push(waiter);
+            }
+        }
+        lock.holder = lock.holders.first().cloned();
+        Ok(())
     }
 }
 
