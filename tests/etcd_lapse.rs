@@ -168,11 +168,22 @@ async fn round(cluster: &Cluster) -> Round {
     Round::Kept
 }
 
-/// Whether etcd still has `lease`.
+/// Whether etcd still has `lease`. Asked again while the cluster answers
+/// "unavailable" (the test has just made it change leaders: "etcdserver:
+/// leader changed"), for at most a minute, a guard against a hang.
 async fn lease_in_etcd(client: &mut etcd_client::Client, lease: i64) -> bool {
-    let ttl = client
-        .lease_time_to_live(lease, None)
+    let ask = async {
+        loop {
+            match client.lease_time_to_live(lease, None).await {
+                Ok(ttl) => return ttl.ttl() > 0,
+                Err(etcd_client::Error::GRpcStatus(s)) if s.code() == tonic::Code::Unavailable => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => panic!("ask etcd for the waiter's lease: {e}"),
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), ask)
         .await
-        .expect("ask etcd for the waiter's lease");
-    ttl.ttl() > 0
+        .expect("etcd did not answer for the waiter's lease within a minute")
 }
