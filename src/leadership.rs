@@ -65,7 +65,58 @@ pub struct Leadership {
     record: Option<Box<dyn LeaderRecord>>,
 }
 
+/// How a backend's campaign writes a new leader's first value
+/// ([`Leadership::take_office`]).
+#[cfg(any(feature = "etcd", feature = "redis"))]
+pub(crate) struct Office {
+    /// How long backend errors are retried.
+    pub patience: std::time::Duration,
+    /// The pauses between tries.
+    pub backoff: crate::backoff::Backoff,
+    /// How long the resignation after a failure may take before it goes
+    /// on in the background.
+    pub resign_within: std::time::Duration,
+}
+
 impl Leadership {
+    /// Writes the first value of a leadership just won, retrying backend
+    /// errors for `office.patience` while the leadership holds, until
+    /// `ctx` ends; on failure resigns first (leaving nothing behind, as a
+    /// `lock` that gives up) and returns the error. For the backends'
+    /// electors.
+    #[cfg(any(feature = "etcd", feature = "redis"))]
+    pub(crate) async fn take_office(
+        self,
+        ctx: &crate::Context,
+        value: &[u8],
+        mut office: Office,
+    ) -> Result<Leadership> {
+        let give_up = Instant::now() + office.patience;
+        let written = async {
+            loop {
+                match self.proclaim(value).await {
+                    Err(Error::Backend { .. }) if Instant::now() < give_up => {
+                        office.backoff.sleep().await;
+                    }
+                    done => return done,
+                }
+            }
+        };
+        let elected = tokio::select! {
+            written = written => written,
+            err = ctx.done(self.name.as_str()) => Err(err),
+        };
+        match elected {
+            Ok(()) => {
+                tracing::debug!(name = %self.name, term = self.fencing_token(), "elected");
+                Ok(self)
+            }
+            Err(e) => {
+                let _ = tokio::time::timeout(office.resign_within, self.resign()).await;
+                Err(e)
+            }
+        }
+    }
     /// A leadership of election `name`, held through `guard` (the
     /// election's lock), whose value `record` keeps. For backend authors;
     /// applications get leaderships from [`crate::Elector::campaign`].

@@ -2,7 +2,7 @@
 //! the leader's record (see the spec's "Leader election" section in
 //! `protocol/mod.rs`).
 
-use std::time::{Instant, SystemTime};
+use std::time::SystemTime;
 
 use async_trait::async_trait;
 use etcd_client::Client;
@@ -14,6 +14,7 @@ use crate::etcd::config::EtcdConfig;
 use crate::etcd::lock::held::HeldLock;
 use crate::etcd::lock::locker::EtcdLocker;
 use crate::leader::check_value;
+use crate::leadership::Office;
 use crate::{Context, Elector, Error, Key, Leader, LeaderWatch, Leadership, Locker, Result};
 
 /// Leader election on etcd: candidates of one elector share its session
@@ -112,20 +113,6 @@ impl EtcdElector {
     pub async fn close(self) -> Result<()> {
         self.locker.close().await
     }
-
-    /// Writes the first value of a leadership just won, retrying while
-    /// etcd does not answer (for at most two request timeouts) and the
-    /// leadership holds.
-    async fn take_office(&self, leadership: &Leadership, value: &[u8]) -> Result<()> {
-        let give_up = Instant::now() + 2 * self.locker.config().request_timeout();
-        let mut backoff = retry_backoff();
-        loop {
-            match leadership.proclaim(value).await {
-                Err(Error::Backend { .. }) if Instant::now() < give_up => backoff.sleep().await,
-                done => return done,
-            }
-        }
-    }
 }
 
 impl EtcdLocker {
@@ -156,24 +143,15 @@ impl Elector for EtcdElector {
             (owner, SystemTime::now()),
             guard.lost_token(),
         );
-        let leadership = Leadership::new(name.clone(), guard, Box::new(record));
-        let elected = tokio::select! {
-            written = self.take_office(&leadership, value) => written,
-            err = ctx.done(name.as_str()) => Err(err),
+        // If etcd does not answer a resignation in time, it goes on.
+        let office = Office {
+            patience: 2 * self.locker.config().request_timeout(),
+            backoff: retry_backoff(),
+            resign_within: self.locker.config().request_timeout(),
         };
-        match elected {
-            Ok(()) => {
-                tracing::debug!(name = %name, term = leadership.fencing_token(), "elected");
-                Ok(leadership)
-            }
-            Err(e) => {
-                // Leave nothing behind before reporting, as `lock` does;
-                // if etcd does not answer in time, the resignation goes on.
-                let timeout = self.locker.config().request_timeout();
-                let _ = tokio::time::timeout(timeout, leadership.resign()).await;
-                Err(e)
-            }
-        }
+        Leadership::new(name.clone(), guard, Box::new(record))
+            .take_office(ctx, value, office)
+            .await
     }
 
     async fn leader(&self, name: &Key) -> Result<Option<Leader>> {

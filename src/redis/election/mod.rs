@@ -28,7 +28,7 @@ mod record;
 mod watch;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 
@@ -39,7 +39,8 @@ use super::shared::check_single;
 use super::wire::LockKeys;
 use crate::backoff::Backoff;
 use crate::leader::check_value;
-use crate::{Context, Elector, Error, Key, Leader, LeaderWatch, Leadership, Locker, Result};
+use crate::leadership::Office;
+use crate::{Context, Elector, Key, Leader, LeaderWatch, Leadership, Locker, Result};
 
 /// Leader election on Redis: one instance, a Redis Cluster or the master
 /// behind sentinels (Redlock refuses it: independent masters have no one
@@ -98,20 +99,6 @@ impl RedisElector {
         let keys = LockKeys::new(core.nodes.layout, core.config.prefix(), name);
         Ok(ElectionKeys::new(&keys))
     }
-
-    /// Writes the first value of a leadership just won, retrying while
-    /// Redis does not answer (for at most two per-node timeouts) and the
-    /// leadership holds.
-    async fn take_office(&self, leadership: &Leadership, value: &[u8]) -> Result<()> {
-        let give_up = Instant::now() + 2 * self.core.config.node_timeout();
-        let mut backoff = Backoff::new(Duration::from_millis(20), self.core.poll());
-        loop {
-            match leadership.proclaim(value).await {
-                Err(Error::Backend { .. }) if Instant::now() < give_up => backoff.sleep().await,
-                done => return done,
-            }
-        }
-    }
 }
 
 #[async_trait]
@@ -129,23 +116,14 @@ impl Elector for RedisElector {
             (owner, SystemTime::now()),
             guard.lost_token(),
         );
-        let leadership = Leadership::new(name.clone(), guard, Box::new(record));
-        let elected = tokio::select! {
-            written = self.take_office(&leadership, value) => written,
-            err = ctx.done(name.as_str()) => Err(err),
+        let office = Office {
+            patience: 2 * self.core.config.node_timeout(),
+            backoff: Backoff::new(Duration::from_millis(20), self.core.poll()),
+            resign_within: 2 * self.core.config.node_timeout(),
         };
-        match elected {
-            Ok(()) => {
-                tracing::debug!(name = %name, term = leadership.fencing_token(), "elected");
-                Ok(leadership)
-            }
-            Err(e) => {
-                // Leave nothing behind before reporting, as `lock` does.
-                let timeout = self.core().config.node_timeout() * 2;
-                let _ = tokio::time::timeout(timeout, leadership.resign()).await;
-                Err(e)
-            }
-        }
+        Leadership::new(name.clone(), guard, Box::new(record))
+            .take_office(ctx, value, office)
+            .await
     }
 
     async fn leader(&self, name: &Key) -> Result<Option<Leader>> {
