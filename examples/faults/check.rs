@@ -66,9 +66,15 @@ pub fn check(inp: Input<'_>) -> Report {
     pauses(&inp, &mut v, &mut notes);
     crate::order_check::order(&inp, &mut v, &mut notes);
     crate::net_check::check(&inp, &mut v, &mut notes);
-    recovery(&inp, &mut v, &mut notes);
-    leftovers(&inp, &mut v);
-    let rows = crate::table::rows(&inp, &v);
+    report(&inp, v, notes)
+}
+
+/// Ends every workload's check alike: the checks of recovery (4) and of
+/// what was left behind (5), then the table and the report.
+pub fn report(inp: &Input<'_>, mut v: Vec<Violation>, mut notes: Vec<String>) -> Report {
+    recovery(inp, &mut v, &mut notes);
+    leftovers(inp, &mut v);
+    let rows = crate::table::rows(inp, &v);
     Report {
         mode: if inp.fair { "fair" } else { "unfair" },
         rows,

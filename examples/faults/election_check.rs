@@ -56,13 +56,5 @@ pub fn check(inp: Input<'_>, finale: Vec<Finding>) -> Report {
         }
     }
     writes(&inp, &mut notes);
-    check::recovery(&inp, &mut v, &mut notes);
-    check::leftovers(&inp, &mut v);
-    let rows = crate::table::rows(&inp, &v);
-    Report {
-        mode: if inp.fair { "fair" } else { "unfair" },
-        rows,
-        violations: v,
-        notes,
-    }
+    check::report(&inp, v, notes)
 }

@@ -209,15 +209,7 @@ pub fn check(inp: Input<'_>) -> Report {
     fenced_history(&inp, &mut v, &mut notes);
     writes(&inp, &mut notes);
     check::pauses(&inp, &mut v, &mut notes);
-    check::recovery(&inp, &mut v, &mut notes);
-    check::leftovers(&inp, &mut v);
-    let rows = crate::table::rows(&inp, &v);
-    Report {
-        mode: if inp.fair { "fair" } else { "unfair" },
-        rows,
-        violations: v,
-        notes,
-    }
+    check::report(&inp, v, notes)
 }
 
 /// How the fenced writes went, and the errors workers met: for the notes.
