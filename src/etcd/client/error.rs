@@ -5,27 +5,13 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
+use tonic::Code;
+
 use super::secure;
 use crate::Error;
 
 /// The result of an etcd backend step.
 pub(crate) type EtcdResult<T> = std::result::Result<T, EtcdError>;
-
-/// gRPC status codes (their numbers are part of the gRPC protocol).
-mod code {
-    pub const CANCELLED: i32 = 1;
-    pub const UNKNOWN: i32 = 2;
-    pub const INVALID_ARGUMENT: i32 = 3;
-    pub const DEADLINE_EXCEEDED: i32 = 4;
-    /// etcd's "requested lease not found".
-    pub const NOT_FOUND: i32 = 5;
-    pub const PERMISSION_DENIED: i32 = 7;
-    pub const RESOURCE_EXHAUSTED: i32 = 8;
-    pub const FAILED_PRECONDITION: i32 = 9;
-    pub const ABORTED: i32 = 10;
-    pub const UNAVAILABLE: i32 = 14;
-    pub const UNAUTHENTICATED: i32 = 16;
-}
 
 /// What failed in the etcd backend.
 #[derive(Debug)]
@@ -76,7 +62,7 @@ impl EtcdError {
     pub fn is_lease_not_found(&self) -> bool {
         matches!(self, EtcdError::Request {
             source: etcd_client::Error::GRpcStatus(status), ..
-        } if status.code() as i32 == code::NOT_FOUND)
+        } if status.code() == Code::NotFound)
     }
 
     /// `true` if etcd refused the request: credentials not accepted, or a
@@ -94,12 +80,12 @@ impl EtcdError {
             || matches!(self, EtcdError::Request {
                 source: source @ etcd_client::Error::GRpcStatus(status), ..
             } if is_server_answer(source) && matches!(
-                status.code() as i32,
-                code::INVALID_ARGUMENT
-                    | code::NOT_FOUND
-                    | code::PERMISSION_DENIED
-                    | code::FAILED_PRECONDITION
-                    | code::UNAUTHENTICATED
+                status.code(),
+                Code::InvalidArgument
+                    | Code::NotFound
+                    | Code::PermissionDenied
+                    | Code::FailedPrecondition
+                    | Code::Unauthenticated
             ))
     }
 
@@ -137,7 +123,7 @@ const NO_SPACE: &str = "database space exceeded";
 /// sending it again until an operator frees space.
 pub(crate) fn is_no_space(err: &etcd_client::Error) -> bool {
     matches!(err, etcd_client::Error::GRpcStatus(status)
-        if status.code() as i32 == code::RESOURCE_EXHAUSTED
+        if status.code() == Code::ResourceExhausted
             && status.message().contains(NO_SPACE))
 }
 
@@ -158,13 +144,13 @@ pub(crate) fn is_transient(err: &etcd_client::Error) -> bool {
         E::TransportError(_) | E::IoError(_) => true,
         E::GRpcStatus(status) => {
             matches!(
-                status.code() as i32,
-                code::CANCELLED
-                    | code::UNKNOWN
-                    | code::DEADLINE_EXCEEDED
-                    | code::RESOURCE_EXHAUSTED
-                    | code::ABORTED
-                    | code::UNAVAILABLE
+                status.code(),
+                Code::Cancelled
+                    | Code::Unknown
+                    | Code::DeadlineExceeded
+                    | Code::ResourceExhausted
+                    | Code::Aborted
+                    | Code::Unavailable
             ) && !is_no_space(err)
         }
         _ => false,

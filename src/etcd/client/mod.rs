@@ -17,7 +17,9 @@
 //!   `Routing`; `connect.rs`: connecting, and its errors;
 //! - `watch.rs`: watches multiplexed on one stream; `shared_watch.rs`: the
 //!   long-lived ones reused across waits;
-//! - `retry.rs`: when a call whose attempt failed tries again.
+//! - `retry.rs`: the one rule by which a loop that sends a request again
+//!   gives up (`Retrying`), and when a call whose attempt failed starts a
+//!   new one (`Retry`).
 
 pub(crate) mod batch;
 pub(crate) mod connect;

@@ -4,8 +4,6 @@
 use std::future::Future;
 use std::time::Duration;
 
-use etcd_client::TxnResponse;
-
 use super::error::{EtcdError, EtcdResult};
 
 /// Awaits `call` for at most `timeout`; a failure or no answer is an error
@@ -53,23 +51,6 @@ where
             r => r,
         },
     }
-}
-
-/// A txn sent [hedged](hedged) on `client`: a second copy goes out when the
-/// first has not answered within a third of `timeout`. Only for txns that
-/// are safe to send twice (see [`hedged`]).
-pub(crate) async fn txn_hedged(
-    client: &etcd_client::Client,
-    op: &'static str,
-    timeout: Duration,
-    txn: etcd_client::Txn,
-) -> EtcdResult<TxnResponse> {
-    hedged(timeout / 3, || {
-        let mut kv = client.kv_client();
-        let txn = txn.clone();
-        async move { request(op, timeout, kv.txn(txn)).await }
-    })
-    .await
 }
 
 /// The pauses between retries of a failed request: 50 ms, doubling up to

@@ -2,6 +2,7 @@
 //! permission failures apart from the rest.
 
 use etcd_client::{Certificate, Identity, TlsOptions};
+use tonic::Code;
 
 use crate::etcd::config::EtcdConfig;
 use crate::{Error, Result};
@@ -34,7 +35,7 @@ pub(crate) fn tls_options(config: &EtcdConfig) -> Result<Option<TlsOptions>> {
 /// `true` if etcd refused the auth token `err` was answered with (gRPC
 /// code 16; a stale token's refusal reads so too, see `stale_token.rs`).
 pub(crate) fn token_refused(err: &etcd_client::Error) -> bool {
-    matches!(err, etcd_client::Error::GRpcStatus(s) if s.code() == tonic::Code::Unauthenticated)
+    matches!(err, etcd_client::Error::GRpcStatus(s) if s.code() == Code::Unauthenticated)
 }
 
 /// What kind of refusal an etcd answer is.
@@ -52,36 +53,36 @@ pub(crate) fn refusal(err: &etcd_client::Error) -> Option<Refusal> {
         return None;
     };
     let msg = status.message();
-    // gRPC codes: 3 invalid argument, 7 permission denied, 9 failed
-    // precondition, 16 unauthenticated.
-    match status.code() as i32 {
-        7 => Some(Refusal::Permission(
+    match status.code() {
+        Code::PermissionDenied => Some(Refusal::Permission(
             "the etcd user's role does not cover this key; grant it with `etcdctl role \
              grant-permission ROLE readwrite --prefix=true PREFIX` (see the README's \
              Production section)"
                 .into(),
         )),
-        16 => Some(Refusal::Auth(
+        Code::Unauthenticated => Some(Refusal::Auth(
             "etcd did not accept the auth token and a fresh one could not be had; check \
              the user and password (--user, FAIRLOCK_USER, FAIRLOCK_PASSWORD)"
                 .into(),
         )),
-        3 if msg.contains("authentication failed") => Some(Refusal::Auth(
+        Code::InvalidArgument if msg.contains("authentication failed") => Some(Refusal::Auth(
             "the user name or password is wrong, or the user does not exist; check --user \
              (FAIRLOCK_USER) and FAIRLOCK_PASSWORD"
                 .into(),
         )),
-        3 if msg.contains("user name is empty") => Some(Refusal::Auth(
+        Code::InvalidArgument if msg.contains("user name is empty") => Some(Refusal::Auth(
             "etcd has authentication enabled and no user was given; pass --user NAME with \
              the password in FAIRLOCK_PASSWORD, or a client certificate (--cert, --key) \
              whose common name is an etcd user"
                 .into(),
         )),
-        9 if msg.contains("authentication is not enabled") => Some(Refusal::Auth(
-            "a user was given but etcd has authentication disabled; drop --user \
+        Code::FailedPrecondition if msg.contains("authentication is not enabled") => {
+            Some(Refusal::Auth(
+                "a user was given but etcd has authentication disabled; drop --user \
                  (FAIRLOCK_USER), or enable auth with `etcdctl auth enable`"
-                .into(),
-        )),
+                    .into(),
+            ))
+        }
         _ => None,
     }
 }

@@ -10,7 +10,7 @@ use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::etcd::client::error::EtcdResult;
-use crate::etcd::client::request::retry_backoff;
+use crate::etcd::client::retry::{Budget, Retrying};
 use crate::etcd::lock::held::HeldLock;
 use crate::etcd::protocol::election::{encode, proclaim, retract};
 use crate::etcd::protocol::keys::LockKeys;
@@ -117,14 +117,12 @@ impl LeaderRecord for EtcdRecord {
 /// lease that etcd did not hear from is gone, and the record with it), or
 /// until the lease is known gone.
 async fn remove(t: &Term) -> EtcdResult<()> {
-    let give_up = Instant::now() + t.state.config.ttl();
-    let mut backoff = retry_backoff();
+    let mut retrying = Retrying::new(Budget::Until(Instant::now() + t.state.config.ttl()));
     loop {
         match t.state.txn("retract", retract(&t.keys, t.term)).await {
             Ok(_) => return Ok(()),
             Err(_) if t.lease.gone_in_etcd() => return Ok(()),
-            Err(e) if !e.is_transient() || Instant::now() >= give_up => return Err(e),
-            Err(_) => backoff.sleep().await,
+            Err(e) => retrying.again(e).await?,
         }
     }
 }

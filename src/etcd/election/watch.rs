@@ -22,7 +22,7 @@ pub(crate) async fn read(
     name: &Key,
     keys: &LockKeys,
 ) -> EtcdResult<(Option<Leader>, i64)> {
-    let resp = state.txn_hedged("leader", read_leader(keys)).await?;
+    let resp = state.txn("leader", read_leader(keys)).await?;
     let leader = read_leader_answer(&resp).and_then(|kv| leader_of(name, kv.value()));
     Ok((leader, resp.revision))
 }

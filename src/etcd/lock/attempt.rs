@@ -14,17 +14,9 @@ use crate::etcd::client::error::{EtcdError, EtcdResult};
 use crate::etcd::protocol::keys::{LockKeys, owner_value};
 use crate::etcd::session::handout::Lease;
 use crate::etcd::session::slots::Slot;
-use crate::etcd::session::state::LockerState;
+use crate::etcd::session::state::{LockerState, Outgoing, Path};
 use crate::unstoppable::Unstoppable;
 use crate::{Key, LockGuard};
-
-/// How many copies of a write may be sent.
-#[derive(Clone, Copy)]
-enum Copies {
-    One,
-    /// A second one if the first is slow to answer.
-    Hedged,
-}
 
 /// One attempt to take a lock.
 pub(crate) struct LockAttempt {
@@ -113,38 +105,20 @@ impl LockAttempt {
         }
     }
 
-    /// Sends a txn that may write this attempt's keys with `lease`. If the
-    /// attempt is abandoned before the answer came, the write is finished
-    /// by the cleanup, which waits for it first: it cannot land after the
-    /// cleanup.
+    /// Sends a txn that may write this attempt's keys with `lease`,
+    /// batched with other lockers' writes (a [`Repeatable`] one hedged:
+    /// see `LockerState::send`). If the attempt is abandoned before the
+    /// answer came, the write is finished by the cleanup, which waits for
+    /// it first: it cannot land after the cleanup.
+    ///
+    /// [`Repeatable`]: crate::etcd::protocol::ops::Repeatable
     pub async fn write(
         &mut self,
         op: &'static str,
         lease: &Arc<Lease>,
-        txn: Txn,
+        txn: impl Into<Outgoing>,
     ) -> EtcdResult<Answer> {
-        self.send(op, lease, txn, Copies::One).await
-    }
-
-    /// [`LockAttempt::write`], hedged (see `request::hedged`): only for a
-    /// txn whose compares make a second or late copy fail harmlessly, such
-    /// as taking a free lock key.
-    pub async fn write_hedged(
-        &mut self,
-        op: &'static str,
-        lease: &Arc<Lease>,
-        txn: Txn,
-    ) -> EtcdResult<Answer> {
-        self.send(op, lease, txn, Copies::Hedged).await
-    }
-
-    async fn send(
-        &mut self,
-        op: &'static str,
-        lease: &Arc<Lease>,
-        txn: Txn,
-        copies: Copies,
-    ) -> EtcdResult<Answer> {
+        let txn = txn.into();
         self.lease = Some(Arc::clone(lease));
         let state = Arc::clone(&self.state);
         let lock = self.keys.lock.clone();
@@ -161,13 +135,12 @@ impl LockAttempt {
         self.unanswered |= inflight.is_some();
         let write = inflight.insert(Box::pin(Unstoppable::new(
             async move {
-                match copies {
-                    Copies::One => {
-                        let timeout = state.config.request_timeout();
-                        state.write(op, &lock, txn, timeout).await
-                    }
-                    Copies::Hedged => state.write_hedged(op, &lock, txn).await,
-                }
+                let within = state.config.request_timeout();
+                let path = Path::Batched {
+                    lock: &lock,
+                    within,
+                };
+                state.send(op, path, txn).await
             },
             || {
                 Err(EtcdError::Failed {

@@ -6,8 +6,9 @@
 //! - `release.rs`: unlock, handing the lock key to the next waiter;
 //! - `cleanup.rs`: removing what an abandoned attempt wrote;
 //! - `attempt.rs`: one call to `lock` or `try_lock` and its writes;
-//! - `place.rs`: a waiter's re-read of the queue; `waiting.rs`: what a
-//!   waiter listens to; `queue.rs`: the wait in line, as a state machine;
+//! - `place.rs`: a queued waiter (`Waiter`) and its re-reads of the
+//!   queue; `waiting.rs`: what it listens to; `queue.rs`: the wait in
+//!   line, one state machine over those;
 //! - `locker.rs`: [`EtcdLocker`](crate::etcd::EtcdLocker); `fence.rs`:
 //!   [`FencedTxn`](crate::etcd::FencedTxn); `status.rs`:
 //!   [`EtcdLocker::status`](crate::etcd::EtcdLocker::status).

@@ -1,19 +1,24 @@
-//! A queued waiter's view of the line: where it stands (one read-only txn
-//! of its queue key, the lock key and the entries ahead of it, and more
-//! reads while entries that are not waiters fill a batch), what to watch
-//! while it waits, and the txn that takes a free lock key.
+//! A queued waiter ([`Waiter`], driven by `queue.rs`) and its view of the
+//! line: where it stands (one read-only txn of its queue key, the lock key
+//! and the entries ahead of it, and more reads while entries that are not
+//! waiters fill a batch), what to watch while it waits, the txn that takes
+//! a free lock key, and keeping its place when its lease lapsed here.
 
-use etcd_client::{GetResponse, Txn};
+use std::sync::Arc;
+
+use etcd_client::GetResponse;
 
 use super::attempt::LockAttempt;
-use super::held::Behind;
+use super::held::{Behind, Grant};
 use crate::etcd::client::error::EtcdResult;
-use crate::etcd::client::request::retry_backoff;
+use crate::etcd::client::retry::{Budget, Retrying};
 use crate::etcd::client::watch::{Events, Subscription, Target};
+use crate::etcd::protocol::ops::Repeatable;
 use crate::etcd::protocol::queue::{self, Ahead};
 use crate::etcd::protocol::take;
 use crate::etcd::session::handout::Lease;
 use crate::etcd::session::state::LockerState;
+use crate::observe;
 
 /// Where a re-read of the queue found the waiter.
 pub(crate) enum Position {
@@ -28,16 +33,27 @@ pub(crate) enum Position {
     Free,
 }
 
-/// A queued waiter's place in line, borrowing its attempt.
-pub(crate) struct Place<'a> {
-    pub attempt: &'a LockAttempt,
-    pub lease: &'a Lease,
-    /// The attempt's queue key, created at `my_rev`.
-    pub queue_key: &'a [u8],
-    pub my_rev: i64,
+/// Which re-read of the queue.
+pub(crate) enum Read {
+    /// Something changed, or our view may be stale.
+    Again,
+    /// Patience ran out before anything made us read: waiters queued
+    /// together get patient together, so such reads take one of the
+    /// locker's few re-read permits (etcd load, and memory for requests in
+    /// flight).
+    Patient,
 }
 
-impl Place<'_> {
+/// A queued waiter: its attempt, its queue key (created at `my_rev`) and
+/// the lease that key is bound to.
+pub(crate) struct Waiter<'a> {
+    pub attempt: &'a mut LockAttempt,
+    pub queue_key: &'a [u8],
+    pub my_rev: i64,
+    pub lease: Arc<Lease>,
+}
+
+impl Waiter<'_> {
     fn state(&self) -> &LockerState {
         &self.attempt.state
     }
@@ -86,7 +102,7 @@ impl Place<'_> {
     async fn check(&self) -> EtcdResult<Position> {
         let keys = &self.attempt.keys;
         let read = queue::place_check(keys, self.queue_key, self.my_rev);
-        let resp = self.state().txn_hedged("queue check", read).await?;
+        let resp = self.state().txn("queue check", read).await?;
         let me = (self.attempt.value.as_slice(), self.my_rev);
         let (first_batch, lock_free, since) =
             match queue::read_place(keys, self.state().fairness, me, &resp) {
@@ -119,15 +135,19 @@ impl Place<'_> {
         })
     }
 
-    /// [`Place::check`], retried with backoff while etcd does not answer
-    /// (e.g. thousands of waiters re-reading at once): a waiter gives up
-    /// only when its session lease is lost, as it would while idle.
-    pub async fn check_until_answered(&self) -> EtcdResult<Position> {
-        let mut backoff = retry_backoff();
+    /// Where the waiter stands now: [`Waiter::check`], retried while etcd
+    /// does not answer (e.g. thousands of waiters re-reading at once) for
+    /// as long as the session lease lives here, as the waiter would wait
+    /// idle; a refusal ends the wait.
+    pub async fn read(&self, read: Read) -> EtcdResult<Position> {
+        let _permit = match read {
+            Read::Patient => Some(self.state().watches.rereads.acquire().await),
+            Read::Again => None,
+        };
+        let mut retrying = Retrying::new(Budget::WhileLeased(&self.lease.lost));
         loop {
             match self.check().await {
-                Err(e) if self.lease.lost.is_cancelled() => return Err(e),
-                Err(_) => self.lease.pause(&mut backoff).await,
+                Err(e) => retrying.again(e).await?,
                 position => return position,
             }
         }
@@ -135,12 +155,39 @@ impl Place<'_> {
 
     /// The txn that takes the lock key if it is still free and we are
     /// still queued (see `protocol/take.rs`).
-    pub fn take(&self) -> Txn {
+    pub fn take(&self) -> Repeatable {
         take::take(
             &self.attempt.keys,
             self.state().fairness,
             (&self.attempt.value, self.lease.id),
             (self.queue_key, self.my_rev),
         )
+    }
+
+    /// After a step failed: `true` if the lease was lost here and the
+    /// session renewed it again (etcd kept it, see `Session::revive`), so
+    /// that the waiter keeps its place in line; `false` if it was not
+    /// lost, or is gone.
+    pub async fn revive(&mut self) -> bool {
+        if !self.lease.lost.is_cancelled() {
+            return false;
+        }
+        let Some(lease) = Box::pin(self.attempt.state.session.revive(&self.lease)).await else {
+            return false;
+        };
+        observe::lease_revived("etcd", format_args!("lease {:x}", lease.id));
+        self.attempt.use_lease(&lease);
+        self.lease = lease;
+        true
+    }
+
+    /// The grant of the lock key, written at `token`.
+    pub fn grant(&self, token: i64, queue_rev: Option<i64>, behind: Behind) -> Grant {
+        Grant {
+            token,
+            queue_rev,
+            behind,
+            lease: Arc::clone(&self.lease),
+        }
     }
 }

@@ -31,16 +31,19 @@
 //!
 //! The wait is a state machine over [`Step`]: listen for a [`Signal`],
 //! re-read the queue (a [`Position`]), or try to take the lock key, until
-//! a [`Grant`].
+//! a [`Grant`]. Every step that fails goes to one step, [`Step::Failed`]:
+//! a failure caused by the lease lapsing here costs the waiter nothing if
+//! the session renews the lease again (see `Session::revive`); any other
+//! ends the wait.
 
 use std::sync::Arc;
 
 use super::attempt::LockAttempt;
 use super::held::{Behind, Grant};
-use super::place::{Place, Position};
+use super::place::{Position, Read, Waiter};
 use super::waiting::{Signal, Watching};
 use crate::etcd::client::error::{EtcdError, EtcdResult};
-use crate::etcd::client::request::retry_backoff;
+use crate::etcd::client::retry::{Budget, Retrying};
 use crate::etcd::client::shared_watch::Listener;
 use crate::etcd::protocol::keys::prefix_end;
 use crate::etcd::protocol::take;
@@ -76,17 +79,11 @@ enum Step {
     Read(Read),
     /// Try to take the lock key, which is free for us.
     Take,
-}
-
-/// Which re-read of the queue.
-enum Read {
-    /// Something changed, or our view may be stale.
-    Again,
-    /// Patience ran out before anything made us read: waiters queued
-    /// together get patient together, so such reads take one of the
-    /// locker's few re-read permits (etcd load, and memory for requests in
-    /// flight).
-    Patient,
+    /// Granted: holds once its lease is known good.
+    Granted(Grant),
+    /// A step failed with this error, perhaps because the lease lapsed
+    /// here.
+    Failed(EtcdError),
 }
 
 /// Waits in the queue until granted; `queue_key` is the attempt's queue
@@ -103,11 +100,11 @@ pub(crate) async fn acquire(attempt: &mut LockAttempt, queue_key: &[u8]) -> Etcd
         } => (my_rev, lease, own, own_watch),
     };
     observe::queued(None);
-    let state = Arc::clone(&attempt.state);
     let mut watching = Watching::new(own);
-    let patience = tokio::time::sleep(margin(state.config.ttl()));
+    let patience = tokio::time::sleep(margin(attempt.state.config.ttl()));
     tokio::pin!(patience);
-    let mut in_line = InLine {
+    let mut waiter = Waiter {
+        attempt,
         queue_key,
         my_rev,
         lease,
@@ -116,143 +113,70 @@ pub(crate) async fn acquire(attempt: &mut LockAttempt, queue_key: &[u8]) -> Etcd
         OwnWatch::WasOpen => Step::Listen,
         OwnWatch::OpenedAfter => Step::Read(Read::Again),
     };
-    let grant = loop {
-        let grant = loop {
-            step = match step {
-                Step::Listen => {
-                    let place = in_line.place(attempt);
-                    let signal = match watching.signal(&place, patience.as_mut()).await {
-                        Ok(signal) => signal,
-                        Err(_) if in_line.revive(attempt).await => Signal::Changed,
-                        Err(e) => return Err(e),
-                    };
-                    match signal {
-                        Signal::Handed { token, behind } => {
-                            break in_line.grant(token, Some(my_rev), behind);
-                        }
-                        Signal::Woken => Step::Take,
-                        Signal::Changed => Step::Read(Read::Again),
-                        Signal::Patient => Step::Read(Read::Patient),
-                        Signal::LeaseLost if in_line.revive(attempt).await => {
-                            Step::Read(Read::Again)
-                        }
-                        Signal::LeaseLost => return Err(lease_lost(attempt)),
-                    }
+    loop {
+        step = match step {
+            Step::Listen => match watching.signal(&waiter, patience.as_mut()).await {
+                Ok(Signal::Handed { token, behind }) => {
+                    Step::Granted(waiter.grant(token, Some(my_rev), behind))
                 }
-                Step::Read(read) => {
-                    let place = in_line.place(attempt);
-                    let checked = match read {
-                        Read::Patient => {
-                            let _permit = state.watches.rereads.acquire().await;
-                            Box::pin(place.check_until_answered()).await
-                        }
-                        Read::Again => Box::pin(place.check_until_answered()).await,
-                    };
-                    let position = match checked {
-                        Ok(position) => position,
-                        // The check gave up because the lease was lost here.
-                        Err(_) if in_line.revive(attempt).await => {
-                            step = Step::Read(Read::Again);
-                            continue;
-                        }
-                        Err(e) => return Err(e),
-                    };
-                    match position {
-                        Position::Granted { token, behind } => {
-                            break in_line.grant(token, Some(my_rev), behind);
-                        }
-                        Position::Gone => return Err(session_lost(attempt)),
-                        Position::Wait { target, since } => {
-                            watching.follow(target, since);
-                            Step::Listen
-                        }
-                        Position::Free => Step::Take,
-                    }
+                Ok(Signal::Woken) => Step::Take,
+                Ok(Signal::Changed) => Step::Read(Read::Again),
+                Ok(Signal::Patient) => Step::Read(Read::Patient),
+                Ok(Signal::LeaseLost) => Step::Failed(lease_lost(waiter.attempt)),
+                Err(e) => Step::Failed(e),
+            },
+            Step::Read(read) => match Box::pin(waiter.read(read)).await {
+                Ok(Position::Granted { token, behind }) => {
+                    Step::Granted(waiter.grant(token, Some(my_rev), behind))
                 }
-                Step::Take => {
-                    let txn = in_line.place(attempt).take();
-                    let lease = Arc::clone(&in_line.lease);
-                    let resp = match Box::pin(attempt.write_hedged("acquire", &lease, txn)).await {
-                        Ok(resp) => resp,
-                        // Its compares make a late copy harmless: re-read.
-                        Err(_) if in_line.revive(attempt).await => {
-                            step = Step::Read(Read::Again);
-                            continue;
-                        }
-                        Err(e) => return Err(e),
-                    };
-                    if resp.succeeded() {
-                        // Fair keeps its queue key until release (it heads the
-                        // queue); unfair deleted it in the same txn.
-                        let queue_rev = state.fairness.is_fair().then_some(my_rev);
-                        break in_line.grant(resp.revision, queue_rev, Behind::LookUp);
+                Ok(Position::Gone) => return Err(session_lost(waiter.attempt)),
+                Ok(Position::Wait { target, since }) => {
+                    watching.follow(target, since);
+                    Step::Listen
+                }
+                Ok(Position::Free) => Step::Take,
+                // The read gave up because the lease was lost here.
+                Err(e) => Step::Failed(e),
+            },
+            Step::Take => {
+                let (txn, lease) = (waiter.take(), Arc::clone(&waiter.lease));
+                match Box::pin(waiter.attempt.write("acquire", &lease, txn)).await {
+                    Ok(resp) if resp.succeeded() => {
+                        // Fair keeps its queue key until release (it heads
+                        // the queue); unfair deleted it in the same txn.
+                        let fair = waiter.attempt.state.fairness.is_fair();
+                        Step::Granted(waiter.grant(
+                            resp.revision,
+                            fair.then_some(my_rev),
+                            Behind::LookUp,
+                        ))
                     }
-                    if take::take_refused_by_line(&resp) {
-                        return Err(in_use_as_line(attempt));
+                    Ok(resp) if take::take_refused_by_line(&resp) => {
+                        return Err(in_use_as_line(waiter.attempt));
                     }
                     // Someone barged in, or we are no longer queued: re-read.
-                    Step::Read(Read::Again)
+                    Ok(_) => Step::Read(Read::Again),
+                    // Its compares make a late copy harmless.
+                    Err(e) => Step::Failed(e),
                 }
-            };
-        };
-        // Never report a lock held on a lease we know or presume gone (etcd
-        // #11456): e.g. this process was paused past its TTL while queued.
-        // A lease renewed again after it lapsed here is as good as new:
-        // re-read to be granted on it.
-        if grant.lease.lost.is_cancelled() || grant.lease.expiry.has_passed() {
-            if in_line.revive(attempt).await {
-                step = Step::Read(Read::Again);
-                continue;
             }
-            return Err(session_lost(attempt));
-        }
-        break grant;
-    };
-    drop(watching);
-    Ok(grant)
-}
-
-/// What stays fixed while a waiter is in line.
-struct InLine<'k> {
-    queue_key: &'k [u8],
-    /// The revision of the enqueue txn: our queue key's create revision.
-    my_rev: i64,
-    lease: Arc<Lease>,
-}
-
-impl InLine<'_> {
-    fn place<'a>(&'a self, attempt: &'a LockAttempt) -> Place<'a> {
-        Place {
-            attempt,
-            lease: &self.lease,
-            queue_key: self.queue_key,
-            my_rev: self.my_rev,
-        }
-    }
-
-    /// After the lease was lost here: `true` if the session renewed it
-    /// again (etcd kept it, see `Session::revive`), so that the waiter keeps
-    /// its place in line; `false` if it was not lost, or is gone.
-    async fn revive(&mut self, attempt: &mut LockAttempt) -> bool {
-        if !self.lease.lost.is_cancelled() {
-            return false;
-        }
-        let Some(lease) = Box::pin(attempt.state.session.revive(&self.lease)).await else {
-            return false;
+            // Never report a lock held on a lease we know or presume gone
+            // (etcd #11456): e.g. this process was paused past its TTL
+            // while queued.
+            Step::Granted(grant)
+                if grant.lease.lost.is_cancelled() || grant.lease.expiry.has_passed() =>
+            {
+                Step::Failed(session_lost(waiter.attempt))
+            }
+            Step::Granted(grant) => return Ok(grant),
+            // A lease renewed again after it lapsed here is as good as
+            // new: the waiter keeps its place and re-reads, to be granted
+            // on it.
+            Step::Failed(e) => match waiter.revive().await {
+                true => Step::Read(Read::Again),
+                false => return Err(e),
+            },
         };
-        observe::lease_revived("etcd", format_args!("lease {:x}", lease.id));
-        attempt.use_lease(&lease);
-        self.lease = lease;
-        true
-    }
-
-    fn grant(&self, token: i64, queue_rev: Option<i64>, behind: Behind) -> Grant {
-        Grant {
-            token,
-            queue_rev,
-            behind,
-            lease: Arc::clone(&self.lease),
-        }
     }
 }
 
@@ -290,14 +214,11 @@ async fn enqueue(attempt: &mut LockAttempt, queue_key: &[u8]) -> EtcdResult<Enqu
             // We are in line now: a watch that fails to open for a reason
             // that may pass (a member cut off) is opened again rather than
             // costing the place.
-            let mut backoff = retry_backoff();
+            let mut retrying = Retrying::new(Budget::WhileLeased(&lease.lost));
             let listener = loop {
                 match Box::pin(state.watches.listen(&own_prefix, Some(&own_end))).await {
                     Ok(listener) => break listener,
-                    Err(e) if e.is_transient() && !lease.lost.is_cancelled() => {
-                        lease.pause(&mut backoff).await;
-                    }
-                    Err(e) => return Err(e),
+                    Err(e) => retrying.again(e).await?,
                 }
             };
             (listener, OwnWatch::OpenedAfter)

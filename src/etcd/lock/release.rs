@@ -34,7 +34,7 @@ use crate::etcd::protocol::keys::{LockKeys, Successor};
 #[cfg(doc)]
 use crate::etcd::protocol::queue::LOOKAHEAD;
 use crate::etcd::protocol::release::{self, Released, Round, read_release, release_round};
-use crate::etcd::session::state::LockerState;
+use crate::etcd::session::state::{LockerState, Path};
 use crate::{Error, GuardRelease, Key, LossCause, Result, observe};
 
 /// How often one release attempt re-reads when the queue changes under it.
@@ -191,9 +191,11 @@ async fn free_once(held: &HeldLock) -> EtcdResult<()> {
 async fn send(held: &HeldLock, txn: Txn) -> EtcdResult<Answer> {
     let config = &held.state.config;
     let timeout = config.request_timeout().min(config.ttl() / 3);
-    held.state
-        .write("unlock", &held.keys.lock, txn, timeout)
-        .await
+    let path = Path::Batched {
+        lock: &held.keys.lock,
+        within: timeout,
+    };
+    held.state.send("unlock", path, txn).await
 }
 
 /// The lock key was not ours any more when the release reached etcd.

@@ -96,11 +96,10 @@ impl EtcdLocker {
         match answer {
             // etcd answers -1 for a lease that expired or was revoked.
             Ok(resp) => Ok(u64::try_from(resp.ttl()).ok().map(Duration::from_secs)),
-            // gRPC code 7: permission denied.
             Err(EtcdError::Request {
                 source: etcd_client::Error::GRpcStatus(status),
                 ..
-            }) if status.code() as i32 == 7 => Ok(None),
+            }) if status.code() == tonic::Code::PermissionDenied => Ok(None),
             Err(e) => Err(e.into()),
         }
     }

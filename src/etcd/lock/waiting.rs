@@ -9,7 +9,7 @@ use tokio::time::Sleep;
 
 use super::attempt::LockAttempt;
 use super::held::Behind;
-use super::place::Place;
+use super::place::Waiter;
 use crate::backoff::Backoff;
 use crate::etcd::client::error::EtcdResult;
 use crate::etcd::client::request::retry_backoff;
@@ -28,7 +28,7 @@ pub(super) enum Signal {
     Changed,
     /// Patience ran out with nothing to watch yet: re-read.
     Patient,
-    /// The lease was lost here (see [`InLine::revive`]).
+    /// The lease was lost here (see [`Waiter::revive`]).
     LeaseLost,
 }
 
@@ -58,16 +58,16 @@ impl Watching {
     /// watches the target (or, with none known yet, asks for a read).
     pub(super) async fn signal(
         &mut self,
-        place: &Place<'_>,
+        waiter: &Waiter<'_>,
         mut patience: Pin<&mut Sleep>,
     ) -> EtcdResult<Signal> {
         if patience.is_elapsed()
             && self.sub.is_none()
-            && let Some(signal) = self.watch_target(place).await?
+            && let Some(signal) = self.watch_target(waiter).await?
         {
             return Ok(signal);
         }
-        let (attempt, my_rev) = (place.attempt, place.my_rev);
+        let (attempt, my_rev) = (&*waiter.attempt, waiter.my_rev);
         loop {
             tokio::select! {
                 msg = self.own.recv() => match msg {
@@ -79,7 +79,7 @@ impl Watching {
                         // The watch sends puts only (see `client/shared_watch.rs`): a
                         // queue key that vanishes is found by the lease's loss
                         // or the patient re-read.
-                        for ev in events.iter().filter(|e| e.key == place.queue_key && e.mod_revision > my_rev) {
+                        for ev in events.iter().filter(|e| e.key == waiter.queue_key && e.mod_revision > my_rev) {
                             if ev.create_revision == my_rev {
                                 match attempt.state.fairness {
                                     Fairness::Fair => {
@@ -100,16 +100,16 @@ impl Watching {
                     WatchMsg::Ended(_) => {
                         match Box::pin(listen_own(attempt)).await {
                             Ok(own) => self.own = own,
-                            Err(e) if e.is_transient() => self.pause(place).await,
+                            Err(e) if e.is_transient() => self.pause(waiter).await,
                             Err(e) => return Err(e),
                         }
                         return Ok(Signal::Changed);
                     }
                     WatchMsg::Created => {}
                 },
-                () = place.lease.lost.cancelled() => return Ok(Signal::LeaseLost),
+                () = waiter.lease.lost.cancelled() => return Ok(Signal::LeaseLost),
                 () = &mut patience, if self.sub.is_none() => {
-                    if let Some(signal) = self.watch_target(place).await? {
+                    if let Some(signal) = self.watch_target(waiter).await? {
                         return Ok(signal);
                     }
                 }
@@ -134,18 +134,18 @@ impl Watching {
     /// first: [`Signal::Patient`]). A watch that fails to open for a
     /// reason that may pass (no answer, a member cut off) costs a pause and
     /// a re-read, not the waiter's place in line.
-    async fn watch_target(&mut self, place: &Place<'_>) -> EtcdResult<Option<Signal>> {
+    async fn watch_target(&mut self, waiter: &Waiter<'_>) -> EtcdResult<Option<Signal>> {
         let Some((key, since)) = &self.target else {
             return Ok(Some(Signal::Patient));
         };
-        match Box::pin(place.watch(key, *since)).await {
+        match Box::pin(waiter.watch(key, *since)).await {
             Ok(sub) => {
                 self.sub = Some(sub);
                 self.backoff = retry_backoff();
                 Ok(None)
             }
             Err(e) if e.is_transient() => {
-                self.pause(place).await;
+                self.pause(waiter).await;
                 Ok(Some(Signal::Changed))
             }
             Err(e) => Err(e),
@@ -154,8 +154,8 @@ impl Watching {
 
     /// Pauses before a watch is opened again; cut short if the lease is
     /// lost meanwhile.
-    async fn pause(&mut self, place: &Place<'_>) {
-        place.lease.pause(&mut self.backoff).await;
+    async fn pause(&mut self, waiter: &Waiter<'_>) {
+        waiter.lease.pause(&mut self.backoff).await;
     }
 
     /// Watches `target` from revision `since` from now on (once patient).

@@ -5,7 +5,7 @@
 use etcd_client::{Compare, CompareOp, KeyValue, Txn, TxnOp, TxnResponse};
 
 use super::keys::LockKeys;
-use super::ops::range_at;
+use super::ops::{Repeatable, range_at};
 
 /// The cleanup of an attempt that gave up, which wrote owner value `value`
 /// and, if it queued, `queue_key`: if the lock key holds its value (it was
@@ -57,7 +57,7 @@ pub(crate) fn read_abandon(resp: &TxnResponse) -> Abandoned {
 /// still the one it was granted (mod revision `token`), and its queue key,
 /// if still its own (create revision). Each under its own compare, so a
 /// second or late copy changes nothing.
-pub(crate) fn clear_holding(lock: &[u8], token: i64, queue: Option<&(Vec<u8>, i64)>) -> Txn {
+pub(crate) fn clear_holding(lock: &[u8], token: i64, queue: Option<&(Vec<u8>, i64)>) -> Repeatable {
     let mut ops = vec![TxnOp::txn(
         Txn::new()
             .when([Compare::mod_revision(
@@ -78,5 +78,5 @@ pub(crate) fn clear_holding(lock: &[u8], token: i64, queue: Option<&(Vec<u8>, i6
                 .and_then([TxnOp::delete(queue_key.clone(), None)]),
         ));
     }
-    Txn::new().and_then(ops)
+    Repeatable::write(Txn::new().and_then(ops))
 }

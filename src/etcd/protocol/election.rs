@@ -8,7 +8,7 @@ use etcd_client::{Compare, CompareOp, KeyValue, Txn, TxnOp, TxnResponse};
 
 use super::fence::fence;
 use super::keys::LockKeys;
-use super::ops::{put_leased, range_at};
+use super::ops::{Repeatable, put_leased, range_at};
 use crate::{Leader, Owner};
 
 /// The value key's name under the lock's queue prefix: `P k/_OWNERS_/leader`.
@@ -126,11 +126,11 @@ pub(crate) fn retract(keys: &LockKeys, term: i64) -> Txn {
 }
 
 /// The read of who leads: the lock key and the value key, at one revision.
-pub(crate) fn read_leader(keys: &LockKeys) -> Txn {
-    Txn::new().and_then([
+pub(crate) fn read_leader(keys: &LockKeys) -> Repeatable {
+    Repeatable::read(Txn::new().and_then([
         TxnOp::get(keys.lock.clone(), None),
         TxnOp::get(value_key(keys), None),
-    ])
+    ]))
 }
 
 /// What the answer to [`read_leader`] says: the value key's record, if it

@@ -103,6 +103,24 @@
 //! - **Retries.** Every write compares what it expects, so a second copy,
 //!   or a late one after no answer, fails harmlessly; a write whose answer
 //!   never came is covered by retiring its lease (`session/`).
+
+//! # Sending
+//! Every txn goes out through one sender, `LockerState::send`, by one of
+//! two paths: **alone**, or **batched** with other lockers' writes on the
+//! same connection (`client/batch.rs`: while 4 writes are on their way,
+//! later ones wait up to 20 ms and go together, one branch each, at most
+//! one per lock, so no two branches touch the same keys). The writes of a
+//! lock call (enqueue, take, `try_lock`, release) are batched; the others
+//! go alone. How many copies may go is told by type: a [`ops::Repeatable`]
+//! txn (the reads above, the take, clearing a lost holding, each saying
+//! why a second copy is harmless) is sent **hedged**, a second copy going
+//! out when the first has not answered within a third of the request
+//! timeout; any other txn once. A loop that sends a request again gives
+//! up by one rule (`client/retry.rs`, `Retrying`): on an error that is not
+//! transient, or when its budget (while its lease lives, or a deadline)
+//! is spent; the removals of a caller's own keys (a release, an abandoned
+//! attempt, a departure from a line) retry every failure while the lease
+//! lives, since a key left behind blocks the others.
 //!
 //! # Read/write locks and semaphores
 //! A separate protocol on the same key names (`line.rs`, `shared.rs`):
@@ -162,7 +180,8 @@
 //! From the bottom up: each file uses only files listed before it.
 //! - `keys.rs`: key layout, entry names, owner values, the passed-along
 //!   waiters;
-//! - `ops.rs`: the parts of every txn, and reading an op's answer;
+//! - `ops.rs`: the parts of every txn, reading an op's answer, and
+//!   `Repeatable`, a txn safe to send twice;
 //! - `queue.rs`: reading the queue: successors and a waiter's place;
 //! - `take.rs`: enqueue, take and `try_lock`;
 //! - `release.rs`: the release round, freeing, serving a free lock;

@@ -2,10 +2,34 @@
 //! reader of their answers.
 
 use etcd_client::{
-    Compare, CompareOp, GetOptions, GetResponse, PutOptions, TxnOp, TxnOpResponse, TxnResponse,
+    Compare, CompareOp, GetOptions, GetResponse, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
 };
 
 use super::keys::LockKeys;
+
+/// A txn that is safe to send twice: a read, or a write whose compares
+/// make a second or late copy fail harmlessly. Only these are sent hedged
+/// (a second copy when the first is slow to answer: see
+/// `LockerState::send`); only this module makes them, and each function
+/// that returns one says why it is safe.
+pub(crate) struct Repeatable(Txn);
+
+impl Repeatable {
+    /// A read-only txn: reading twice changes nothing.
+    pub(super) fn read(txn: Txn) -> Self {
+        Repeatable(txn)
+    }
+
+    /// A write whose compares fail on a second copy (see the caller's
+    /// reason).
+    pub(super) fn write(txn: Txn) -> Self {
+        Repeatable(txn)
+    }
+
+    pub(crate) fn into_txn(self) -> Txn {
+        self.0
+    }
+}
 
 /// `put key value` bound to `lease`.
 pub(crate) fn put_leased(key: &[u8], value: &[u8], lease: i64) -> TxnOp {

@@ -4,7 +4,7 @@
 use etcd_client::{GetOptions, GetResponse, KeyValue, SortOrder, SortTarget, Txn, TxnOp};
 
 use super::keys::{LockKeys, Successor, is_waiter, passed_along};
-use super::ops::range_at;
+use super::ops::{Repeatable, range_at};
 use crate::fairness::Fairness;
 
 /// How many waiters one successor read returns (the successor and the ones
@@ -93,12 +93,12 @@ pub(crate) enum Ahead {
 
 /// The read-only txn a queued waiter checks its place with: its own queue
 /// key, the lock key, and the first batch of entries ahead of it.
-pub(crate) fn place_check(keys: &LockKeys, queue_key: &[u8], my_rev: i64) -> Txn {
-    Txn::new().and_then([
+pub(crate) fn place_check(keys: &LockKeys, queue_key: &[u8], my_rev: i64) -> Repeatable {
+    Repeatable::read(Txn::new().and_then([
         TxnOp::get(queue_key.to_vec(), None),
         TxnOp::get(keys.lock.clone(), None),
         TxnOp::get(keys.queue.clone(), Some(ahead(my_rev))),
-    ])
+    ]))
 }
 
 /// What the answer to [`place_check`] says of a waiter queued at `my_rev`

@@ -7,7 +7,7 @@ use etcd_client::{
 };
 
 use super::line::{Entry, LineKeys, Range};
-use super::ops::{put_leased, range_at, touch};
+use super::ops::{Repeatable, put_leased, range_at, touch};
 use crate::shared::{Share, may_share_a_key};
 
 /// How many entries of the line one departure reads at once.
@@ -168,11 +168,17 @@ pub(crate) fn read_conflict(keys: &LineKeys, want: Share, resp: &TxnResponse) ->
 /// The read with which a waiter checks whether it holds: its own entry,
 /// and the first entries ahead of it that may be in its way
 /// ([`ahead`]).
-pub(crate) fn check(keys: &LineKeys, share: Share, entry: &[u8], created: i64) -> Txn {
-    Txn::new().and_then([
+pub(crate) fn check(keys: &LineKeys, share: Share, entry: &[u8], created: i64) -> Repeatable {
+    Repeatable::read(Txn::new().and_then([
         TxnOp::get(entry.to_vec(), None),
         ahead(keys, share, created, None),
-    ])
+    ]))
+}
+
+/// The next batch of a [`check`] whose batch was full: the entries
+/// ahead created after `after`.
+pub(crate) fn check_more(keys: &LineKeys, share: Share, created: i64, after: i64) -> Repeatable {
+    Repeatable::read(Txn::new().and_then([ahead(keys, share, created, Some(after))]))
 }
 
 /// Up to [`BATCH`] entries ahead of a waiter of `share` created at
@@ -300,6 +306,12 @@ pub(crate) fn head(keys: &LineKeys, share: Share, window: Option<(i64, i64)>) ->
             .with_max_create_revision(up_to);
     }
     TxnOp::get(range.0, Some(opts))
+}
+
+/// The next batch of the head of `share`'s family's line, as a departure
+/// admits waiters (see `shared/depart.rs`): [`head`] within `window`.
+pub(crate) fn head_more(keys: &LineKeys, share: Share, window: (i64, i64)) -> Txn {
+    Txn::new().and_then([head(keys, share, Some(window))])
 }
 
 /// The entries of a [`head`] read at op `i` of `resp`: fairlock's, in

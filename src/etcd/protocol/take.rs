@@ -4,7 +4,7 @@
 use etcd_client::{Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnResponse};
 
 use super::keys::{LockKeys, is_waiter};
-use super::ops::{count_line, no_line, put_leased, range_at};
+use super::ops::{Repeatable, count_line, no_line, put_leased, range_at};
 use crate::fairness::Fairness;
 
 /// How many queue entries a fair `try_lock` looks at when the lock is free
@@ -50,12 +50,15 @@ pub(crate) fn enqueue(
 /// found no waiter ahead of it, and that stays true: whatever queues later
 /// is behind it. So the txn needs no compare on the queue, and entries that
 /// are not waiters cannot block it.
+///
+/// Safe to send twice: a second copy finds the lock key created (by the
+/// first, or by someone else) and fails.
 pub(crate) fn take(
     keys: &LockKeys,
     fairness: Fairness,
     (value, lease): (&[u8], i64),
     (queue_key, my_rev): (&[u8], i64),
-) -> Txn {
+) -> Repeatable {
     let when = [
         Compare::create_revision(keys.lock.clone(), CompareOp::Equal, 0),
         Compare::create_revision(queue_key.to_vec(), CompareOp::Equal, my_rev),
@@ -65,10 +68,12 @@ pub(crate) fn take(
     if fairness == Fairness::Unfair {
         then.push(TxnOp::delete(queue_key.to_vec(), None));
     }
-    Txn::new()
-        .when(when)
-        .and_then(then)
-        .or_else([count_line(keys)])
+    Repeatable::write(
+        Txn::new()
+            .when(when)
+            .and_then(then)
+            .or_else([count_line(keys)]),
+    )
 }
 
 /// `true` if [`take`] failed because the key is in use as a read/write

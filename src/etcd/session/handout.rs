@@ -15,7 +15,8 @@ pub(crate) use super::lease::{Lease, LeaseEnd, margin};
 use super::renewal::{Renewal, Signals, keep_alive};
 use super::revival::{self, Holding, Leftovers};
 use crate::etcd::client::error::EtcdResult;
-use crate::etcd::client::request::{request, retry_backoff};
+use crate::etcd::client::request::request;
+use crate::etcd::client::retry::{Budget, Retrying};
 use crate::loss::LossCell;
 use crate::{Expiry, LossCause};
 
@@ -237,16 +238,13 @@ impl Session {
             }
             let lease = Arc::new(self.renew(old.id, old.ttl, Instant::now()));
             if lease.ready(margin(lease.ttl)).await {
-                let mut backoff = retry_backoff();
+                let mut retrying = Retrying::new(Budget::Until(give_up));
                 let holdings = self.leftovers().holdings_on(old.id);
                 for (id, holding) in holdings {
                     while let Err(e) =
                         revival::clear(&self.client, self.request_timeout, &holding).await
                     {
-                        if !e.is_transient() || Instant::now() >= give_up {
-                            return None;
-                        }
-                        lease.pause(&mut backoff).await;
+                        retrying.again(e).await.ok()?;
                     }
                     self.released(id);
                 }
@@ -282,8 +280,7 @@ impl Session {
         // A lease already given up on may have expired in etcd too.
         let mut retried = lease.lost.is_cancelled();
         lease.lost.cancel();
-        let give_up = std::time::Instant::now() + self.request_timeout * 2;
-        let mut backoff = retry_backoff();
+        let mut retrying = Retrying::new(Budget::Until(Instant::now() + self.request_timeout * 2));
         loop {
             let mut client = self.client.clone();
             let result = request(
@@ -295,11 +292,10 @@ impl Session {
             match result {
                 Ok(_) => return Ok(()),
                 Err(e) if retried && e.is_lease_not_found() => return Ok(()),
-                Err(e) if e.is_transient() && std::time::Instant::now() < give_up => {
+                Err(e) => {
+                    retrying.again(e).await?;
                     retried = true;
-                    backoff.sleep().await;
                 }
-                Err(e) => return Err(e),
             }
         }
     }

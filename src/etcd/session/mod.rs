@@ -12,7 +12,8 @@
 //! - `handout.rs`: the locker's current lease, handed out once a renewal
 //!   counted, and revived for its waiters after it lapsed here only;
 //! - `state.rs`: what one locker's operations share: its connection,
-//!   settings, session, entry names and watches;
+//!   settings, session, entry names and watches, and `send`, the one way
+//!   its txns go to etcd (alone or batched; hedged if `Repeatable`);
 //! - `held_key.rs`: watching a held key until it changes (the loss watch
 //!   of a lock key and of a line entry).
 

@@ -15,7 +15,7 @@ use std::collections::{HashMap, HashSet};
 use etcd_client::Client;
 
 use crate::etcd::client::error::EtcdResult;
-use crate::etcd::client::request::txn_hedged;
+use crate::etcd::client::request::{hedged, request};
 use crate::etcd::protocol::abandon::clear_holding;
 
 /// A lock held on a session lease: its keys, until it is released cleanly.
@@ -86,8 +86,12 @@ pub(crate) async fn clear(
     timeout: std::time::Duration,
     holding: &Holding,
 ) -> EtcdResult<()> {
-    let txn = clear_holding(&holding.lock, holding.token, holding.queue.as_ref());
-    // Its compares make a second or late copy harmless.
-    txn_hedged(client, "clear a lost holding", timeout, txn).await?;
+    // Its compares make a second or late copy harmless: sent hedged.
+    let txn = clear_holding(&holding.lock, holding.token, holding.queue.as_ref()).into_txn();
+    hedged(timeout / 3, || {
+        let (mut kv, txn) = (client.kv_client(), txn.clone());
+        async move { request("clear a lost holding", timeout, kv.txn(txn)).await }
+    })
+    .await?;
     Ok(())
 }

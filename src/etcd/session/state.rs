@@ -10,13 +10,52 @@ use super::handout::{Lease, LeaseEnd, Session};
 use super::slots::Slots;
 use crate::etcd::client::batch::{Answer, Batcher};
 use crate::etcd::client::error::{EtcdError, EtcdResult};
-use crate::etcd::client::request::{self, request};
+use crate::etcd::client::request::{hedged, request};
 use crate::etcd::client::shared_watch::SharedWatches;
 use crate::etcd::client::watch::WatchHub;
 use crate::etcd::config::EtcdConfig;
 use crate::etcd::protocol::keys::LockKeys;
+use crate::etcd::protocol::ops::Repeatable;
 use crate::fairness::Fairness;
 use crate::{Error, Key};
+
+/// How a txn travels to etcd (see [`LockerState::send`]).
+#[derive(Clone, Copy)]
+pub(crate) enum Path<'a> {
+    /// Alone, within the request timeout.
+    Alone,
+    /// Together with other lockers' writes on this connection when others
+    /// are on their way (see `client/batch.rs`), within `within`: only for
+    /// a write that touches only the keys of the lock whose lock key is
+    /// `lock`.
+    Batched { lock: &'a [u8], within: Duration },
+}
+
+/// A txn to send, and whether a second copy may go ([`Repeatable`]).
+pub(crate) struct Outgoing {
+    txn: Txn,
+    repeatable: bool,
+}
+
+impl From<Txn> for Outgoing {
+    /// A txn that is sent once.
+    fn from(txn: Txn) -> Self {
+        Outgoing {
+            txn,
+            repeatable: false,
+        }
+    }
+}
+
+impl From<Repeatable> for Outgoing {
+    /// A txn that is safe to send twice: sent hedged.
+    fn from(txn: Repeatable) -> Self {
+        Outgoing {
+            txn: txn.into_txn(),
+            repeatable: true,
+        }
+    }
+}
 
 /// The state one locker's operations share (its clones share it too).
 pub(crate) struct LockerState {
@@ -66,45 +105,36 @@ impl LockerState {
         LockKeys::new(self.config.prefix(), key)
     }
 
-    /// A txn sent alone, within the request timeout.
-    pub async fn txn(&self, op: &'static str, txn: Txn) -> EtcdResult<Answer> {
-        let mut kv = self.client.kv_client();
-        request(op, self.config.request_timeout(), kv.txn(txn))
-            .await
-            .map(Answer::new)
-    }
-
-    /// A write that touches only the keys of the lock whose lock key is
-    /// `lock`, sent together with other lockers' writes on this
-    /// connection when others are on their way (see `client/batch.rs`).
-    pub async fn write(
+    /// Sends `txn` (the step `op` of the protocol) by `path`: the one way
+    /// every txn of a locker goes to etcd. A [`Repeatable`] txn is sent
+    /// [hedged](hedged) (a second copy when the first has not answered
+    /// within a third of the request timeout); any other txn once.
+    pub async fn send(
         &self,
         op: &'static str,
-        lock: &[u8],
-        txn: Txn,
-        timeout: Duration,
+        path: Path<'_>,
+        txn: impl Into<Outgoing>,
     ) -> EtcdResult<Answer> {
-        self.writes.write(op, lock, txn, timeout).await
-    }
-
-    /// A txn sent hedged (see [`request::txn_hedged`]): only for txns that
-    /// are safe to send twice.
-    pub async fn txn_hedged(&self, op: &'static str, txn: Txn) -> EtcdResult<Answer> {
-        request::txn_hedged(&self.client, op, self.config.request_timeout(), txn)
-            .await
-            .map(Answer::new)
-    }
-
-    /// [`LockerState::write`], hedged (see [`request::hedged`]): only for
-    /// writes that are safe to send twice.
-    pub async fn write_hedged(
-        &self,
-        op: &'static str,
-        lock: &[u8],
-        txn: Txn,
-    ) -> EtcdResult<Answer> {
+        let Outgoing { txn, repeatable } = txn.into();
         let timeout = self.config.request_timeout();
-        request::hedged(timeout / 3, || self.write(op, lock, txn.clone(), timeout)).await
+        let once = |txn: Txn| async move {
+            match path {
+                Path::Alone => {
+                    let mut kv = self.client.kv_client();
+                    request(op, timeout, kv.txn(txn)).await.map(Answer::new)
+                }
+                Path::Batched { lock, within } => self.writes.write(op, lock, txn, within).await,
+            }
+        };
+        match repeatable {
+            true => hedged(timeout / 3, || once(txn.clone())).await,
+            false => once(txn).await,
+        }
+    }
+
+    /// `txn` sent alone ([`Path::Alone`]): see [`LockerState::send`].
+    pub async fn txn(&self, op: &'static str, txn: impl Into<Outgoing>) -> EtcdResult<Answer> {
+        self.send(op, Path::Alone, txn).await
     }
 
     pub async fn get(

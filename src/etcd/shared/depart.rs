@@ -5,10 +5,9 @@ use etcd_client::Compare;
 
 use crate::etcd::client::error::EtcdResult;
 use crate::etcd::protocol::line::{Departure, LineKeys};
-use crate::etcd::protocol::shared::{admit, head, leave, read_head};
+use crate::etcd::protocol::shared::{admit, head_more, leave, read_head};
 use crate::etcd::session::state::LockerState;
 use crate::shared::Share;
-use etcd_client::Txn;
 
 /// An entry leaving its line.
 pub(crate) struct Leaving<'a> {
@@ -56,7 +55,7 @@ pub(crate) async fn depart(
         let Some(after) = last.filter(|_| departure.more_may_hold()) else {
             return Ok(true);
         };
-        let next = Txn::new().and_then([head(keys, share, Some((after, departure.at)))]);
+        let next = head_more(keys, share, (after, departure.at));
         let Ok(resp) = state.txn("admit", next).await else {
             return Ok(true);
         };

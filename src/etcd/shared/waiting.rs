@@ -4,8 +4,6 @@
 
 use std::sync::Arc;
 
-use etcd_client::Txn;
-
 use super::depart::{Leaving, depart};
 use super::held::SharedHeld;
 use crate::etcd::client::error::{EtcdError, EtcdResult};
@@ -14,7 +12,8 @@ use crate::etcd::client::shared_watch::Listener;
 use crate::etcd::client::watch::{Events, Subscription, Target, WatchMsg};
 use crate::etcd::protocol::line::LineKeys;
 use crate::etcd::protocol::shared::{
-    Own, ahead, check, in_the_way, queued_at, read_ahead, read_own, read_self_grant, self_grant,
+    Own, check, check_more, in_the_way, queued_at, read_ahead, read_own, read_self_grant,
+    self_grant,
 };
 use crate::etcd::session::handout::{Lease, margin};
 use crate::etcd::session::slots::Slot;
@@ -193,7 +192,7 @@ async fn watch_blockers(w: &Waiting) -> EtcdResult<Subscription> {
 async fn check_place(w: &Waiting) -> EtcdResult<Option<i64>> {
     let state = &w.state;
     let resp = state
-        .txn_hedged("place check", check(&w.keys, w.share, &w.entry, w.created))
+        .txn("place check", check(&w.keys, w.share, &w.entry, w.created))
         .await?;
     match read_own(w.created, &resp) {
         Own::Gone => {
@@ -217,8 +216,8 @@ async fn check_place(w: &Waiting) -> EtcdResult<Option<i64>> {
                 None => Err(session_lost(w, "its entry vanished before it could hold")),
             };
         };
-        let next = Txn::new().and_then([ahead(&w.keys, w.share, w.created, Some(after))]);
-        let resp = state.txn_hedged("place check", next).await?;
+        let next = check_more(&w.keys, w.share, w.created, after);
+        let resp = state.txn("place check", next).await?;
         let (n, m) = read_ahead(&w.keys, &resp, 0);
         (counted, more) = (counted + n, m);
     }
