@@ -109,8 +109,8 @@ struct Waiting {
 
 /// What a write does next.
 enum Route {
-    /// Goes out now, with a slot of its own.
-    Now(Txn, Slot),
+    /// Goes out now, with a seat of its own.
+    Now(Txn, Seat),
     /// Waits under this id for its answer.
     Wait(u64, oneshot::Receiver<EtcdResult<Answer>>),
 }
@@ -147,7 +147,7 @@ impl Batcher {
     ) -> EtcdResult<Answer> {
         let deadline = Instant::now() + timeout;
         let (id, answer) = match self.route(op, lock, txn, deadline) {
-            Route::Now(txn, slot) => return self.send(op, txn, deadline, slot).await,
+            Route::Now(txn, seat) => return self.send(op, txn, deadline, seat).await,
             Route::Wait(id, answer) => (id, answer),
         };
         tokio::pin!(answer);
@@ -155,7 +155,7 @@ impl Batcher {
             Ok(answer) => answer,
             // The writes on their way are slow to answer: it goes alone.
             Err(_) => match self.go_alone(id) {
-                Some((txn, slot)) => return self.send(op, txn, deadline, slot).await,
+                Some((txn, seat)) => return self.send(op, txn, deadline, seat).await,
                 // Already in a batch.
                 None => match tokio::time::timeout_at(deadline, answer).await {
                     Ok(answer) => answer,
@@ -186,7 +186,7 @@ impl Batcher {
             || lock.len() > MAX_SHARED_KEY
             || inner.waiting.iter().any(|w| w.lock == lock)
         {
-            return Route::Now(txn, self.take_slot(&mut inner));
+            return Route::Now(txn, self.take_seat(&mut inner));
         }
         let (reply, answer) = oneshot::channel();
         inner.next_id += 1;
@@ -202,40 +202,40 @@ impl Batcher {
         Route::Wait(id, answer)
     }
 
-    /// Takes write `id` back if it is still waiting, with a slot of its own.
-    fn go_alone(self: &Arc<Self>, id: u64) -> Option<(Txn, Slot)> {
+    /// Takes write `id` back if it is still waiting, with a seat of its own.
+    fn go_alone(self: &Arc<Self>, id: u64) -> Option<(Txn, Seat)> {
         let mut inner = self.inner();
         let i = inner.waiting.iter().position(|w| w.id == id)?;
-        let slot = self.take_slot(&mut inner);
-        Some((inner.waiting.remove(i).txn, slot))
+        let seat = self.take_seat(&mut inner);
+        Some((inner.waiting.remove(i).txn, seat))
     }
 
-    /// Counts one more write (or batch) on its way; the slot returned
+    /// Counts one more write (or batch) on its way; the seat returned
     /// uncounts it when dropped.
-    fn take_slot(self: &Arc<Self>, inner: &mut Inner) -> Slot {
+    fn take_seat(self: &Arc<Self>, inner: &mut Inner) -> Seat {
         inner.in_flight += 1;
-        Slot(Arc::clone(self))
+        Seat(Arc::clone(self))
     }
 
-    /// Sends `txn` as it is, until `deadline`; `slot` comes free when it
+    /// Sends `txn` as it is, until `deadline`; `seat` comes free when it
     /// is answered (or this future is dropped).
     async fn send(
         &self,
         op: &'static str,
         txn: Txn,
         deadline: Instant,
-        slot: Slot,
+        seat: Seat,
     ) -> EtcdResult<Answer> {
         let mut kv = self.client.kv_client();
         let left = deadline.saturating_duration_since(Instant::now());
         let answer = request(op, left, kv.txn(txn)).await;
-        drop(slot);
+        drop(seat);
         answer.map(Answer::new)
     }
 
-    /// A slot came free: the writes waiting go together in a task of their
-    /// own, which takes the slot over; with none waiting, the slot is free.
-    fn slot_freed(self: &Arc<Self>) {
+    /// A seat came free: the writes waiting go together in a task of their
+    /// own, which takes the seat over; with none waiting, the seat is free.
+    fn seat_freed(self: &Arc<Self>) {
         let batch = {
             let mut inner = self.inner();
             // A write whose caller gave up before it went out is dropped.
@@ -247,18 +247,18 @@ impl Batcher {
             let n = inner.waiting.len().min(MAX_BATCH);
             inner.waiting.drain(..n).collect::<Vec<_>>()
         };
-        let slot = Slot(Arc::clone(self));
-        // Outside a runtime (it is shutting down), the batch and its slot
+        let seat = Seat(Arc::clone(self));
+        // Outside a runtime (it is shutting down), the batch and its seat
         // are dropped: its callers get "ended without answering".
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(Arc::clone(self).send_batch(batch, slot));
+            runtime.spawn(Arc::clone(self).send_batch(batch, seat));
         }
     }
 
-    async fn send_batch(self: Arc<Self>, mut batch: Vec<Waiting>, slot: Slot) {
+    async fn send_batch(self: Arc<Self>, mut batch: Vec<Waiting>, seat: Seat) {
         if batch.len() == 1 {
             let w = batch.remove(0);
-            let _ = w.reply.send(self.send(w.op, w.txn, w.deadline, slot).await);
+            let _ = w.reply.send(self.send(w.op, w.txn, w.deadline, seat).await);
             return;
         }
         let deadline = batch
@@ -281,7 +281,7 @@ impl Batcher {
                     .collect::<Vec<_>>(),
             )
             .or_else([price]);
-        match self.send("batched writes", txn, deadline, slot).await {
+        match self.send("batched writes", txn, deadline, seat).await {
             Ok(answer) => {
                 let revision = answer.revision;
                 let mut parts = answer.resp.op_responses().into_iter();
@@ -303,9 +303,9 @@ impl Batcher {
                 );
                 for w in batch {
                     let this = Arc::clone(&self);
-                    let slot = this.take_slot(&mut this.inner());
+                    let seat = this.take_seat(&mut this.inner());
                     tokio::spawn(async move {
-                        let answer = this.send(w.op, w.txn, w.deadline, slot).await;
+                        let answer = this.send(w.op, w.txn, w.deadline, seat).await;
                         let _ = w.reply.send(answer);
                     });
                 }
@@ -356,12 +356,12 @@ fn describe(e: &EtcdError) -> String {
     }
 }
 
-/// One of the [`IN_FLIGHT`] places, held by a write (or a batch) on its way
+/// One of the [`IN_FLIGHT`] seats, held by a write (or a batch) on its way
 /// until it is answered; dropping it frees it.
-struct Slot(Arc<Batcher>);
+struct Seat(Arc<Batcher>);
 
-impl Drop for Slot {
+impl Drop for Seat {
     fn drop(&mut self) {
-        self.0.slot_freed();
+        self.0.seat_freed();
     }
 }

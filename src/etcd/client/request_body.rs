@@ -4,11 +4,19 @@
 //! more after their message, so hyper sends a request's message in one
 //! DATA frame and the end of the stream in a second, empty one. On a
 //! client that is busy, the two often go out in separate TCP packets, and
-//! etcd's server reads and handles each on its own. [`LookAhead`] polls the
+//! etcd's server reads and handles each on its own. [`EndWithLastFrame`] polls the
 //! body once more right after each frame: when that says the body ended,
 //! the frame itself carries the end of the stream. A stream that is not
 //! done (a watch, a lease keepalive) answers "not yet" and goes on as
 //! before.
+//!
+//! A workaround, wrapped around every request in `members/balance.rs`:
+//! remove it once tonic's unary request bodies report their end with
+//! their message (`is_end_stream()` true once the message is out, so hyper
+//! ends the stream in the DATA frame itself). Its test
+//! `a_single_message_ends_the_stream_with_itself` shows the behaviour this
+//! relies on; run against a body without the wrapper, it shows whether the
+//! workaround is still needed.
 
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
@@ -19,7 +27,7 @@ use http_body::{Body, Frame, SizeHint};
 type Next<B> = Option<Result<Frame<<B as Body>::Data>, <B as Body>::Error>>;
 
 /// Wraps a request body, looking one frame ahead (see the module docs).
-pub(crate) struct LookAhead<B: Body> {
+pub(crate) struct EndWithLastFrame<B: Body> {
     inner: B,
     /// A frame taken by the look ahead, not handed out yet.
     next: Next<B>,
@@ -28,11 +36,11 @@ pub(crate) struct LookAhead<B: Body> {
 }
 
 // The frame held here is never pinned: only `inner` is polled in place.
-impl<B: Body + Unpin> Unpin for LookAhead<B> {}
+impl<B: Body + Unpin> Unpin for EndWithLastFrame<B> {}
 
-impl<B: Body + Unpin> LookAhead<B> {
+impl<B: Body + Unpin> EndWithLastFrame<B> {
     pub(crate) fn new(inner: B) -> Self {
-        LookAhead {
+        EndWithLastFrame {
             inner,
             next: None,
             ended: false,
@@ -51,7 +59,7 @@ impl<B: Body + Unpin> LookAhead<B> {
     }
 }
 
-impl<B: Body + Unpin> Body for LookAhead<B> {
+impl<B: Body + Unpin> Body for EndWithLastFrame<B> {
     type Data = B::Data;
     type Error = B::Error;
 
@@ -95,7 +103,7 @@ mod tests {
     use tokio_stream::wrappers::ReceiverStream;
     use tonic::codegen::Bytes;
 
-    use super::LookAhead;
+    use super::EndWithLastFrame;
 
     type Item = Result<Frame<Bytes>, std::convert::Infallible>;
 
@@ -103,17 +111,20 @@ mod tests {
     /// when polled after its last frame.
     fn body() -> (
         mpsc::Sender<Item>,
-        LookAhead<StreamBody<ReceiverStream<Item>>>,
+        EndWithLastFrame<StreamBody<ReceiverStream<Item>>>,
     ) {
         let (tx, rx) = mpsc::channel(4);
-        (tx, LookAhead::new(StreamBody::new(ReceiverStream::new(rx))))
+        (
+            tx,
+            EndWithLastFrame::new(StreamBody::new(ReceiverStream::new(rx))),
+        )
     }
 
     fn data(s: &'static str) -> Item {
         Ok(Frame::data(Bytes::from_static(s.as_bytes())))
     }
 
-    async fn next(body: &mut LookAhead<StreamBody<ReceiverStream<Item>>>) -> Option<Bytes> {
+    async fn next(body: &mut EndWithLastFrame<StreamBody<ReceiverStream<Item>>>) -> Option<Bytes> {
         let frame = body.frame().await?.expect("no error");
         Some(frame.into_data().expect("a data frame"))
     }

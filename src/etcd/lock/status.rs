@@ -44,10 +44,11 @@ impl EtcdLocker {
     pub async fn status(&self, key: Option<&Key>) -> Result<Vec<LockStatus>> {
         let prefix = self.config().prefix().to_owned();
         let Some(key) = key else {
-            let all = self
+            let (all, _) = self
                 .read(
                     prefix.clone().into_bytes(),
                     Some(prefix_end(prefix.as_bytes())),
+                    None,
                 )
                 .await?;
             return self.with_ttl(group(&prefix, all)).await;
@@ -57,8 +58,9 @@ impl EtcdLocker {
         let lock = format!("{prefix}{key}").into_bytes();
         let queue = format!("{prefix}{key}/{RESERVED_SEGMENT}/").into_bytes();
         let end = prefix_end(&queue);
-        let mut kvs = self.read(lock, None).await?;
-        kvs.extend(self.read(queue, Some(end)).await?);
+        // Two ranges, the second read at the first one's revision.
+        let (mut kvs, at) = self.read(lock, None, None).await?;
+        kvs.extend(self.read(queue, Some(end), Some(at)).await?.0);
         self.with_ttl(group(&prefix, kvs)).await
     }
 
@@ -104,17 +106,24 @@ impl EtcdLocker {
         }
     }
 
+    /// The keys from `from` (to `end`), at revision `at` or the latest;
+    /// and the revision read at.
     async fn read(
         &self,
         from: Vec<u8>,
         end: Option<Vec<u8>>,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>, i64, i64)>> {
+        at: Option<i64>,
+    ) -> Result<(Vec<(Vec<u8>, Vec<u8>, i64, i64)>, i64)> {
         let mut opts = GetOptions::new().with_sort(SortTarget::Create, SortOrder::Ascend);
         if let Some(end) = end {
             opts = opts.with_range(end);
         }
+        if let Some(at) = at {
+            opts = opts.with_revision(at);
+        }
         let resp = self.inner().get("status", from, opts).await?;
-        Ok(resp
+        let revision = resp.header().map_or(0, |h| h.revision());
+        let kvs = resp
             .kvs()
             .iter()
             .map(|kv| {
@@ -125,7 +134,8 @@ impl EtcdLocker {
                     kv.lease(),
                 )
             })
-            .collect())
+            .collect();
+        Ok((kvs, revision))
     }
 }
 

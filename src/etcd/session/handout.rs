@@ -12,7 +12,7 @@ use tokio::sync::{Mutex, watch};
 use tokio_util::sync::CancellationToken;
 
 pub(crate) use super::lease::{Lease, LeaseEnd, margin};
-use super::renewal::{Renewal, Signals, keep_alive};
+use super::renewal::{LeaseSignals, Renewal, keep_alive};
 use super::revival::{self, Holding, Leftovers};
 use crate::etcd::client::error::EtcdResult;
 use crate::etcd::client::request::request;
@@ -130,7 +130,7 @@ impl Session {
     /// counts.
     fn renew(&self, id: i64, ttl: Duration, asked: Instant) -> Lease {
         let (renewed, renewals) = watch::channel(0);
-        let signals = Signals {
+        let signals = LeaseSignals {
             lost: CancellationToken::new(),
             expiry: Expiry::new(asked + ttl - margin(ttl)),
             loss: LossCell::default(),

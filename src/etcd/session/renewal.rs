@@ -29,7 +29,7 @@ pub(crate) struct Renewal {
 }
 
 /// What the keepalive task tells the lease's users.
-pub(crate) struct Signals {
+pub(crate) struct LeaseSignals {
     /// Cancelled when the task ends.
     pub lost: CancellationToken,
     pub expiry: Expiry,
@@ -56,7 +56,7 @@ enum Ended {
 /// this process paused), or no renewal of a fresh lease can count because
 /// its confirming read is refused. Then `lost` is cancelled and the
 /// deadline ends, so no guard reports the lock held any longer.
-pub(crate) async fn keep_alive(renewal: Renewal, signals: Signals) {
+pub(crate) async fn keep_alive(renewal: Renewal, signals: LeaseSignals) {
     let id = renewal.id;
     // A lease never confirmed was never handed out: no lock was lost.
     let confirmed = || *signals.renewed.borrow() > 0;

@@ -48,7 +48,7 @@ use tower::{BoxError, Service, ServiceExt};
 
 use super::health::Health;
 use super::health::Routing;
-use crate::etcd::client::request_body::LookAhead;
+use crate::etcd::client::request_body::EndWithLastFrame;
 use crate::etcd::client::stale_token::{self, RenewInTrailers};
 
 type Request = http::Request<tonic::body::Body>;
@@ -159,7 +159,7 @@ impl Service<Request> for Balancer {
 
     fn call(&mut self, request: Request) -> Self::Future {
         let member = self.members.pick();
-        let request = request.map(|body| tonic::body::Body::new(LookAhead::new(body)));
+        let request = request.map(|body| tonic::body::Body::new(EndWithLastFrame::new(body)));
         Box::pin(async move {
             let Some(member) = member else {
                 return Err("no etcd endpoint to send the request to".into());
