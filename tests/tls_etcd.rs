@@ -13,7 +13,7 @@ use etcd_client::{
 };
 use fairlock::conformance::{Backend, patient};
 use fairlock::etcd::{EtcdConfig, EtcdLocker};
-use fairlock::{Error, Key, Locker, TlsConfig};
+use fairlock::{Elector, Error, Key, Locker, TlsConfig};
 use support::etcd_backend::EtcdBackend;
 use support::tls::{self, ETCD_PREFIX, ETCD_USER, certs, client_tls, secure_etcd};
 
@@ -332,6 +332,62 @@ async fn lease_whose_renewals_cannot_be_confirmed_is_not_used() {
         .await
         .expect("read the prefix as root");
     assert_eq!(written.kvs().len(), 0, "{:?}", written.kvs());
+}
+
+/// A campaign whose first write, the leader's record, etcd refuses (the
+/// role covers the election's lock and queue but not its value key)
+/// resigns before it reports the refusal: the election's lock is free the
+/// moment `campaign` returns, not once a dropped leadership's release
+/// lands. (On one thread, so that a release left to a task of its own
+/// could not run before the test's read is sent.)
+#[tokio::test]
+async fn a_campaign_whose_record_is_refused_resigns_before_it_fails() {
+    // Outside the role's own prefix.
+    let prefix = format!("/el-refused-{}/", uuid::Uuid::new_v4().simple());
+    let name = "web";
+    let value_key = format!("{prefix}{name}/_OWNERS_/leader");
+    let end = format!("{}0", prefix.trim_end_matches('/'));
+    let mut root = root_client().await;
+    // Reading everything under the prefix (the queue's compares range over
+    // the value key), writing all but the value key and the names after it
+    // up to "m" (no key of fairlock's lies there: queue entries are hex
+    // locker ids, lines are r/, s<limit>/ and w/).
+    for grant in [
+        Permission::read(prefix.as_str()).with_range_end(end.as_str()),
+        Permission::write(prefix.as_str()).with_range_end(value_key.as_str()),
+        Permission::write(format!("{prefix}{name}/_OWNERS_/m")).with_range_end(end.as_str()),
+    ] {
+        root.role_grant_permission("locks", grant)
+            .await
+            .expect("grant all but the value key");
+    }
+    let locker = EtcdLocker::connect(app_config(&prefix), true)
+        .await
+        .expect("connect");
+    let elector = locker.elector();
+    for round in 0..3 {
+        let err = elector
+            .campaign(&patient(), &Key::from(name), b"v")
+            .await
+            .map(|_| ())
+            .expect_err("the record is refused");
+        assert!(matches!(err, Error::PermissionDenied { .. }), "{err:?}");
+        let lock = root
+            .get(format!("{prefix}{name}"), None)
+            .await
+            .expect("read the lock key as root");
+        assert!(
+            lock.kvs().is_empty(),
+            "round {round}: campaign failed with the election's lock still held"
+        );
+    }
+    drop((elector, locker));
+    root.delete(
+        prefix.as_str(),
+        Some(etcd_client::DeleteOptions::new().with_prefix()),
+    )
+    .await
+    .expect("clean up");
 }
 
 #[tokio::test]
