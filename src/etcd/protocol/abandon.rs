@@ -5,7 +5,7 @@
 use etcd_client::{Compare, CompareOp, KeyValue, Txn, TxnOp, TxnResponse};
 
 use super::keys::LockKeys;
-use super::ops::{Repeatable, range_at};
+use super::ops::{Repeatable, range_at, still_held};
 
 /// The cleanup of an attempt that gave up, which wrote owner value `value`
 /// and, if it queued, `queue_key`: if the lock key holds its value (it was
@@ -60,11 +60,7 @@ pub(crate) fn read_abandon(resp: &TxnResponse) -> Abandoned {
 pub(crate) fn clear_holding(lock: &[u8], token: i64, queue: Option<&(Vec<u8>, i64)>) -> Repeatable {
     let mut ops = vec![TxnOp::txn(
         Txn::new()
-            .when([Compare::mod_revision(
-                lock.to_vec(),
-                CompareOp::Equal,
-                token,
-            )])
+            .when([still_held(lock, token)])
             .and_then([TxnOp::delete(lock.to_vec(), None)]),
     )];
     if let Some((queue_key, rev)) = queue {

@@ -1,13 +1,14 @@
 //! Fenced writes: a txn of the holder's own, applied only while it still
 //! holds the lock.
 
-use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+use etcd_client::{Compare, Txn, TxnOp};
+
+use super::ops::still_held;
 
 /// The compare that holds exactly while the holder granted lock key `lock`
-/// at revision `token` holds it: the lock key's mod revision is still the
-/// token (every grant and every handoff writes the lock key).
+/// at revision `token` holds it ([`still_held`]).
 pub(crate) fn fence(lock: &[u8], token: i64) -> Compare {
-    Compare::mod_revision(lock.to_vec(), CompareOp::Equal, token)
+    still_held(lock, token)
 }
 
 /// `txn` inside a txn guarded by `fence`: applied only while the fence

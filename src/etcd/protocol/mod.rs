@@ -180,8 +180,9 @@
 //! From the bottom up: each file uses only files listed before it.
 //! - `keys.rs`: key layout, entry names, owner values, the passed-along
 //!   waiters;
-//! - `ops.rs`: the parts of every txn, reading an op's answer, and
-//!   `Repeatable`, a txn safe to send twice;
+//! - `ops.rs`: the parts of every txn ("still held", "lock absent",
+//!   "no line"), reading an op's answer, and `Repeatable`, a txn safe to
+//!   send twice;
 //! - `queue.rs`: reading the queue: successors and a waiter's place;
 //! - `take.rs`: enqueue, take and `try_lock`;
 //! - `release.rs`: the release round, freeing, serving a free lock;
@@ -190,6 +191,9 @@
 //! - `line.rs`: a read/write lock's or semaphore's line: entry names and
 //!   whom a departure admits;
 //! - `shared.rs`: their txns and reads.
+//! - `spec_tests/` (tests only): every txn above rendered as text and
+//!   compared with `spec_tests/expected.txt`, so that a change to any
+//!   compare or op shows up as a diff of that file.
 //!
 //! # Leader election
 //! An election `e` is the fair lock `P e`: a candidate's campaign is a fair
@@ -240,4 +244,6 @@ pub(crate) mod ops;
 pub(crate) mod queue;
 pub(crate) mod release;
 pub(crate) mod shared;
+#[cfg(test)]
+mod spec_tests;
 pub(crate) mod take;

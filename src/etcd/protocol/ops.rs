@@ -58,6 +58,20 @@ pub(crate) fn range_at(resp: &TxnResponse, i: usize) -> Option<GetResponse> {
     }
 }
 
+/// The lock key `lock` is still the one its holder was granted at
+/// revision `token` (its mod revision: every grant and every handoff
+/// writes the lock key): "still ours", the compare of every write a
+/// holder makes (release, clear, fence), so that none touches a newer
+/// holder's key.
+pub(crate) fn still_held(lock: &[u8], token: i64) -> Compare {
+    Compare::mod_revision(lock.to_vec(), CompareOp::Equal, token)
+}
+
+/// The lock key is absent: nobody holds the lock.
+pub(crate) fn lock_absent(keys: &LockKeys) -> Compare {
+    Compare::create_revision(keys.lock.clone(), CompareOp::Equal, 0)
+}
+
 /// No reader, writer or permit of the same name holds or waits
 /// ([`LockKeys::line`]): a key held as a read/write lock or semaphore is
 /// not a free mutex (an empty range compares as a key that does not

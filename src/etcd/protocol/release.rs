@@ -5,7 +5,7 @@
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnResponse};
 
 use super::keys::{LockKeys, Successor, pass_along, waiter_mode};
-use super::ops::{no_line, put_leased, range_at, touch};
+use super::ops::{lock_absent, no_line, put_leased, range_at, still_held, touch};
 use super::queue::{successor_query, successors};
 use crate::fairness::Fairness;
 
@@ -24,7 +24,7 @@ impl Holder<'_> {
     /// The compare of every release txn: the lock key is still the one
     /// this holder got (never touch a newer holder's key).
     fn still_ours(&self) -> Compare {
-        Compare::mod_revision(self.keys.lock.clone(), CompareOp::Equal, self.token)
+        still_held(&self.keys.lock, self.token)
     }
 
     /// The delete of the holder's own queue key, if it has one.
@@ -164,7 +164,7 @@ pub(crate) fn serve(keys: &LockKeys, read: &TxnResponse) -> Option<Txn> {
     Some(
         Txn::new()
             .when([
-                Compare::create_revision(keys.lock.clone(), CompareOp::Equal, 0),
+                lock_absent(keys),
                 Compare::create_revision(
                     first.key.clone(),
                     CompareOp::Equal,

@@ -4,7 +4,7 @@
 use etcd_client::{Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnResponse};
 
 use super::keys::{LockKeys, is_waiter};
-use super::ops::{Repeatable, count_line, no_line, put_leased, range_at};
+use super::ops::{Repeatable, count_line, lock_absent, no_line, put_leased, range_at};
 use crate::fairness::Fairness;
 
 /// How many queue entries a fair `try_lock` looks at when the lock is free
@@ -16,10 +16,7 @@ const FOREIGN_SCAN: i64 = 16;
 /// absent, no read/write lock or semaphore entry of the same name, and,
 /// for a fair one, nobody queued.
 fn free_for_newcomer(keys: &LockKeys, fairness: Fairness) -> Vec<Compare> {
-    let mut free = vec![
-        Compare::create_revision(keys.lock.clone(), CompareOp::Equal, 0),
-        no_line(keys),
-    ];
+    let mut free = vec![lock_absent(keys), no_line(keys)];
     if fairness.is_fair() {
         free.push(Compare::create_revision(keys.queue.clone(), CompareOp::Equal, 0).with_prefix());
     }
@@ -60,7 +57,7 @@ pub(crate) fn take(
     (queue_key, my_rev): (&[u8], i64),
 ) -> Repeatable {
     let when = [
-        Compare::create_revision(keys.lock.clone(), CompareOp::Equal, 0),
+        lock_absent(keys),
         Compare::create_revision(queue_key.to_vec(), CompareOp::Equal, my_rev),
         no_line(keys),
     ];
@@ -146,7 +143,7 @@ pub(crate) fn read_try(keys: &LockKeys, resp: &TxnResponse) -> Tried {
 pub(crate) fn take_past_foreign(keys: &LockKeys, (value, lease): (&[u8], i64), newest: i64) -> Txn {
     Txn::new()
         .when([
-            Compare::create_revision(keys.lock.clone(), CompareOp::Equal, 0),
+            lock_absent(keys),
             Compare::create_revision(keys.queue.clone(), CompareOp::Less, newest + 1).with_prefix(),
             no_line(keys),
         ])

@@ -1,0 +1,169 @@
+//! Every transaction of the protocol, rendered as text (`render.rs`): a
+//! change to a compare or an op shows up as a diff of these tests. The
+//! keys: prefix `/p/`, lock `k`, locker `id`.
+
+mod render;
+
+use etcd_client::Txn;
+
+use super::keys::{LockKeys, Successor};
+use super::line::{Entry, LineKeys};
+use super::release::{Holder, release_round};
+use super::{abandon, election, fence, queue, release, shared, take};
+use crate::Key;
+use crate::fairness::Fairness::{Fair, Unfair};
+use crate::shared::Share;
+
+fn keys() -> LockKeys {
+    LockKeys::new("/p/", &Key::from("k"))
+}
+
+fn line() -> LineKeys {
+    LineKeys::new("/p/", &Key::from("k"))
+}
+
+const QF: &[u8] = b"/p/k/_OWNERS_/id/f0";
+
+fn successor(name: &str, create_revision: i64) -> Successor {
+    Successor {
+        key: format!("/p/k/_OWNERS_/{name}").into_bytes(),
+        create_revision,
+        lease: 9,
+        value: b"w".to_vec(),
+    }
+}
+
+/// A reader's entry waiting in the line.
+fn waiting(name: &str, create_revision: i64) -> Entry {
+    Entry {
+        key: format!("/p/k/_OWNERS_/{name}").into_bytes(),
+        share: Share::Read,
+        create_revision,
+        version: 1,
+        main: true,
+    }
+}
+
+fn all() -> Vec<(&'static str, Txn)> {
+    let k = keys();
+    let held = (QF.to_vec(), 40);
+    let holder = Holder {
+        keys: &k,
+        token: 50,
+        queue: Some(&held),
+    };
+    let l = line();
+    let reader = l.entries(Share::Read, "id", 0);
+    vec![
+        ("enqueue fair", take::enqueue(&k, Fair, (b"v", 7), QF)),
+        (
+            "enqueue unfair",
+            take::enqueue(&k, Unfair, (b"v", 7), b"/p/k/_OWNERS_/id/u0"),
+        ),
+        (
+            "take fair",
+            take::take(&k, Fair, (b"v", 7), (QF, 42)).into_txn(),
+        ),
+        (
+            "take unfair",
+            take::take(&k, Unfair, (b"v", 7), (b"/p/k/_OWNERS_/id/u0", 42)).into_txn(),
+        ),
+        ("try_lock fair", take::try_take(&k, Fair, (b"v", 7))),
+        ("try_lock unfair", take::try_take(&k, Unfair, (b"v", 7))),
+        (
+            "try_lock past foreign",
+            take::take_past_foreign(&k, (b"v", 7), 30),
+        ),
+        ("place check", queue::place_check(&k, QF, 42).into_txn()),
+        (
+            "release to fair",
+            release_round(holder, &[successor("a/f1", 60), successor("b/f2", 61)], 40).txn,
+        ),
+        (
+            "release to unfair",
+            release_round(holder, &[successor("a/u1", 60)], 40).txn,
+        ),
+        ("release to nobody", release_round(holder, &[], 40).txn),
+        ("free", release::free(holder)),
+        ("serve read", release::serve_read(&k)),
+        ("abandon", abandon::abandon(&k, b"v", Some(QF))),
+        (
+            "clear a lost holding",
+            abandon::clear_holding(&k.lock, 50, Some(&held)).into_txn(),
+        ),
+        (
+            "fenced",
+            fence::fenced(fence::fence(&k.lock, 50), Txn::new()),
+        ),
+        ("proclaim", election::proclaim(&k, 50, 7, b"R")),
+        ("retract", election::retract(&k, 50)),
+        ("who leads", election::read_leader(&k).into_txn()),
+        (
+            "join read",
+            shared::join(&l, Share::Read, &reader, (b"v", 7)),
+        ),
+        (
+            "try_join write",
+            shared::try_join(
+                &l,
+                Share::Write,
+                &l.entries(Share::Write, "id", 0),
+                (b"v", 7),
+            ),
+        ),
+        (
+            "line check",
+            shared::check(&l, Share::Read, &reader[0], 42).into_txn(),
+        ),
+        ("self grant", shared::self_grant(&reader[0], 42)),
+        (
+            "leave",
+            shared::leave(
+                &l,
+                Share::Read,
+                &reader[0],
+                shared::held_since(&reader[0], 50),
+            ),
+        ),
+        (
+            "line check, next batch",
+            shared::check_more(&l, Share::Read, 42, 30).into_txn(),
+        ),
+        (
+            "departure, next batch",
+            shared::head_more(&l, Share::Read, (30, 55)),
+        ),
+        (
+            "admit",
+            shared::admit(&[waiting("r/a/0", 43), waiting("r/b/0", 44)]),
+        ),
+    ]
+}
+
+/// The protocol's transactions, as `expected.txt` has them. After a
+/// deliberate change to the protocol, rewrite `expected.txt` with
+/// `FAIRLOCK_SPEC_WRITE=1 cargo test --all-features --lib spec_tests`
+/// (and update the spec in `mod.rs`): its diff is the change.
+#[test]
+fn every_txn_is_as_the_spec_has_it() {
+    let now: String = all()
+        .into_iter()
+        .map(|(name, t)| format!("=== {name}\n{}\n", render::txn(&t)))
+        .collect();
+    if std::env::var_os("FAIRLOCK_SPEC_WRITE").is_some() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/src/etcd/protocol/spec_tests/expected.txt"
+        );
+        std::fs::write(path, &now).expect("write expected.txt");
+        return;
+    }
+    let expected = include_str!("expected.txt");
+    for (now, expected) in now.split("=== ").zip(expected.split("=== ")) {
+        assert_eq!(now, expected, "a txn changed; all of them now:\n{now}");
+    }
+    assert_eq!(
+        now, expected,
+        "txns were added or removed; all of them now:\n{now}"
+    );
+}
