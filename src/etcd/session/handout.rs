@@ -4,21 +4,21 @@
 //! (`revival.rs`).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use etcd_client::Client;
-use tokio::sync::{Mutex, watch};
-use tokio_util::sync::CancellationToken;
+use tokio::sync::Mutex;
 
+use super::lease::LeaseState;
 pub(crate) use super::lease::{Lease, LeaseEnd, margin};
-use super::renewal::{LeaseSignals, Renewal, keep_alive};
+use super::renewal::{Renewal, keep_alive};
 use super::revival::{self, Holding, Leftovers};
 use crate::etcd::client::error::EtcdResult;
 use crate::etcd::client::request::request;
 use crate::etcd::client::retry::{Budget, Retrying};
-use crate::loss::LossCell;
-use crate::{Expiry, LossCause};
+
+use crate::LossCause;
 
 /// Hands out the current lease, granting a new one when the old was lost.
 pub(crate) struct Session {
@@ -129,15 +129,7 @@ impl Session {
     /// for at `asked`: its deadline is a TTL after that until a renewal
     /// counts.
     fn renew(&self, id: i64, ttl: Duration, asked: Instant) -> Lease {
-        let (renewed, renewals) = watch::channel(0);
-        let signals = LeaseSignals {
-            lost: CancellationToken::new(),
-            expiry: Expiry::new(asked + ttl - margin(ttl)),
-            loss: LossCell::default(),
-            gone: Arc::new(AtomicBool::new(false)),
-            renewed,
-            refused: Arc::default(),
-        };
+        let state = LeaseState::new(asked, ttl);
         let renewal = Renewal {
             client: self.client.clone(),
             id,
@@ -150,13 +142,8 @@ impl Session {
             id,
             ttl,
             asked,
-            lost: signals.lost.clone(),
-            expiry: signals.expiry.clone(),
-            loss: signals.loss.clone(),
-            gone: Arc::clone(&signals.gone),
-            renewed: renewals,
-            refused: Arc::clone(&signals.refused),
-            keepalive: tokio::spawn(keep_alive(renewal, signals)).abort_handle(),
+            state: state.clone(),
+            keepalive: tokio::spawn(keep_alive(renewal, state)).abort_handle(),
         }
     }
 

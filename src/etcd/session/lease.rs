@@ -15,13 +15,26 @@ use crate::backoff::Backoff;
 use crate::etcd::client::error::EtcdError;
 use crate::loss::LossCell;
 
-/// A granted lease and the task renewing it.
+/// A granted lease and the task renewing it; its state ([`LeaseState`],
+/// which it derefs to) is shared with that task.
 pub(crate) struct Lease {
     pub id: i64,
     /// The TTL etcd granted.
     pub(super) ttl: Duration,
+    pub(super) state: LeaseState,
+    /// When the grant was asked for.
+    pub(super) asked: Instant,
+    pub(super) keepalive: AbortHandle,
+}
+
+/// A lease's state: written by its keepalive task (`renewal.rs`) and by
+/// the session when etcd answers that the lease is gone, read by its
+/// users. One copy, shared (every field is a shared handle).
+#[derive(Clone)]
+pub(crate) struct LeaseState {
     /// Cancelled once the lease is known or presumed expired, or the read
-    /// confirming its first renewal was refused.
+    /// confirming its first renewal was refused; the keepalive task
+    /// cancels it last, when it ends.
     pub lost: CancellationToken,
     /// The last instant the lease is known alive (see [`margin`]).
     pub expiry: Expiry,
@@ -33,13 +46,33 @@ pub(crate) struct Lease {
     /// as the loss cause before (the local deadline may have passed first).
     pub(super) gone: Arc<AtomicBool>,
     /// The number of renewals that counted (see `renewal.rs`).
-    pub(super) renewed: watch::Receiver<u64>,
+    pub(super) renewed: watch::Sender<u64>,
     /// Why the renewals ended before one counted: the confirming read was
-    /// refused.
+    /// refused (no permission on the key, credentials refused).
     pub(super) refused: Arc<std::sync::Mutex<Option<EtcdError>>>,
-    /// When the grant was asked for.
-    pub(super) asked: Instant,
-    pub(super) keepalive: AbortHandle,
+}
+
+impl LeaseState {
+    /// The state of a lease asked for at `asked` with `ttl`: its deadline
+    /// is a TTL after that (less the margin) until a renewal counts.
+    pub(super) fn new(asked: Instant, ttl: Duration) -> Self {
+        LeaseState {
+            lost: CancellationToken::new(),
+            expiry: Expiry::new(asked + ttl - margin(ttl)),
+            loss: LossCell::default(),
+            gone: Arc::new(AtomicBool::new(false)),
+            renewed: watch::Sender::new(0),
+            refused: Arc::default(),
+        }
+    }
+}
+
+impl std::ops::Deref for Lease {
+    type Target = LeaseState;
+
+    fn deref(&self) -> &LeaseState {
+        &self.state
+    }
 }
 
 /// A tenth of the TTL, at most one second: how much earlier than etcd the
@@ -79,7 +112,7 @@ impl Lease {
     /// lost (`false`). Not longer than its deadline: the keepalive task
     /// ends the lease when that passes.
     pub(super) async fn ready(&self, margin: Duration) -> bool {
-        let mut renewed = self.renewed.clone();
+        let mut renewed = self.renewed.subscribe();
         loop {
             // Renewals from here on wake the wait below.
             renewed.mark_unchanged();

@@ -2,18 +2,16 @@
 //! local deadline only on renewals a linearizable read confirms, and ends
 //! the lease when etcd says it is gone or the deadline passes.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use etcd_client::{Client, GetOptions, GetResponse};
 use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 
+use super::lease::LeaseState;
 use crate::etcd::client::error::{EtcdError, EtcdResult};
 use crate::etcd::client::request::{hedged, request};
 use crate::etcd::client::secure::token_refused;
-use crate::loss::LossCell;
 use crate::{Expiry, LossCause, observe};
 
 /// What the keepalive task needs to renew one lease.
@@ -26,21 +24,6 @@ pub(crate) struct Renewal {
     /// A key the locker may read: the read that confirms a renewal.
     pub check_key: Vec<u8>,
     pub timeout: Duration,
-}
-
-/// What the keepalive task tells the lease's users.
-pub(crate) struct LeaseSignals {
-    /// Cancelled when the task ends.
-    pub lost: CancellationToken,
-    pub expiry: Expiry,
-    pub loss: LossCell,
-    /// Set when etcd said the lease does not exist.
-    pub gone: Arc<AtomicBool>,
-    /// The number of renewals that counted so far.
-    pub renewed: watch::Sender<u64>,
-    /// Why the renewals of a lease not yet confirmed ended: the confirming
-    /// read was refused (no permission on the key, credentials refused).
-    pub refused: Arc<Mutex<Option<EtcdError>>>,
 }
 
 /// How [`renew`] ended.
@@ -56,7 +39,7 @@ enum Ended {
 /// this process paused), or no renewal of a fresh lease can count because
 /// its confirming read is refused. Then `lost` is cancelled and the
 /// deadline ends, so no guard reports the lock held any longer.
-pub(crate) async fn keep_alive(renewal: Renewal, signals: LeaseSignals) {
+pub(crate) async fn keep_alive(renewal: Renewal, signals: LeaseState) {
     let id = renewal.id;
     // A lease never confirmed was never handed out: no lock was lost.
     let confirmed = || *signals.renewed.borrow() > 0;
