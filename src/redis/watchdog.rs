@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::core::Core;
 use super::deferred::Watchdog;
+use super::hand::release_args;
 use super::node::Call;
 use super::scripts::{EXTEND_SCRIPT, RELEASE_SCRIPT, Released};
 use super::wire::LockKeys;
@@ -199,12 +200,7 @@ impl GuardRelease for HeldLock {
                 nodes.list[i].run::<i64>(Call {
                     script: &RELEASE_SCRIPT,
                     keys: &script_keys,
-                    args: vec![
-                        self.owner.clone(),
-                        self.keys.waiters.clone(),
-                        self.keys.wake.clone(),
-                        self.tokens[i].clone(),
-                    ],
+                    args: release_args(&self.owner, &self.keys, &self.tokens[i]),
                 })
             }))
             .await;
