@@ -167,7 +167,7 @@ impl LockAttempt {
         if split || unsure {
             let give_back: Vec<usize> = (0..nodes.list.len()).filter(|i| !busy[*i]).collect();
             let _ = nodes
-                .some::<i64>(&give_back, || Call {
+                .some::<i64>(&give_back, |_| Call {
                     script: &RELEASE_SCRIPT,
                     keys: &script_keys,
                     args: release_args(&self.owner, keys, ""),
@@ -192,7 +192,7 @@ impl LockAttempt {
         let results = self
             .core
             .nodes
-            .some::<i64>(&indexes, || Call {
+            .some::<i64>(&indexes, |_| Call {
                 script: &RAISE_SCRIPT,
                 keys: &script_keys,
                 args: vec![self.owner.clone(), token.to_string()],
@@ -286,7 +286,7 @@ async fn send_leave(
     let script_keys = keys.script_keys();
     let results = core
         .nodes
-        .some::<i64>(nodes, || Call {
+        .some::<i64>(nodes, |_| Call {
             script: &LEAVE_SCRIPT,
             keys: &script_keys,
             args: vec![

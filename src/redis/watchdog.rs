@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
-use futures_util::future::join_all;
 use tokio_util::sync::CancellationToken;
 
 use super::core::Core;
@@ -196,14 +195,13 @@ impl GuardRelease for HeldLock {
         // Nodes sent a release that got no answer.
         let mut unanswered = vec![false; nodes.list.len()];
         loop {
-            let results = join_all(pending.iter().map(|&i| {
-                nodes.list[i].run::<i64>(Call {
+            let results = nodes
+                .some::<i64>(&pending, |i| Call {
                     script: &RELEASE_SCRIPT,
                     keys: &script_keys,
                     args: release_args(&self.owner, &self.keys, &self.tokens[i]),
                 })
-            }))
-            .await;
+                .await;
             let mut still = Vec::new();
             let mut errors = Vec::new();
             for (i, r) in pending.iter().zip(results) {
