@@ -30,6 +30,7 @@ mod go_peer;
 mod latency;
 mod redis_cycle;
 mod redis_deployments;
+mod redis_hand;
 mod redis_rows;
 mod report;
 mod server;

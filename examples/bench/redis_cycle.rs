@@ -1,8 +1,9 @@
 //! The uncontended Redis cycle, interleaved: a PING round trip, the lock
 //! floor (SET NX PX, then the Lua compare-and-del every Redis lock
-//! releases with), fairlock unfair and fair, and the `rslock` crate take
-//! turns in rounds against one redis-server, so that load on the machine
-//! falls on all of them alike.
+//! releases with), fairlock's own scripts sent by hand unfair and fair
+//! (the floor of fairlock's shape, `redis_hand.rs`), fairlock unfair and
+//! fair, and the `rslock` crate take turns in rounds against one
+//! redis-server, so that load on the machine falls on all of them alike.
 //!
 //! Every contender runs through the same harness: its own connection to
 //! the server (set up and warmed before the rounds), one cycle at a time
@@ -15,6 +16,7 @@ use std::time::Duration;
 use fairlock::redis::{RedisConfig, RedisLocker};
 use fairlock::{Context, Key, Locker};
 
+use crate::redis_hand;
 use crate::report::{Row, median};
 use crate::workloads::{Fut2, Res, Run, sequential};
 
@@ -143,8 +145,38 @@ fn floor(t: &Target<'_>, c: redis::aio::MultiplexedConnection, key: String) -> C
     )
 }
 
+/// The key of fairlock's rows in a mode.
+fn fairlock_key(fair: bool) -> Key {
+    Key::from(if fair { "fair" } else { "unfair" })
+}
+
+/// fairlock's scripts by hand (`redis_hand.rs`) on a connection of their
+/// own, with the key of `l`'s row (on a cluster, the tag's key: the
+/// connection goes to the master holding its slot); the check that they
+/// send what `l` sends runs after the warm-up, when `l`'s requests go to
+/// the same server (not on a cluster).
+async fn by_hand(t: &Target<'_>, l: &RedisLocker, fair: bool) -> Res<Contender> {
+    let c = connection(t.direct_url).await?;
+    let key = t.slot_tag.map_or_else(|| fairlock_key(fair), Key::from);
+    Ok(Contender::new(
+        t.name("fairlock's scripts by hand (floor)"),
+        if fair { "fair" } else { "unfair" },
+        redis_hand::cycle(c, l.hand_cycle(&key)),
+    ))
+}
+
+/// See [`by_hand`].
+async fn check_by_hand(t: &Target<'_>, l: &RedisLocker, fair: bool) -> Res<()> {
+    if t.slot_tag.is_some() {
+        return Ok(());
+    }
+    let key = fairlock_key(fair);
+    let c = connection(t.direct_url).await?;
+    redis_hand::check_same_commands(t.direct_url, l, &key, &l.hand_cycle(&key), c).await
+}
+
 fn fairlock(t: &Target<'_>, l: RedisLocker, fair: bool) -> Contender {
-    let key = Key::from(if fair { "fair" } else { "unfair" });
+    let key = fairlock_key(fair);
     Contender::new(
         t.name("fairlock lock+unlock"),
         if fair { "fair" } else { "unfair" },
@@ -194,63 +226,82 @@ pub async fn rows_on(t: &Target<'_>, prefix: &str, rounds: usize, batch: usize) 
         RedisLocker::connect(config, fair)
     };
     let url = t.direct_url;
+    let (unfair_l, fair_l) = (locker(false).await?, locker(true).await?);
     let mut all = vec![
         ping(t, connection(url).await?),
         floor(t, connection(url).await?, t.direct_key(prefix, "floor")),
-        fairlock(t, locker(false).await?, false),
-        fairlock(t, locker(true).await?, true),
+        by_hand(t, &unfair_l, false).await?,
+        by_hand(t, &fair_l, true).await?,
+        fairlock(t, unfair_l.clone(), false),
+        fairlock(t, fair_l.clone(), true),
         rslock(t, t.direct_key(prefix, "rslock").into_bytes()),
     ];
     // Connections up, scripts loaded, subscriptions ready.
     for c in &mut all {
         sequential(50, |_| (c.cycle)()).await?;
     }
+    check_by_hand(t, &unfair_l, false).await?;
+    check_by_hand(t, &fair_l, true).await?;
     for round in 0..rounds {
         for i in 0..all.len() {
             let at = (round + i) % all.len();
             all[at].batch(batch).await?;
         }
     }
-    let [ping, floor, unfair, fair, rslock] = &mut all[..] else {
-        unreachable!("five contenders");
+    let [ping, floor, hand_un, hand_fa, unfair, fair, rslock] = &mut all[..] else {
+        unreachable!("seven contenders");
     };
     let (rt, fl, rs) = (ping.median(), floor.median(), rslock.median());
+    let (hu, hf) = (hand_un.median(), hand_fa.median());
     let (un, fa) = (unfair.median(), fair.median());
     eprintln!(
         "bench: {}, median of {rounds} batch means of {batch}: PING {:.1} us, floor \
-         {:.1} us, fairlock unfair {:.1} us, fair {:.1} us, rslock {:.1} us; fairlock/floor \
-         {:.2} / {:.2}, fairlock/rslock {:.2} / {:.2}, rslock/floor {:.2}",
+         {:.1} us, by hand unfair {:.1} us, fair {:.1} us, fairlock unfair {:.1} us, fair \
+         {:.1} us, rslock {:.1} us; fairlock/by hand {:.3} / {:.3}, fairlock/rslock {:.3} / \
+         {:.3}, by hand/rslock {:.3} / {:.3}, rslock/floor {:.2}",
         t.name("").trim_end_matches(": "),
         rt * 1e6,
         fl * 1e6,
+        hu * 1e6,
+        hf * 1e6,
         un * 1e6,
         fa * 1e6,
         rs * 1e6,
-        un / fl,
-        fa / fl,
+        un / hu,
+        fa / hf,
         un / rs,
         fa / rs,
+        hu / rs,
+        hf / rs,
         rs / fl
     );
-    let ratio_row = |mode, r: f64| {
+    let ratio_row = |what: &str, mode, r: f64, of| {
         let none = Run {
             lat: Vec::new(),
             elapsed: Duration::from_secs(1),
         };
-        let mut row = Row::of(&t.name("fairlock / rslock"), mode, 1, 1, &none);
+        let mut row = Row::of(&t.name(what), mode, 1, 1, &none);
         row.ops_per_s = 0.0;
-        row.ratio(r, "x rslock (median of batch means)")
+        row.ratio(r, of)
     };
     let of = "x floor (median of batch means)";
+    let by_rs = "x rslock (median of batch means)";
+    let by_hand = "x by hand (median of batch means)";
     Ok(vec![
         ping.row(),
         floor
             .row()
             .ratio(fl / (2.0 * rt), "x 2 RT (median of batch means)"),
+        hand_un.row().ratio(hu / fl, of),
+        hand_fa.row().ratio(hf / fl, of),
         unfair.row().ratio(un / fl, of),
         fair.row().ratio(fa / fl, of),
         rslock.row().ratio(rs / fl, of),
-        ratio_row("unfair", un / rs),
-        ratio_row("fair", fa / rs),
+        ratio_row("fairlock / by hand", "unfair", un / hu, by_hand),
+        ratio_row("fairlock / by hand", "fair", fa / hf, by_hand),
+        ratio_row("fairlock / rslock", "unfair", un / rs, by_rs),
+        ratio_row("fairlock / rslock", "fair", fa / rs, by_rs),
+        ratio_row("by hand / rslock", "unfair", hu / rs, by_rs),
+        ratio_row("by hand / rslock", "fair", hf / rs, by_rs),
     ])
 }

@@ -8,10 +8,11 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 use super::core::Core;
+use super::hand::{acquire_args, release_args};
 use super::node::Call;
 use super::scripts::{ACQUIRE_SCRIPT, LEAVE_SCRIPT, RAISE_SCRIPT, RELEASE_SCRIPT};
 use super::watchdog;
-use super::wire::{LockKeys, mode_tag, owner_value, waiter_id};
+use super::wire::{LockKeys, owner_value, waiter_id};
 use crate::backoff::Backoff;
 use crate::{Key, LockGuard, Result};
 
@@ -109,24 +110,23 @@ impl LockAttempt {
             AttemptKind::Lock => self.id.as_str(),
             AttemptKind::TryLock => "",
         };
-        let joined = if self.rounds > 0 { "1" } else { "0" };
+        let joined = self.rounds > 0;
         self.rounds += 1;
         let started = Instant::now();
         let results: Vec<Result<(i64, i64), _>> = nodes
             .all(|_, node| Call {
                 script: &ACQUIRE_SCRIPT,
                 keys: &script_keys,
-                args: vec![
-                    self.owner.clone(),
-                    ttl_ms.clone(),
-                    mode_tag(core.fairness).into(),
-                    id.into(),
-                    keys.waiters.clone(),
-                    keys.wake.clone(),
-                    node.hub.id.clone(),
-                    record_ms.clone(),
-                    joined.into(),
-                ],
+                args: acquire_args(
+                    &self.owner,
+                    &ttl_ms,
+                    core.fairness,
+                    id,
+                    keys,
+                    &node.hub.id,
+                    &record_ms,
+                    joined,
+                ),
             })
             .await;
         let mut granted = Vec::new();
@@ -167,15 +167,10 @@ impl LockAttempt {
         if split || unsure {
             let give_back: Vec<usize> = (0..nodes.list.len()).filter(|i| !busy[*i]).collect();
             let _ = nodes
-                .some::<i64>(&give_back, || Call {
+                .some::<i64>(&give_back, |_| Call {
                     script: &RELEASE_SCRIPT,
                     keys: &script_keys,
-                    args: vec![
-                        self.owner.clone(),
-                        keys.waiters.clone(),
-                        keys.wake.clone(),
-                        String::new(),
-                    ],
+                    args: release_args(&self.owner, keys, ""),
                 })
                 .await;
         }
@@ -197,7 +192,7 @@ impl LockAttempt {
         let results = self
             .core
             .nodes
-            .some::<i64>(&indexes, || Call {
+            .some::<i64>(&indexes, |_| Call {
                 script: &RAISE_SCRIPT,
                 keys: &script_keys,
                 args: vec![self.owner.clone(), token.to_string()],
@@ -291,7 +286,7 @@ async fn send_leave(
     let script_keys = keys.script_keys();
     let results = core
         .nodes
-        .some::<i64>(nodes, || Call {
+        .some::<i64>(nodes, |_| Call {
             script: &LEAVE_SCRIPT,
             keys: &script_keys,
             args: vec![

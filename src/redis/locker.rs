@@ -13,6 +13,7 @@ use super::config::RedisConfig;
 use super::core::{Core, fair_redlock_unsupported};
 use super::election::RedisElector;
 use super::error::is_in_use_as_line;
+use super::hand::HandCycle;
 use super::line::in_use_as_line;
 use super::node::Nodes;
 use super::shared::{check_single, try_shared, wait_shared};
@@ -116,6 +117,13 @@ impl RedisLocker {
 
     pub(crate) fn inner(&self) -> &Arc<Core> {
         &self.core
+    }
+
+    /// For the bench's floor row; not API: see [`HandCycle`].
+    #[doc(hidden)]
+    #[must_use]
+    pub fn hand_cycle(&self, key: &Key) -> HandCycle {
+        HandCycle::new(&self.core, key)
     }
 }
 

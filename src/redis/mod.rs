@@ -172,6 +172,8 @@
 //! - `core.rs`: what a locker's operations share (nodes, configuration,
 //!   mode, id, the watchdogs' starter) and the poll and waiter-record
 //!   times.
+//! - `hand.rs`: the arguments of the uncontended cycle's two scripts, for
+//!   the locker and for the bench's floor row (`HandCycle`, not API).
 //! - `watchdog.rs`: the guard of a grant, extending it every TTL/3, loss
 //!   signals, release.
 //! - `held_share.rs`: the guard of a read lock, write lock or permit, its
@@ -194,6 +196,7 @@ mod deferred;
 mod deployments;
 mod election;
 mod error;
+mod hand;
 mod held_share;
 mod line;
 mod line_lua;
@@ -218,6 +221,8 @@ use std::sync::Arc;
 pub use crate::Owner;
 pub use config::{DEFAULT_DRIFT_FACTOR, DEFAULT_PREFIX, MAX_TTL, MIN_TTL, RedisConfig};
 pub use election::RedisElector;
+#[doc(hidden)]
+pub use hand::HandCycle;
 pub use locker::RedisLocker;
 pub use topology::Deployment;
 

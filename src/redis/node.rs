@@ -42,8 +42,14 @@ pub(crate) struct Call<'a> {
 impl Node {
     /// Runs `call` on this node within the per-node timeout.
     pub async fn run<T: FromRedisValue>(&self, call: Call<'_>) -> Result<T, NodeError> {
-        let args: Vec<&[u8]> = call.args.iter().map(String::as_bytes).collect();
-        self.run_bytes(call.script, call.keys, &args).await
+        let mut invocation = call.script.prepare_invoke();
+        for key in call.keys {
+            invocation.key(*key);
+        }
+        for arg in &call.args {
+            invocation.arg(arg.as_bytes());
+        }
+        self.invoke(&invocation, call.keys).await
     }
 
     /// Runs `script` with arguments that need not be text (an election's
@@ -61,7 +67,16 @@ impl Node {
         for arg in args {
             invocation.arg(*arg);
         }
-        self.request(self.timeout, self.link.invoke(&invocation))
+        self.invoke(&invocation, keys).await
+    }
+
+    /// Runs a prepared script call of `keys` within the per-node timeout.
+    async fn invoke<T: FromRedisValue>(
+        &self,
+        invocation: &redis::ScriptInvocation<'_>,
+        keys: &[&str],
+    ) -> Result<T, NodeError> {
+        self.request(self.timeout, self.link.invoke(invocation))
             .await
             .map_err(|e| e.name_key(keys))
     }
@@ -183,6 +198,10 @@ impl Nodes {
         T: FromRedisValue,
         F: Fn(usize, &'a Node) -> Call<'a>,
     {
+        // One node (a server, a cluster, sentinels): no join.
+        if let [node] = &self.list[..] {
+            return vec![node.run(call(0, node)).await];
+        }
         join_all(
             self.list
                 .iter()
@@ -192,13 +211,17 @@ impl Nodes {
         .await
     }
 
-    /// Runs `call` on the nodes at `indexes` at once; results in that order.
+    /// Runs `call(index)` on the nodes at `indexes` at once; results in that
+    /// order.
     pub async fn some<'c, T: FromRedisValue>(
         &self,
         indexes: &[usize],
-        call: impl Fn() -> Call<'c>,
+        call: impl Fn(usize) -> Call<'c>,
     ) -> Vec<Result<T, NodeError>> {
-        join_all(indexes.iter().map(|i| self.list[*i].run(call()))).await
+        if let [i] = indexes {
+            return vec![self.list[*i].run(call(*i)).await];
+        }
+        join_all(indexes.iter().map(|i| self.list[*i].run(call(*i)))).await
     }
 
     /// `true` for Redlock (more than one node).

@@ -5,11 +5,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
-use futures_util::future::join_all;
 use tokio_util::sync::CancellationToken;
 
 use super::core::Core;
 use super::deferred::Watchdog;
+use super::hand::release_args;
 use super::node::Call;
 use super::scripts::{EXTEND_SCRIPT, RELEASE_SCRIPT, Released};
 use super::wire::LockKeys;
@@ -195,19 +195,13 @@ impl GuardRelease for HeldLock {
         // Nodes sent a release that got no answer.
         let mut unanswered = vec![false; nodes.list.len()];
         loop {
-            let results = join_all(pending.iter().map(|&i| {
-                nodes.list[i].run::<i64>(Call {
+            let results = nodes
+                .some::<i64>(&pending, |i| Call {
                     script: &RELEASE_SCRIPT,
                     keys: &script_keys,
-                    args: vec![
-                        self.owner.clone(),
-                        self.keys.waiters.clone(),
-                        self.keys.wake.clone(),
-                        self.tokens[i].clone(),
-                    ],
+                    args: release_args(&self.owner, &self.keys, &self.tokens[i]),
                 })
-            }))
-            .await;
+                .await;
             let mut still = Vec::new();
             let mut errors = Vec::new();
             for (i, r) in pending.iter().zip(results) {

@@ -1,0 +1,154 @@
+//! The arguments of the two scripts of the uncontended cycle, built in one
+//! place for the locker (`attempt.rs`, `watchdog.rs`) and for the bench's
+//! floor row, "fairlock's scripts by hand" ([`HandCycle`]): the same
+//! scripts with the same `KEYS` and `ARGV`, sent from a bare connection.
+
+use redis::ScriptInvocation;
+
+use super::core::Core;
+use super::scripts::{ACQUIRE_SCRIPT, RELEASE_SCRIPT};
+use super::wire::{LockKeys, mode_tag, owner_value, waiter_id};
+use crate::Key;
+use crate::fairness::Fairness;
+
+/// The acquire script's `ARGV` (see `scripts.rs`): `[owner, ttl ms, f|u,
+/// id or "", waiters, wake, hub, record ttl ms, joined]`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn acquire_args(
+    owner: &str,
+    ttl_ms: &str,
+    fairness: Fairness,
+    id: &str,
+    keys: &LockKeys,
+    hub: &str,
+    record_ms: &str,
+    joined: bool,
+) -> Vec<String> {
+    vec![
+        owner.to_owned(),
+        ttl_ms.to_owned(),
+        mode_tag(fairness).into(),
+        id.to_owned(),
+        keys.waiters.clone(),
+        keys.wake.clone(),
+        hub.to_owned(),
+        record_ms.to_owned(),
+        if joined { "1" } else { "0" }.into(),
+    ]
+}
+
+/// The release script's `ARGV`: `[owner, waiters, wake, token]`, `token`
+/// the one the node gave `owner` (`""` for none).
+pub(crate) fn release_args(owner: &str, keys: &LockKeys, token: &str) -> Vec<String> {
+    vec![
+        owner.to_owned(),
+        keys.waiters.clone(),
+        keys.wake.clone(),
+        token.to_owned(),
+    ]
+}
+
+fn invocation(script: &'static redis::Script, keys: &LockKeys, args: &[String]) -> Inv {
+    let mut inv = script.prepare_invoke();
+    for key in keys.script_keys() {
+        inv.key(key);
+    }
+    for arg in args {
+        inv.arg(arg.as_str());
+    }
+    inv
+}
+
+type Inv = ScriptInvocation<'static>;
+
+/// For the bench's floor row; not API. The acquire and release scripts of
+/// one locker's uncontended `lock` + `unlock` on one key of a single node
+/// (a server, or the master behind sentinels; on a cluster the keys are
+/// hash-tagged as the locker's are), with the same `KEYS` and `ARGV` the
+/// locker sends on its first round: one attempt's owner value and waiter
+/// id (made once, reused by every cycle: the scripts cannot tell), the
+/// locker's TTL, record TTL and wake-up hub. The caller sends them with
+/// `invoke_async` (`EVALSHA`) on a connection of its own.
+#[doc(hidden)]
+pub struct HandCycle {
+    keys: LockKeys,
+    acquire: Vec<String>,
+    owner: String,
+}
+
+impl HandCycle {
+    /// The acquire script's call; its answer is `(1, token)` when granted.
+    #[must_use]
+    pub fn acquire(&self) -> ScriptInvocation<'static> {
+        invocation(&ACQUIRE_SCRIPT, &self.keys, &self.acquire)
+    }
+
+    /// The release script's call for the grant of `token`; its answer is
+    /// 1 when it released our lock.
+    #[must_use]
+    pub fn release(&self, token: i64) -> ScriptInvocation<'static> {
+        let args = release_args(&self.owner, &self.keys, &token.to_string());
+        invocation(&RELEASE_SCRIPT, &self.keys, &args)
+    }
+
+    /// The SHA1s of the acquire and release scripts, as `EVALSHA` names
+    /// them.
+    #[must_use]
+    pub fn script_hashes() -> [&'static str; 2] {
+        [ACQUIRE_SCRIPT.get_hash(), RELEASE_SCRIPT.get_hash()]
+    }
+}
+
+impl HandCycle {
+    /// The cycle of the locker whose state is `core` on `key`
+    /// (`RedisLocker::hand_cycle`).
+    pub(crate) fn new(core: &Core, key: &Key) -> Self {
+        let keys = LockKeys::new(core.nodes.layout, core.config.prefix(), key);
+        let id = waiter_id(core.fairness);
+        let owner = owner_value(&id, &core.id);
+        let acquire = acquire_args(
+            &owner,
+            &core.config.ttl_ms().to_string(),
+            core.fairness,
+            &id,
+            &keys,
+            &core.nodes.list[0].hub.id,
+            &core.record_ttl().as_millis().to_string(),
+            false,
+        );
+        HandCycle {
+            keys,
+            acquire,
+            owner,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::redis::wire::Layout;
+
+    #[test]
+    fn the_hand_cycle_sends_the_lockers_scripts() {
+        // The same statics the attempt and the release run.
+        assert_eq!(
+            HandCycle::script_hashes(),
+            [ACQUIRE_SCRIPT.get_hash(), RELEASE_SCRIPT.get_hash()]
+        );
+        let keys = LockKeys::new(Layout::Flat, "p:", &Key::from("a"));
+        let args = acquire_args(
+            "o",
+            "10000",
+            Fairness::Fair,
+            "fx",
+            &keys,
+            "h",
+            "3000",
+            false,
+        );
+        assert_eq!(args.len(), 9);
+        assert_eq!(args[8], "0");
+        assert_eq!(release_args("o", &keys, "7").len(), 4);
+    }
+}
