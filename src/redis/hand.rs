@@ -6,6 +6,7 @@
 use redis::ScriptInvocation;
 
 use super::core::Core;
+use super::node::invocation;
 use super::scripts::{ACQUIRE_SCRIPT, RELEASE_SCRIPT};
 use super::wire::{LockKeys, mode_tag, owner_value, waiter_id};
 use crate::Key;
@@ -48,19 +49,6 @@ pub(crate) fn release_args(owner: &str, keys: &LockKeys, token: &str) -> Vec<Str
     ]
 }
 
-fn invocation(script: &'static redis::Script, keys: &LockKeys, args: &[String]) -> Inv {
-    let mut inv = script.prepare_invoke();
-    for key in keys.script_keys() {
-        inv.key(key);
-    }
-    for arg in args {
-        inv.arg(arg.as_str());
-    }
-    inv
-}
-
-type Inv = ScriptInvocation<'static>;
-
 /// For the bench's floor row; not API. The acquire and release scripts of
 /// one locker's uncontended `lock` + `unlock` on one key of a single node
 /// (a server, or the master behind sentinels; on a cluster the keys are
@@ -80,7 +68,7 @@ impl HandCycle {
     /// The acquire script's call; its answer is `(1, token)` when granted.
     #[must_use]
     pub fn acquire(&self) -> ScriptInvocation<'static> {
-        invocation(&ACQUIRE_SCRIPT, &self.keys, &self.acquire)
+        invocation(&ACQUIRE_SCRIPT, &self.keys.script_keys(), &self.acquire)
     }
 
     /// The release script's call for the grant of `token`; its answer is
@@ -88,7 +76,7 @@ impl HandCycle {
     #[must_use]
     pub fn release(&self, token: i64) -> ScriptInvocation<'static> {
         let args = release_args(&self.owner, &self.keys, &token.to_string());
-        invocation(&RELEASE_SCRIPT, &self.keys, &args)
+        invocation(&RELEASE_SCRIPT, &self.keys.script_keys(), &args)
     }
 
     /// The SHA1s of the acquire and release scripts, as `EVALSHA` names

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use redis::{FromRedisValue, Script};
+use redis::{FromRedisValue, Script, ScriptInvocation};
 
 use super::config::RedisConfig;
 use super::connect;
@@ -39,16 +39,27 @@ pub(crate) struct Call<'a> {
     pub args: Vec<String>,
 }
 
+/// The call of `script` with `keys` and `args` (sent as `EVALSHA`, and
+/// loaded first if the server does not have it).
+pub(crate) fn invocation<'s, A: AsRef<[u8]>>(
+    script: &'s Script,
+    keys: &[&str],
+    args: &[A],
+) -> ScriptInvocation<'s> {
+    let mut invocation = script.prepare_invoke();
+    for key in keys {
+        invocation.key(*key);
+    }
+    for arg in args {
+        invocation.arg(arg.as_ref());
+    }
+    invocation
+}
+
 impl Node {
     /// Runs `call` on this node within the per-node timeout.
     pub async fn run<T: FromRedisValue>(&self, call: Call<'_>) -> Result<T, NodeError> {
-        let mut invocation = call.script.prepare_invoke();
-        for key in call.keys {
-            invocation.key(*key);
-        }
-        for arg in &call.args {
-            invocation.arg(arg.as_bytes());
-        }
+        let invocation = invocation(call.script, call.keys, &call.args);
         self.invoke(&invocation, call.keys).await
     }
 
@@ -60,20 +71,13 @@ impl Node {
         keys: &[&str],
         args: &[&[u8]],
     ) -> Result<T, NodeError> {
-        let mut invocation = script.prepare_invoke();
-        for key in keys {
-            invocation.key(*key);
-        }
-        for arg in args {
-            invocation.arg(*arg);
-        }
-        self.invoke(&invocation, keys).await
+        self.invoke(&invocation(script, keys, args), keys).await
     }
 
     /// Runs a prepared script call of `keys` within the per-node timeout.
     async fn invoke<T: FromRedisValue>(
         &self,
-        invocation: &redis::ScriptInvocation<'_>,
+        invocation: &ScriptInvocation<'_>,
         keys: &[&str],
     ) -> Result<T, NodeError> {
         self.request(self.timeout, self.link.invoke(invocation))
