@@ -369,7 +369,7 @@ fn etcd_ended_lease(inp: &Input<'_>, a: &Interval, b: &Interval) -> Option<f64> 
 /// end of its previous cycle to the section's end, its pauses (times
 /// relative to the earlier section's start), then the lock key's history
 /// around the two tokens.
-fn explain(inp: &Input<'_>, a: &Interval, b: &Interval) -> String {
+pub fn explain(inp: &Input<'_>, a: &Interval, b: &Interval) -> String {
     const LEAD: u64 = 2_000_000_000;
     let rel = |t: u64| (t as f64 - a.acq as f64) / 1e6;
     let mut out = String::new();

@@ -32,6 +32,8 @@ pub enum Fault {
     Loss,
     DelaySpikes,
     LinkFlap,
+    /// A fault of a Redis deployment (`redis_faults.rs`).
+    Redis(crate::redis_fault::RedisFault),
 }
 
 impl Fault {
@@ -49,6 +51,7 @@ impl Fault {
                 "lease revoked, holder stopped {:.1}s",
                 REVOKED_PAUSE.as_secs_f64()
             ),
+            Fault::Redis(f) => f.label().into(),
             net => crate::net_phases::label(net, ttl),
         }
     }
@@ -64,6 +67,7 @@ impl Fault {
                 | Fault::HolderCut
                 | Fault::WaiterCut
                 | Fault::LeaderMinority
+                | Fault::Redis(_)
         )
     }
 
@@ -74,6 +78,9 @@ impl Fault {
     /// majority elects it within one election timeout, and
     /// [`Injection::bound`] uses when it did.
     pub fn bound(self, o: &Opts) -> Duration {
+        if let Fault::Redis(f) = self {
+            return f.bound(o);
+        }
         let bound = o.ttl + ELECTION_TIMEOUT + o.margin;
         if self == Fault::LeaderMinority {
             bound + ELECTION_TIMEOUT

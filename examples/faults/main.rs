@@ -23,6 +23,14 @@
 //! recovery overruns (checker 4) of the faults whose label contains TEXT as
 //! known instead of failing the run: for a liveness problem that is
 //! understood and reported, never for a safety checker.
+//! `--redis single|sentinel|cluster` runs the Redis fault run on that
+//! deployment instead (`redis_faults.rs`; the faults and what Redis
+//! promises under each in `redis_fault.rs`): restarts of one instance with
+//! and without persistence; a planned failover, the master killed and the
+//! master paused behind sentinels and on a cluster. Its checkers are
+//! `redis_check.rs`'s (counter, overlaps, tokens never going back) and the
+//! recovery and leftover checks below. `scripts/faults.sh --redis` runs
+//! the three deployments' short form.
 //! `--net` runs the network suite instead (`net_phases.rs`, as root): the
 //! members and workers in network namespaces, faults that cut links,
 //! partition the cluster, drop packets and delay them.
@@ -72,6 +80,13 @@ mod net_check;
 mod net_phases;
 mod observer;
 mod order_check;
+#[cfg(feature = "redis")]
+mod redis_check;
+#[cfg(feature = "redis")]
+mod redis_deploy;
+mod redis_fault;
+#[cfg(feature = "redis")]
+mod redis_faults;
 #[cfg(feature = "redis")]
 mod redis_net;
 #[cfg(feature = "redis")]
@@ -123,10 +138,12 @@ pub struct Opts {
     pub soak: Option<soak::SoakOpts>,
     /// What the workers do (`workload.rs`).
     pub workload: workload::Workload,
+    /// Run the Redis fault run on this deployment instead (`redis_faults.rs`).
+    pub redis: Option<redis_fault::Deployment>,
 }
 
 const USAGE: &str = "usage: faults [--long] [--mode both|fair|unfair] [--workers N] [--rounds N] \
-                     [--ttl-ms MS] [--hold-ms MS] [--margin-ms MS] [--request-timeout-ms MS] [--unfenced] [--dump DIR] [--net] [--only TEXT] [--known-slow TEXT] [--workload mutex|shared|election] \
+                     [--ttl-ms MS] [--hold-ms MS] [--margin-ms MS] [--request-timeout-ms MS] [--unfenced] [--dump DIR] [--net] [--only TEXT] [--known-slow TEXT] [--workload mutex|shared|election] [--redis single|sentinel|cluster] \
                      [--soak SECS [--soak-keys N] [--soak-tasks N] [--soak-leak]]";
 
 enum Role {
@@ -164,6 +181,7 @@ fn parse() -> Result<Role, String> {
         known_slow: None,
         soak: None,
         workload: workload::Workload::Mutex,
+        redis: None,
     };
     let mut soak = soak::SoakOpts {
         duration: Duration::ZERO,
@@ -206,6 +224,13 @@ fn parse() -> Result<Role, String> {
                 o.workload = workload::Workload::parse(&w).ok_or(format!(
                     "--workload: {w:?} is not mutex, shared or election"
                 ))?;
+            }
+            "--redis" => {
+                let d = value()?;
+                o.redis = Some(
+                    redis_fault::Deployment::parse(&d)
+                        .ok_or(format!("--redis: {d:?} is not single, sentinel or cluster"))?,
+                );
             }
             "--soak" => soak.duration = Duration::from_secs(number(value()?)?),
             "--soak-keys" => soak.keys = usize::try_from(number(value()?)?).unwrap_or(1).max(1),
@@ -277,6 +302,8 @@ fn main() -> ExitCode {
         Role::Orchestrator(opts) => match rt.block_on(async {
             if let Some(soak) = &opts.soak {
                 soak::run(soak).await
+            } else if let Some(deployment) = opts.redis {
+                run_redis(&opts, deployment).await
             } else if opts.net {
                 net_phases::run(&opts).await
             } else {
@@ -294,6 +321,16 @@ fn main() -> ExitCode {
             }
         },
     }
+}
+
+#[cfg(feature = "redis")]
+async fn run_redis(o: &Opts, deployment: redis_fault::Deployment) -> Result<usize, BoxError> {
+    redis_faults::run(o, deployment).await
+}
+
+#[cfg(not(feature = "redis"))]
+async fn run_redis(_: &Opts, _: redis_fault::Deployment) -> Result<usize, BoxError> {
+    Err("--redis needs the redis feature".into())
 }
 
 /// CLOCK_MONOTONIC in nanoseconds: one clock for every process on this

@@ -125,7 +125,7 @@ impl RedisPhase<'_> {
             let mut child = self
                 .net
                 .command(node, std::env::current_exe()?)
-                .args(redis_worker::Args::to_argv(url, prefix, fair, self.o))
+                .args(redis_worker::Args::to_argv(url, url, prefix, fair, self.o))
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .spawn()?;
@@ -289,30 +289,7 @@ impl RedisPhase<'_> {
         };
         let (mut v, mut notes) = (Vec::new(), Vec::new());
         check::harness(&inp, &mut v);
-        let writes: Vec<&str> = inp
-            .log
-            .procs
-            .values()
-            .flat_map(|p| p.events.iter().filter(|e| e.kind == Kind::Write))
-            .map(|e| e.detail.as_str())
-            .collect();
-        let acked = writes.iter().filter(|w| **w == "ok").count() as u64;
-        let unknown = writes.iter().filter(|w| w.starts_with("err")).count() as u64;
-        let refused = writes.iter().filter(|w| **w == "lost").count();
-        notes.push(format!(
-            "counter: {counter} in Redis; {acked} acknowledged, {unknown} indeterminate, \
-             {refused} refused by the fence"
-        ));
-        if counter < acked || counter > acked + unknown {
-            v.push(Violation {
-                checker: 1,
-                t: None,
-                text: format!(
-                    "counter {counter} is outside [{acked}, {}]",
-                    acked + unknown
-                ),
-            });
-        }
+        crate::redis_check::counter(&inp, counter, &mut v, &mut notes);
         let intervals = check::intervals(&inp.log);
         for (i, a) in intervals.iter().enumerate() {
             if let Some(b) = intervals[i + 1..]

@@ -1,9 +1,13 @@
-//! A Redis worker process (single instance): lock -> critical section ->
-//! unlock until its stdin closes, with the same event lines as `worker.rs`.
+//! A Redis worker process: lock -> critical section -> unlock until its
+//! stdin closes, with the same event lines as `worker.rs`. The lock URL is
+//! any the library takes (`redis://`, `redis+sentinel://`,
+//! `redis+cluster://`), with the library's defaults but the TTL.
 //! The critical section sleeps `hold`, checks `is_held()`, then increments
-//! a counter through a fence kept next to it: a Lua script that refuses a
-//! fencing token lower than the highest it has seen (as a resource guarded
-//! by tokens does), reported `lost` when refused.
+//! a counter through a fence kept next to it on the resource server (a
+//! plain `redis://` URL: the lock's own server, or one outside the faults):
+//! a Lua script that refuses a fencing token lower than the highest it has
+//! seen (as a resource guarded by tokens does), reported `lost` when
+//! refused.
 
 use std::io::Read;
 use std::time::Duration;
@@ -25,6 +29,7 @@ return redis.call('INCR', KEYS[1])
 
 pub struct Args {
     url: String,
+    resource: String,
     prefix: String,
     counter: String,
     fence: String,
@@ -38,6 +43,7 @@ impl Args {
     pub fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         let mut next = |what: &str| args.next().ok_or(format!("--redis-worker: missing {what}"));
         let url = next("url")?;
+        let resource = next("resource url")?;
         let prefix = next("prefix")?;
         let counter = next("counter")?;
         let fence = next("fence")?;
@@ -49,6 +55,7 @@ impl Args {
             ms(next("request timeout")?).map_err(|_| "--redis-worker: bad request timeout")?;
         Ok(Args {
             url,
+            resource,
             prefix,
             counter,
             fence,
@@ -59,11 +66,19 @@ impl Args {
         })
     }
 
-    /// The arguments that make the orchestrator's child a Redis worker.
-    pub fn to_argv(url: &str, prefix: &str, fair: bool, o: &crate::Opts) -> Vec<String> {
+    /// The arguments that make the orchestrator's child a Redis worker
+    /// locking at `url` and writing the counter at `resource`.
+    pub fn to_argv(
+        url: &str,
+        resource: &str,
+        prefix: &str,
+        fair: bool,
+        o: &crate::Opts,
+    ) -> Vec<String> {
         vec![
             "--redis-worker".into(),
             url.into(),
+            resource.into(),
             format!("{prefix}locks:"),
             format!("{prefix}data:counter"),
             format!("{prefix}data:fence"),
@@ -85,7 +100,7 @@ pub async fn run(a: Args) -> Result<(), BoxError> {
     // critical section when its lease's local deadline passes.
     let conn_config =
         redis::AsyncConnectionConfig::new().set_response_timeout(Some(a.request_timeout));
-    let mut conn = redis::Client::open(a.url.as_str())?
+    let mut conn = redis::Client::open(a.resource.as_str())?
         .get_multiplexed_async_connection_with_config(&conn_config)
         .await?;
     let script = redis::Script::new(FENCED_INCR);

@@ -69,7 +69,11 @@ pub fn rows(inp: &Input<'_>, v: &[Violation]) -> Vec<Row> {
 
 /// Prints the table and every violation; returns how many there were.
 pub fn print(reports: &[Report], o: &Opts) -> usize {
-    let bound = o.ttl + ELECTION_TIMEOUT + o.margin;
+    print_bounded(reports, o.ttl + ELECTION_TIMEOUT + o.margin)
+}
+
+/// [`print`] with the recovery bound the runs were held to.
+pub fn print_bounded(reports: &[Report], bound: Duration) -> usize {
     println!(
         "\n{:<7} {:<40} {:>10} {:>11} {:>10} {:>13}",
         "mode", "fault", "injections", "lock cycles", "violations", "max recovery"

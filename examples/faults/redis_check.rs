@@ -1,0 +1,133 @@
+//! The checks of the Redis runs that need no server history (Redis has
+//! none to replay): the counter, critical sections, fencing tokens. The
+//! recovery bound (4) and the leftovers (5) are `check::report`'s.
+
+use crate::check::{self, Input, Interval, Violation};
+use crate::events::Kind;
+use crate::ms;
+
+/// Checker 1: the counter, written only through the fence, is at least
+/// the acknowledged increments and at most those plus the indeterminate
+/// ones (an error or no answer: applied or not).
+pub fn counter(inp: &Input<'_>, counter: u64, v: &mut Vec<Violation>, notes: &mut Vec<String>) {
+    let writes: Vec<&str> = inp
+        .log
+        .procs
+        .values()
+        .flat_map(|p| p.events.iter().filter(|e| e.kind == Kind::Write))
+        .map(|e| e.detail.as_str())
+        .collect();
+    let acked = writes.iter().filter(|w| **w == "ok").count() as u64;
+    let unknown = writes.iter().filter(|w| w.starts_with("err")).count() as u64;
+    let refused = writes.iter().filter(|w| **w == "lost").count();
+    notes.push(format!(
+        "counter: {counter} in Redis; {acked} acknowledged, {unknown} indeterminate, \
+         {refused} refused by the fence"
+    ));
+    if counter < acked || counter > acked + unknown {
+        v.push(Violation {
+            checker: 1,
+            t: None,
+            text: format!(
+                "counter {counter} is outside [{acked}, {}]",
+                acked + unknown
+            ),
+        });
+    }
+}
+
+/// Checker 2: no two critical sections overlap, unless the earlier
+/// holder's next fenced write after the later grant was refused by the
+/// fence (and none of its writes after that grant was accepted): the
+/// resource was then protected by the token, not by the lock.
+pub fn exclusion(
+    inp: &Input<'_>,
+    intervals: &[Interval],
+    v: &mut Vec<Violation>,
+    notes: &mut Vec<String>,
+) {
+    let mut excused = 0;
+    for (i, a) in intervals.iter().enumerate() {
+        let later: Vec<&Interval> = intervals[i + 1..]
+            .iter()
+            .take_while(|b| b.acq < a.end)
+            .filter(|b| b.proc != a.proc)
+            .collect();
+        let Some(first) = later.first() else {
+            continue;
+        };
+        let writes: Vec<&str> = check::after(&inp.log, a.proc, a.token, first.acq)
+            .into_iter()
+            .filter(|e| e.kind == Kind::Write)
+            .map(|e| e.detail.as_str())
+            .collect();
+        let fenced = writes.first() == Some(&"lost") && !writes.contains(&"ok");
+        if fenced {
+            excused += 1;
+            continue;
+        }
+        v.push(Violation {
+            checker: 2,
+            t: Some(first.acq),
+            text: format!(
+                "the critical section of worker {} (token {}) overlaps {} later one(s), by up \
+                 to {:.1} ms: tokens {:?}; its writes after the first later grant: {:?}\n{}",
+                a.proc,
+                a.token,
+                later.len(),
+                ms(a.end - first.acq),
+                later.iter().map(|b| b.token).collect::<Vec<_>>(),
+                writes,
+                check::explain(inp, a, first)
+            ),
+        });
+    }
+    notes.push(format!(
+        "critical sections: {} in all; {excused} overlapped later ones and had their next \
+         write refused by the fence",
+        intervals.len()
+    ));
+}
+
+/// Checker 6: fencing tokens never go back: every grant's token is above
+/// every token granted before it on the key (the workers lock one key). A
+/// run of grants at or below the highest token so far is one violation.
+pub fn tokens(inp: &Input<'_>, v: &mut Vec<Violation>, notes: &mut Vec<String>) {
+    let grants = inp.log.grants_after(0);
+    let mut top: Option<(u64, usize, u64)> = None;
+    let mut episode: Option<(usize, u64, u64)> = None;
+    let mut episodes = Vec::new();
+    for &(t, proc, token) in &grants {
+        match top {
+            Some((high, hp, ht)) if token <= high => {
+                let e = episode.get_or_insert_with(|| {
+                    episodes.push((t, proc, token, high, hp, ht, 0));
+                    (episodes.len() - 1, t, token)
+                });
+                episodes[e.0].6 += 1;
+            }
+            _ => {
+                top = Some((token, proc, t));
+                episode = None;
+            }
+        }
+    }
+    let t0 = grants.first().map_or(0, |g| g.0);
+    for &(t, proc, token, high, hp, ht, n) in &episodes {
+        v.push(Violation {
+            checker: 6,
+            t: Some(t),
+            text: format!(
+                "worker {proc} was granted token {token} at {:.1} ms, not above token {high} \
+                 granted to worker {hp} at {:.1} ms ({n} grant(s) in a row at or below it)",
+                ms(t - t0),
+                ms(ht - t0),
+            ),
+        });
+    }
+    notes.push(format!(
+        "fencing tokens: {} grants, {} run(s) of tokens going back",
+        grants.len(),
+        episodes.len()
+    ));
+}

@@ -1,0 +1,274 @@
+//! The Redis fault runs (`--redis single|sentinel|cluster`): the Redis
+//! workers (`redis_worker.rs`) lock one key on a deployment
+//! (`redis_deploy.rs`) with the library's defaults and the run's TTL,
+//! while the deployment's faults (`redis_fault.rs`) are injected one after
+//! another; then the checks, each failing the run on a violation:
+//! 1. the counter (on a resource server no fault touches) is within
+//!    [acknowledged, acknowledged + indeterminate] increments;
+//! 2. critical sections (CLOCK_MONOTONIC) never overlap, unless the
+//!    earlier holder's next fenced write after the later grant was refused;
+//! 4. after each fault, a lock is granted on the deployment as healed
+//!    within TTL + failover allowance + margin of the injection;
+//! 5. nothing is left under the run's prefix once the workers stopped
+//!    but the fencing counter(s);
+//! 6. fencing tokens never go back: a grant's token is above every token
+//!    granted before it.
+
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::check::{self, Input, Report};
+use crate::events::{Kind, Shared};
+use crate::fault::{Fault, Injection};
+use crate::redis_deploy::Redis;
+use crate::redis_fault::{Deployment, FAILOVER_ALLOWANCE, RedisFault};
+use crate::{BoxError, Opts, mono_ns, redis_check, redis_worker};
+
+/// Grants to see after a fault's recovery before the next fault: the
+/// workers back in their stride.
+const SETTLE_GRANTS: usize = 5;
+
+/// Runs one phase per mode on a fresh deployment; prints the table;
+/// returns the violations.
+pub async fn run(o: &Opts, which: Deployment) -> Result<usize, BoxError> {
+    let started = Instant::now();
+    let mut redis = Redis::start(which).await?;
+    println!("\nRedis fault run: {}", redis.describe());
+    println!(
+        "counter and fence on a separate redis-server at {}",
+        redis.resource_url()
+    );
+    let faults: Vec<RedisFault> = which
+        .faults()
+        .iter()
+        .copied()
+        .filter(|f| {
+            o.only
+                .as_ref()
+                .is_none_or(|t| f.label().contains(t.as_str()))
+        })
+        .collect();
+    println!("what Redis promises under each fault:");
+    for f in &faults {
+        println!("  {}: {}", f.label(), f.promise());
+    }
+    let mut schedule = vec![Fault::Baseline];
+    for _ in 0..o.rounds {
+        schedule.extend(faults.iter().map(|&f| Fault::Redis(f)));
+    }
+    let run_id = uuid::Uuid::new_v4().simple().to_string();
+    let mut reports = Vec::new();
+    for &fair in &o.modes {
+        let mode = if fair { "fair" } else { "unfair" };
+        println!("\n== Redis {} {mode} phase ==", which.name());
+        let prefix = format!("fl-faults:{run_id}:{mode}:");
+        let mut phase = Phase {
+            o,
+            shared: Shared::default(),
+            slots: Vec::new(),
+            injections: Vec::new(),
+        };
+        let result = phase.run(&mut redis, &prefix, fair, &schedule).await;
+        phase.stop().await;
+        result?;
+        reports.push(phase.check(&redis, &prefix, fair).await?);
+    }
+    drop(redis);
+    println!("\n{} deployment:", which.name());
+    let bound = o.ttl + FAILOVER_ALLOWANCE + o.margin;
+    let violations = crate::table::print_bounded(&reports, bound);
+    println!("total time {:.0} s", started.elapsed().as_secs_f64());
+    Ok(violations)
+}
+
+/// A worker process, killed if it has not stopped when dropped.
+struct Slot {
+    child: Child,
+    stdin: Option<ChildStdin>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+struct Phase<'a> {
+    o: &'a Opts,
+    shared: Shared,
+    slots: Vec<Slot>,
+    injections: Vec<Injection>,
+}
+
+impl Phase<'_> {
+    async fn run(
+        &mut self,
+        redis: &mut Redis,
+        prefix: &str,
+        fair: bool,
+        schedule: &[Fault],
+    ) -> Result<(), BoxError> {
+        let (url, resource) = (redis.url(), redis.resource_url());
+        for proc in 0..self.o.workers {
+            let mut child = Command::new(std::env::current_exe()?)
+                .args(redis_worker::Args::to_argv(
+                    &url, &resource, prefix, fair, self.o,
+                ))
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()?;
+            let stdout = child.stdout.take().ok_or("no worker stdout")?;
+            self.shared.read(proc, child.id(), stdout);
+            let stdin = child.stdin.take();
+            self.slots.push(Slot { child, stdin });
+        }
+        let n = self.o.workers;
+        self.shared
+            .wait_for(Instant::now() + Duration::from_secs(60), |log| {
+                let served = log
+                    .procs
+                    .values()
+                    .filter(|p| p.events.iter().any(|e| e.kind == Kind::Acq));
+                (served.count() == n).then_some(())
+            })
+            .await
+            .ok_or("the Redis workers did not all get the lock within 60 s")?;
+        for &fault in schedule {
+            let inj = self.inject(redis, fault).await?;
+            if let Some(prev) = self.injections.last_mut() {
+                prev.end = inj.start;
+            }
+            let settled = inj.recovery.unwrap_or(inj.measure_from);
+            self.injections.push(inj);
+            // The workers back in their stride before the next fault.
+            self.shared
+                .wait_for(Instant::now() + fault.bound(self.o), |log| {
+                    (log.grants_after(settled).len() >= SETTLE_GRANTS).then_some(())
+                })
+                .await;
+        }
+        if let Some(last) = self.injections.last_mut() {
+            last.end = mono_ns();
+        }
+        Ok(())
+    }
+
+    async fn inject(&mut self, redis: &mut Redis, fault: Fault) -> Result<Injection, BoxError> {
+        // Faults land while someone holds the lock.
+        let since = mono_ns();
+        self.shared
+            .wait_for(Instant::now() + Duration::from_secs(20), |log| {
+                log.holder().filter(|&(_, t, _)| t > since)
+            })
+            .await
+            .ok_or("no Redis worker took the lock within 20 s")?;
+        let (start, switched, what) = match fault {
+            Fault::Redis(f) => {
+                let done = redis.inject(f).await?;
+                (done.start, done.switched, done.what)
+            }
+            _ => {
+                let t = mono_ns();
+                (t, t, String::new())
+            }
+        };
+        let bound = fault.bound(self.o);
+        let recovery = self
+            .shared
+            .wait_for(Instant::now() + bound * 2, |log| {
+                log.grants_after(switched).first().map(|&(t, _, _)| t)
+            })
+            .await;
+        println!(
+            "  {:<38} recovered after {:>9}  {what}",
+            fault.label(self.o.ttl),
+            recovery.map_or("none".into(), |r| format!("{:.0} ms", crate::ms(r - start)))
+        );
+        Ok(Injection {
+            fault,
+            start,
+            end: start,
+            measure_from: start,
+            recovery,
+            target: None,
+            pause: None,
+            cut: None,
+            elected: None,
+            missed: false,
+        })
+    }
+
+    /// Closes the workers' stdin, waits for their goodbye, kills laggards.
+    async fn stop(&mut self) {
+        for slot in &mut self.slots {
+            drop(slot.stdin.take());
+        }
+        let n = self.slots.len();
+        self.shared
+            .wait_for(Instant::now() + Duration::from_secs(30), |log| {
+                let bye = log
+                    .procs
+                    .values()
+                    .filter(|p| p.events.iter().any(|e| e.kind == Kind::Bye));
+                (bye.count() == n).then_some(())
+            })
+            .await;
+        // Dropping a slot kills a worker that is still running.
+        self.slots.clear();
+    }
+
+    async fn check(&mut self, redis: &Redis, prefix: &str, fair: bool) -> Result<Report, BoxError> {
+        let bound = self.o.ttl + FAILOVER_ALLOWANCE + self.o.margin;
+        // Keys of a session a fault cut short expire within the TTL.
+        let deadline = Instant::now() + bound;
+        let locks = loop {
+            let keys: Vec<String> = redis
+                .keys(&format!("{prefix}locks:"))
+                .await?
+                .into_iter()
+                .filter(|k| !expected_left(k))
+                .collect();
+            if keys.is_empty() || Instant::now() >= deadline {
+                break keys;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        let mut conn = redis::Client::open(redis.resource_url())?
+            .get_multiplexed_async_connection()
+            .await?;
+        let counter: Option<u64> = redis::cmd("GET")
+            .arg(format!("{prefix}data:counter"))
+            .query_async(&mut conn)
+            .await?;
+        let log = std::mem::take(&mut *self.shared.lock());
+        let inp = Input {
+            fair,
+            opts: self.o,
+            log,
+            changes: Vec::new(),
+            injections: std::mem::take(&mut self.injections),
+            lock_key: String::new(),
+            counter: String::new(),
+            leftovers: (locks, Vec::new()),
+        };
+        let (mut v, mut notes) = (Vec::new(), Vec::new());
+        check::harness(&inp, &mut v);
+        redis_check::counter(&inp, counter.unwrap_or(0), &mut v, &mut notes);
+        let intervals = check::intervals(&inp.log);
+        redis_check::exclusion(&inp, &intervals, &mut v, &mut notes);
+        redis_check::tokens(&inp, &mut v, &mut notes);
+        Ok(check::report(&inp, v, notes))
+    }
+}
+
+/// Keys the library leaves by design: the fencing counter (one per
+/// prefix, or one per lock on a cluster), so that tokens keep growing
+/// across every holder a key will ever have.
+fn expected_left(key: &str) -> bool {
+    key.ends_with("_OWNERS_/fence")
+}
