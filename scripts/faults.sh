@@ -15,6 +15,11 @@
 #   scripts/faults.sh          # short runs (about 2 + 3 + 2 minutes)
 #   scripts/faults.sh --long   # 5 injections per fault (about 8 + 12
 #                              # minutes) and a 30-minute soak
+#   scripts/faults.sh --redis  # instead: the Redis fault runs, one per
+#                              # deployment (one redis-server, master +
+#                              # replica + 3 sentinels, a 3+3 cluster),
+#                              # one injection per fault, both modes
+#                              # (about 4 minutes; --long: 5 each)
 #   scripts/faults.sh --workload shared|election
 #                              # run 1 only, on read/write locks and
 #                              # permits, or on an election (about 3
@@ -33,12 +38,26 @@ ensure_prereqs
 
 long=0
 workload=mutex
+redis=0
 prev=
+args=()
 for arg in "$@"; do
   [[ "$arg" == --long ]] && long=1
   [[ "$prev" == --workload ]] && workload=$arg
+  if [[ "$arg" == --redis ]]; then redis=1; else args+=("$arg"); fi
   prev=$arg
 done
+
+if ((redis)); then
+  # The Redis deployments' faults: restarts, failovers, kills and pauses of
+  # the servers (examples/faults/redis_fault.rs).
+  status=0
+  for deployment in single sentinel cluster; do
+    log "Redis fault run: $deployment"
+    cargo run --quiet --example faults -- --redis "$deployment" ${args[@]+"${args[@]}"} || status=1
+  done
+  exit "$status"
+fi
 
 # A debug build: `cargo test` has built it already, and the run's timing
 # comes from the faults, not from the code's speed.

@@ -407,6 +407,10 @@ pub fn explain(inp: &Input<'_>, a: &Interval, b: &Interval) -> String {
             ));
         }
     }
+    if inp.changes.is_empty() {
+        // No history to show (Redis).
+        return out.trim_end().to_string();
+    }
     let (low, high) = (a.token.min(b.token), a.token.max(b.token));
     let window = i64::try_from(low).unwrap_or(0) - 3..=i64::try_from(high).unwrap_or(0) + 1;
     out.push_str("    lock key history:");

@@ -29,7 +29,11 @@
 //! and without persistence; a planned failover, the master killed and the
 //! master paused behind sentinels and on a cluster. Its checkers are
 //! `redis_check.rs`'s (counter, overlaps, tokens never going back) and the
-//! recovery and leftover checks below. `scripts/faults.sh --redis` runs
+//! recovery and leftover checks below. There the first worker holds the
+//! lock `--long-hold-ms` (2 x TTL by default) each time, so that its lock
+//! must be extended across the fault, which lands while it holds, and a
+//! new worker starts (asking the deployment afresh) after each fault
+//! while the oldest other one stops. `scripts/faults.sh --redis` runs
 //! the three deployments' short form.
 //! `--net` runs the network suite instead (`net_phases.rs`, as root): the
 //! members and workers in network namespaces, faults that cut links,
@@ -140,10 +144,13 @@ pub struct Opts {
     pub workload: workload::Workload,
     /// Run the Redis fault run on this deployment instead (`redis_faults.rs`).
     pub redis: Option<redis_fault::Deployment>,
+    /// The Redis runs' first worker holds this long (0: `hold`): a holder
+    /// whose lock must be extended across the fault.
+    pub long_hold: Duration,
 }
 
 const USAGE: &str = "usage: faults [--long] [--mode both|fair|unfair] [--workers N] [--rounds N] \
-                     [--ttl-ms MS] [--hold-ms MS] [--margin-ms MS] [--request-timeout-ms MS] [--unfenced] [--dump DIR] [--net] [--only TEXT] [--known-slow TEXT] [--workload mutex|shared|election] [--redis single|sentinel|cluster] \
+                     [--ttl-ms MS] [--hold-ms MS] [--margin-ms MS] [--request-timeout-ms MS] [--unfenced] [--dump DIR] [--net] [--only TEXT] [--known-slow TEXT] [--workload mutex|shared|election] [--redis single|sentinel|cluster [--long-hold-ms MS]] \
                      [--soak SECS [--soak-keys N] [--soak-tasks N] [--soak-leak]]";
 
 enum Role {
@@ -182,7 +189,9 @@ fn parse() -> Result<Role, String> {
         soak: None,
         workload: workload::Workload::Mutex,
         redis: None,
+        long_hold: Duration::ZERO,
     };
+    let mut long_hold = None;
     let mut soak = soak::SoakOpts {
         duration: Duration::ZERO,
         keys: 64,
@@ -232,6 +241,7 @@ fn parse() -> Result<Role, String> {
                         .ok_or(format!("--redis: {d:?} is not single, sentinel or cluster"))?,
                 );
             }
+            "--long-hold-ms" => long_hold = Some(Duration::from_millis(number(value()?)?)),
             "--soak" => soak.duration = Duration::from_secs(number(value()?)?),
             "--soak-keys" => soak.keys = usize::try_from(number(value()?)?).unwrap_or(1).max(1),
             "--soak-tasks" => soak.tasks = usize::try_from(number(value()?)?).unwrap_or(1).max(1),
@@ -246,6 +256,7 @@ fn parse() -> Result<Role, String> {
     if o.rounds == 0 {
         o.rounds = if long { 5 } else { 1 };
     }
+    o.long_hold = long_hold.unwrap_or(o.ttl * 2);
     if o.request_timeout.is_zero() {
         o.request_timeout = o.ttl;
     }

@@ -90,44 +90,65 @@ pub fn exclusion(
 }
 
 /// Checker 6: fencing tokens never go back: every grant's token is above
-/// every token granted before it on the key (the workers lock one key). A
-/// run of grants at or below the highest token so far is one violation.
+/// every token granted before it on the key (the workers lock one key).
+/// One violation per injection window (or per phase) that has such
+/// grants, naming the first and counting them.
+/// A grant: (time, worker, token).
+type Grant = (u64, usize, u64);
+
+/// Grants going back in one window: the window, the first such grant, the
+/// highest earlier one, how many.
+struct Back {
+    window: Option<usize>,
+    first: Grant,
+    top: Grant,
+    count: usize,
+}
+
 pub fn tokens(inp: &Input<'_>, v: &mut Vec<Violation>, notes: &mut Vec<String>) {
     let grants = inp.log.grants_after(0);
-    let mut top: Option<(u64, usize, u64)> = None;
-    let mut episode: Option<(usize, u64, u64)> = None;
-    let mut episodes = Vec::new();
+    let window = |t: u64| {
+        inp.injections
+            .iter()
+            .position(|i| i.start <= t && t < i.end.max(i.start + 1))
+    };
+    let mut found: Vec<Back> = Vec::new();
+    let mut top: Option<Grant> = None;
     for &(t, proc, token) in &grants {
         match top {
-            Some((high, hp, ht)) if token <= high => {
-                let e = episode.get_or_insert_with(|| {
-                    episodes.push((t, proc, token, high, hp, ht, 0));
-                    (episodes.len() - 1, t, token)
-                });
-                episodes[e.0].6 += 1;
+            Some(high) if token <= high.2 => {
+                let w = window(t);
+                match found.iter_mut().find(|f| f.window == w) {
+                    Some(f) => f.count += 1,
+                    None => found.push(Back {
+                        window: w,
+                        first: (t, proc, token),
+                        top: high,
+                        count: 1,
+                    }),
+                }
             }
-            _ => {
-                top = Some((token, proc, t));
-                episode = None;
-            }
+            _ => top = Some((t, proc, token)),
         }
     }
     let t0 = grants.first().map_or(0, |g| g.0);
-    for &(t, proc, token, high, hp, ht, n) in &episodes {
+    for b in &found {
+        let ((t, proc, token), (ht, hp, high), n) = (b.first, b.top, b.count);
         v.push(Violation {
             checker: 6,
             t: Some(t),
             text: format!(
                 "worker {proc} was granted token {token} at {:.1} ms, not above token {high} \
-                 granted to worker {hp} at {:.1} ms ({n} grant(s) in a row at or below it)",
+                 granted to worker {hp} at {:.1} ms; {n} grant(s) at or below the highest \
+                 token before them in this fault's window",
                 ms(t - t0),
                 ms(ht - t0),
             ),
         });
     }
     notes.push(format!(
-        "fencing tokens: {} grants, {} run(s) of tokens going back",
+        "fencing tokens: {} grants, {} not above every earlier token",
         grants.len(),
-        episodes.len()
+        found.iter().map(|f| f.count).sum::<usize>()
     ));
 }

@@ -67,6 +67,9 @@ impl Drop for Paused {
 pub struct Done {
     pub start: u64,
     pub switched: u64,
+    /// The master before and after (the same for a restart).
+    pub old: u16,
+    pub new: u16,
     /// What happened, for the run's log.
     pub what: String,
 }
@@ -410,9 +413,9 @@ impl Redis {
         Ok(keys)
     }
 
-    /// Injects `fault`; returns once the deployment is whole again (a
-    /// master and an in-sync replica the sentinels or the cluster know, or
-    /// the restarted server ready).
+    /// Injects `fault`; returns once the deployment has its new master (or
+    /// the restarted server is ready), the paused master resumed and the
+    /// killed one started again: see [`Redis::whole`] for the rest.
     pub async fn inject(&mut self, fault: RedisFault) -> Result<Done, BoxError> {
         match fault {
             RedisFault::RestartVolatile | RedisFault::RestartDurable => self.restart(fault).await,
@@ -479,6 +482,8 @@ impl Redis {
         Ok(Done {
             start,
             switched,
+            old: port,
+            new: port,
             what: format!(
                 "restarted in {:.0} ms",
                 crate::ms(switched.saturating_sub(start))
@@ -530,45 +535,14 @@ impl Redis {
                 },
             );
         }
-        let sentinels: Vec<u16> = self
-            .sentinel
-            .iter()
-            .flat_map(|s| s.sentinels.iter().map(|s| s.port))
-            .collect();
-        until("the old master a replica the sentinels know", || {
-            let sentinels = sentinels.clone();
-            async move {
-                if !replicates(old, new).await {
-                    return None;
-                }
-                for p in sentinels {
-                    let addr: Vec<String> =
-                        query(p, &cmd(&["SENTINEL", "get-master-addr-by-name", MASTER])).await?;
-                    if addr.get(1)? != &new.to_string() {
-                        return None;
-                    }
-                    let replicas: Vec<HashMap<String, String>> =
-                        query(p, &cmd(&["SENTINEL", "REPLICAS", MASTER])).await?;
-                    let known = replicas.iter().any(|r| {
-                        r.get("port") == Some(&old.to_string())
-                            && r.get("flags").map(String::as_str) == Some("slave")
-                            && r.get("master-link-status").map(String::as_str) == Some("ok")
-                    });
-                    if !known {
-                        return None;
-                    }
-                }
-                Some(())
-            }
-        })
-        .await?;
         Ok(Done {
             start,
             switched,
+            old,
+            new,
             what: format!(
-                "master {old} -> {new} after {:.0} ms, whole again after {:.0} ms",
-                crate::ms(switched - start),
-                crate::ms(mono_ns() - start)
+                "master {old} -> {new} after {:.0} ms",
+                crate::ms(switched - start)
             ),
         })
     }
@@ -648,42 +622,97 @@ impl Redis {
             .await?;
             self.own.insert(old, Own { child, _dir: None });
         }
-        until("the old master a replica, every node agreeing", || {
-            let ports = ports.clone();
-            async move {
-                if !replicates(old, replica).await {
-                    return None;
-                }
-                for p in ports {
-                    let info: String = query(p, &cmd(&["CLUSTER", "INFO"])).await?;
-                    let nodes = cluster_nodes(p).await?;
-                    let count = |role: &str| {
-                        nodes
-                            .iter()
-                            .filter(|n| n.flags.contains(role) && !n.flags.contains("fail"))
-                            .count()
-                    };
-                    if field(&info, "cluster_state") != Some("ok")
-                        || count("master") != 3
-                        || count("slave") != 3
-                        || slot_owner(p, slot).await != Some(replica)
-                    {
-                        return None;
-                    }
-                }
-                Some(())
-            }
-        })
-        .await?;
         Ok(Done {
             start,
             switched,
+            old,
+            new: replica,
             what: format!(
-                "slot {slot}: master {old} -> {replica} after {:.0} ms, whole again after {:.0} \
-                 ms",
-                crate::ms(switched - start),
-                crate::ms(mono_ns() - start)
+                "slot {slot}: master {old} -> {replica} after {:.0} ms",
+                crate::ms(switched - start)
             ),
         })
+    }
+
+    /// Waits until the deployment is whole again after `done`: the old
+    /// master a replica of the new one with its link up, and every
+    /// sentinel (or cluster node) seeing the new master and the replica
+    /// (so that the next fault can fail over again). Returns when.
+    pub async fn whole(&self, done: &Done) -> Result<u64, BoxError> {
+        let (old, new) = (done.old, done.new);
+        match self.which {
+            Deployment::Single => {}
+            Deployment::Sentinel => {
+                let sentinels: Vec<u16> = self
+                    .sentinel
+                    .iter()
+                    .flat_map(|s| s.sentinels.iter().map(|s| s.port))
+                    .collect();
+                until("the old master a replica the sentinels know", || {
+                    let sentinels = sentinels.clone();
+                    async move {
+                        if !replicates(old, new).await {
+                            return None;
+                        }
+                        for p in sentinels {
+                            let addr: Vec<String> =
+                                query(p, &cmd(&["SENTINEL", "get-master-addr-by-name", MASTER]))
+                                    .await?;
+                            if addr.get(1)? != &new.to_string() {
+                                return None;
+                            }
+                            let replicas: Vec<HashMap<String, String>> =
+                                query(p, &cmd(&["SENTINEL", "REPLICAS", MASTER])).await?;
+                            let known = replicas.iter().any(|r| {
+                                r.get("port") == Some(&old.to_string())
+                                    && r.get("flags").map(String::as_str) == Some("slave")
+                                    && r.get("master-link-status").map(String::as_str) == Some("ok")
+                            });
+                            if !known {
+                                return None;
+                            }
+                        }
+                        Some(())
+                    }
+                })
+                .await?;
+            }
+            Deployment::Cluster => {
+                let ports: Vec<u16> = self
+                    .cluster
+                    .iter()
+                    .flat_map(|c| c.nodes.iter().map(|n| n.port))
+                    .collect();
+                let (slot, replica) = (self.slot, new);
+                until("the old master a replica, every node agreeing", || {
+                    let ports = ports.clone();
+                    async move {
+                        if !replicates(old, replica).await {
+                            return None;
+                        }
+                        for p in ports {
+                            let info: String = query(p, &cmd(&["CLUSTER", "INFO"])).await?;
+                            let nodes = cluster_nodes(p).await?;
+                            let count = |role: &str| {
+                                nodes
+                                    .iter()
+                                    .filter(|n| n.flags.contains(role) && !n.flags.contains("fail"))
+                                    .count()
+                            };
+                            if field(&info, "cluster_state") != Some("ok")
+                                || count("master") != 3
+                                || count("slave") != 3
+                                || slot_owner(p, slot).await != Some(replica)
+                            {
+                                return None;
+                            }
+                        }
+                        Some(())
+                    }
+                })
+                .await?;
+            }
+        }
+        Ok(mono_ns())
     }
 }

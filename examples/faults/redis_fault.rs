@@ -128,8 +128,14 @@ impl RedisFault {
     }
 
     /// How soon after the injection a lock must be granted again (on the
-    /// deployment as healed): TTL + failover allowance + margin.
+    /// deployment as healed): the long holder's hold (the fault lands
+    /// while it holds) + TTL + failover allowance + margin.
     pub fn bound(self, o: &Opts) -> Duration {
-        o.ttl + FAILOVER_ALLOWANCE + o.margin
+        bound(o)
     }
+}
+
+/// The recovery bound of every Redis fault (see [`RedisFault::bound`]).
+pub fn bound(o: &Opts) -> Duration {
+    o.long_hold + o.ttl + FAILOVER_ALLOWANCE + o.margin
 }

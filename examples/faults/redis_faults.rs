@@ -2,13 +2,19 @@
 //! workers (`redis_worker.rs`) lock one key on a deployment
 //! (`redis_deploy.rs`) with the library's defaults and the run's TTL,
 //! while the deployment's faults (`redis_fault.rs`) are injected one after
-//! another; then the checks, each failing the run on a violation:
+//! another. Worker 0 holds the lock `--long-hold-ms` each time (2 x TTL by
+//! default) and each fault lands while it holds: its lock must be extended
+//! across the fault. Once the fault is done (a new master named, the
+//! server restarted) a new worker starts, which finds the deployment
+//! afresh as any process starting then would, and the oldest other worker
+//! stops. Then the checks, each failing the run on a violation:
 //! 1. the counter (on a resource server no fault touches) is within
 //!    [acknowledged, acknowledged + indeterminate] increments;
 //! 2. critical sections (CLOCK_MONOTONIC) never overlap, unless the
 //!    earlier holder's next fenced write after the later grant was refused;
-//! 4. after each fault, a lock is granted on the deployment as healed
-//!    within TTL + failover allowance + margin of the injection;
+//! 4. after each fault, a lock is granted after the new master was named
+//!    (or the server restarted) within long hold + TTL + failover
+//!    allowance + margin of the injection;
 //! 5. nothing is left under the run's prefix once the workers stopped
 //!    but the fencing counter(s);
 //! 6. fencing tokens never go back: a grant's token is above every token
@@ -23,7 +29,7 @@ use crate::check::{self, Input, Report};
 use crate::events::{Kind, Shared};
 use crate::fault::{Fault, Injection};
 use crate::redis_deploy::Redis;
-use crate::redis_fault::{Deployment, FAILOVER_ALLOWANCE, RedisFault};
+use crate::redis_fault::{self, Deployment, RedisFault};
 use crate::{BoxError, Opts, mono_ns, redis_check, redis_worker};
 
 /// Grants to see after a fault's recovery before the next fault: the
@@ -66,18 +72,22 @@ pub async fn run(o: &Opts, which: Deployment) -> Result<usize, BoxError> {
         let prefix = format!("fl-faults:{run_id}:{mode}:");
         let mut phase = Phase {
             o,
+            url: redis.url(),
+            resource: redis.resource_url(),
+            prefix: prefix.clone(),
+            fair,
             shared: Shared::default(),
             slots: Vec::new(),
             injections: Vec::new(),
         };
-        let result = phase.run(&mut redis, &prefix, fair, &schedule).await;
+        let result = phase.run(&mut redis, &schedule).await;
         phase.stop().await;
         result?;
-        reports.push(phase.check(&redis, &prefix, fair).await?);
+        reports.push(phase.check(&redis).await?);
     }
     drop(redis);
     println!("\n{} deployment:", which.name());
-    let bound = o.ttl + FAILOVER_ALLOWANCE + o.margin;
+    let bound = redis_fault::bound(o);
     let violations = crate::table::print_bounded(&reports, bound);
     println!("total time {:.0} s", started.elapsed().as_secs_f64());
     Ok(violations)
@@ -85,6 +95,7 @@ pub async fn run(o: &Opts, which: Deployment) -> Result<usize, BoxError> {
 
 /// A worker process, killed if it has not stopped when dropped.
 struct Slot {
+    proc: usize,
     child: Child,
     stdin: Option<ChildStdin>,
 }
@@ -100,32 +111,60 @@ impl Drop for Slot {
 
 struct Phase<'a> {
     o: &'a Opts,
+    url: String,
+    resource: String,
+    prefix: String,
+    fair: bool,
     shared: Shared,
     slots: Vec<Slot>,
     injections: Vec<Injection>,
 }
 
 impl Phase<'_> {
-    async fn run(
-        &mut self,
-        redis: &mut Redis,
-        prefix: &str,
-        fair: bool,
-        schedule: &[Fault],
-    ) -> Result<(), BoxError> {
-        let (url, resource) = (redis.url(), redis.resource_url());
+    /// Starts worker `proc` (worker 0 is the long holder).
+    fn spawn(&mut self, proc: usize) -> Result<(), BoxError> {
+        let hold = if proc == 0 && !self.o.long_hold.is_zero() {
+            self.o.long_hold
+        } else {
+            self.o.hold
+        };
+        let mut child = Command::new(std::env::current_exe()?)
+            .args(redis_worker::Args::to_argv(
+                &self.url,
+                &self.resource,
+                &self.prefix,
+                self.fair,
+                hold,
+                self.o,
+            ))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let stdout = child.stdout.take().ok_or("no worker stdout")?;
+        self.shared.read(proc, child.id(), stdout);
+        let stdin = child.stdin.take();
+        self.slots.push(Slot { proc, child, stdin });
+        Ok(())
+    }
+
+    /// A new worker joins, the oldest running one but worker 0 leaves
+    /// (its stdin closed: it finishes its cycle and says goodbye).
+    fn rotate(&mut self) -> Result<(), BoxError> {
+        let next = self.slots.iter().map(|s| s.proc).max().unwrap_or(0) + 1;
+        self.spawn(next)?;
+        if let Some(old) = self
+            .slots
+            .iter_mut()
+            .find(|s| s.proc != 0 && s.stdin.is_some())
+        {
+            drop(old.stdin.take());
+        }
+        Ok(())
+    }
+
+    async fn run(&mut self, redis: &mut Redis, schedule: &[Fault]) -> Result<(), BoxError> {
         for proc in 0..self.o.workers {
-            let mut child = Command::new(std::env::current_exe()?)
-                .args(redis_worker::Args::to_argv(
-                    &url, &resource, prefix, fair, self.o,
-                ))
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .spawn()?;
-            let stdout = child.stdout.take().ok_or("no worker stdout")?;
-            self.shared.read(proc, child.id(), stdout);
-            let stdin = child.stdin.take();
-            self.slots.push(Slot { child, stdin });
+            self.spawn(proc)?;
         }
         let n = self.o.workers;
         self.shared
@@ -159,22 +198,38 @@ impl Phase<'_> {
     }
 
     async fn inject(&mut self, redis: &mut Redis, fault: Fault) -> Result<Injection, BoxError> {
-        // Faults land while someone holds the lock.
+        // Faults land while someone holds the lock: the long holder if
+        // there is one.
         let since = mono_ns();
+        let long = !self.o.long_hold.is_zero();
         self.shared
-            .wait_for(Instant::now() + Duration::from_secs(20), |log| {
-                log.holder().filter(|&(_, t, _)| t > since)
-            })
+            .wait_for(
+                Instant::now() + self.o.long_hold * 4 + Duration::from_secs(20),
+                |log| {
+                    let p = log.procs.get(&0)?;
+                    let last = p.events.iter().rev().find(|e| {
+                        matches!(e.kind, Kind::Acq | Kind::Rel | Kind::Lost | Kind::Bye)
+                    })?;
+                    let holds = last.kind == Kind::Acq && last.t > since;
+                    let anyone = log.holder().filter(|&(_, t, _)| t > since);
+                    if long {
+                        holds.then_some(())
+                    } else {
+                        anyone.map(|_| ())
+                    }
+                },
+            )
             .await
-            .ok_or("no Redis worker took the lock within 20 s")?;
-        let (start, switched, what) = match fault {
+            .ok_or("no Redis worker took the lock within the wait")?;
+        let (start, switched, done) = match fault {
             Fault::Redis(f) => {
                 let done = redis.inject(f).await?;
-                (done.start, done.switched, done.what)
+                self.rotate()?;
+                (done.start, done.switched, Some(done))
             }
             _ => {
                 let t = mono_ns();
-                (t, t, String::new())
+                (t, t, None)
             }
         };
         let bound = fault.bound(self.o);
@@ -184,6 +239,15 @@ impl Phase<'_> {
                 log.grants_after(switched).first().map(|&(t, _, _)| t)
             })
             .await;
+        let mut what = String::new();
+        if let Some(done) = &done {
+            let whole = redis.whole(done).await?;
+            what = format!(
+                "{}, whole again after {:.0} ms",
+                done.what,
+                crate::ms(whole - start)
+            );
+        }
         println!(
             "  {:<38} recovered after {:>9}  {what}",
             fault.label(self.o.ttl),
@@ -222,8 +286,9 @@ impl Phase<'_> {
         self.slots.clear();
     }
 
-    async fn check(&mut self, redis: &Redis, prefix: &str, fair: bool) -> Result<Report, BoxError> {
-        let bound = self.o.ttl + FAILOVER_ALLOWANCE + self.o.margin;
+    async fn check(&mut self, redis: &Redis) -> Result<Report, BoxError> {
+        let (prefix, fair) = (self.prefix.clone(), self.fair);
+        let bound = redis_fault::bound(self.o);
         // Keys of a session a fault cut short expire within the TTL.
         let deadline = Instant::now() + bound;
         let locks = loop {

@@ -125,7 +125,14 @@ impl RedisPhase<'_> {
             let mut child = self
                 .net
                 .command(node, std::env::current_exe()?)
-                .args(redis_worker::Args::to_argv(url, url, prefix, fair, self.o))
+                .args(redis_worker::Args::to_argv(
+                    url,
+                    url,
+                    prefix,
+                    fair,
+                    self.o.hold,
+                    self.o,
+                ))
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .spawn()?;

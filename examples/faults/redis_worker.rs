@@ -67,12 +67,14 @@ impl Args {
     }
 
     /// The arguments that make the orchestrator's child a Redis worker
-    /// locking at `url` and writing the counter at `resource`.
+    /// locking at `url`, holding each time for `hold` and writing the
+    /// counter at `resource`.
     pub fn to_argv(
         url: &str,
         resource: &str,
         prefix: &str,
         fair: bool,
+        hold: Duration,
         o: &crate::Opts,
     ) -> Vec<String> {
         vec![
@@ -84,7 +86,7 @@ impl Args {
             format!("{prefix}data:fence"),
             if fair { "fair" } else { "unfair" }.into(),
             o.ttl.as_millis().to_string(),
-            o.hold.as_millis().to_string(),
+            hold.as_millis().to_string(),
             o.request_timeout.as_millis().to_string(),
         ]
     }
