@@ -30,7 +30,7 @@
 //! master paused behind sentinels and on a cluster. Its checkers are
 //! `redis_check.rs`'s (counter, overlaps, tokens never going back) and the
 //! recovery and leftover checks below. There the first worker holds the
-//! lock `--long-hold-ms` (2 x TTL by default) each time, so that its lock
+//! lock `--long-hold-ms` (1.5 x TTL by default) each time, so that its lock
 //! must be extended across the fault, which lands while it holds, and a
 //! new worker starts (asking the deployment afresh) after each fault
 //! while the oldest other one stops. `scripts/faults.sh --redis` runs
@@ -256,7 +256,7 @@ fn parse() -> Result<Role, String> {
     if o.rounds == 0 {
         o.rounds = if long { 5 } else { 1 };
     }
-    o.long_hold = long_hold.unwrap_or(o.ttl * 2);
+    o.long_hold = long_hold.unwrap_or(o.ttl * 3 / 2);
     if o.request_timeout.is_zero() {
         o.request_timeout = o.ttl;
     }

@@ -507,17 +507,28 @@ impl Redis {
             RedisFault::SentinelKill => self.kill(old).await?,
             _ => paused = Some(Paused(self.signal(old, "-STOP")?)),
         }
-        let msg = tokio::time::timeout(HANG, switches.next())
-            .await
-            .map_err(|_| "no +switch-master")?
-            .ok_or("the sentinel's events ended")?;
-        let text: String = msg.get_payload()?;
-        // "<name> <old ip> <old port> <new ip> <new port>"
-        let new: u16 = text
-            .split_whitespace()
-            .nth(4)
-            .and_then(|p| p.parse().ok())
-            .ok_or_else(|| format!("odd +switch-master {text:?}"))?;
+        // The switch away from `old`: a sentinel may repeat an earlier
+        // one (seen once, the previous failover's, right after
+        // subscribing), which must not pass for this one.
+        let deadline = Instant::now() + HANG;
+        let new = loop {
+            let msg = tokio::time::timeout_at(deadline, switches.next())
+                .await
+                .map_err(|_| "no +switch-master")?
+                .ok_or("the sentinel's events ended")?;
+            let text: String = msg.get_payload()?;
+            // "<name> <old ip> <old port> <new ip> <new port>"
+            let port = |n| {
+                text.split_whitespace()
+                    .nth(n)
+                    .and_then(|p| p.parse::<u16>().ok())
+            };
+            match (port(2), port(4)) {
+                (Some(from), Some(to)) if from == old && to != old => break to,
+                (Some(_), Some(_)) => println!("  (ignored +switch-master {text:?})"),
+                _ => return Err(format!("odd +switch-master {text:?}").into()),
+            }
+        };
         let switched = mono_ns();
         drop(paused);
         if fault == RedisFault::SentinelKill {
@@ -648,7 +659,7 @@ impl Redis {
                     .iter()
                     .flat_map(|s| s.sentinels.iter().map(|s| s.port))
                     .collect();
-                until("the old master a replica the sentinels know", || {
+                let waited = until("the old master a replica the sentinels know", || {
                     let sentinels = sentinels.clone();
                     async move {
                         if !replicates(old, new).await {
@@ -675,7 +686,10 @@ impl Redis {
                         Some(())
                     }
                 })
-                .await?;
+                .await;
+                if let Err(e) = waited {
+                    return Err(format!("{e}; {}", sentinel_state(old, &sentinels).await).into());
+                }
             }
             Deployment::Cluster => {
                 let ports: Vec<u16> = self
@@ -715,4 +729,39 @@ impl Redis {
         }
         Ok(mono_ns())
     }
+}
+
+/// What the old master and the sentinels say, for a failed wait.
+async fn sentinel_state(old: u16, sentinels: &[u16]) -> String {
+    let info: Option<String> = query(old, &cmd(&["INFO", "replication"])).await;
+    let mut out = format!(
+        "old master {old}: {}",
+        info.unwrap_or_default()
+            .lines()
+            .filter(|l| l.starts_with("role") || l.starts_with("master_"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    for &p in sentinels {
+        let addr: Option<Vec<String>> =
+            query(p, &cmd(&["SENTINEL", "get-master-addr-by-name", MASTER])).await;
+        let replicas: Option<Vec<HashMap<String, String>>> =
+            query(p, &cmd(&["SENTINEL", "REPLICAS", MASTER])).await;
+        let replicas: Vec<String> = replicas
+            .unwrap_or_default()
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} {} link {}",
+                    r.get("port").map_or("?", String::as_str),
+                    r.get("flags").map_or("?", String::as_str),
+                    r.get("master-link-status").map_or("?", String::as_str)
+                )
+            })
+            .collect();
+        out.push_str(&format!(
+            "; sentinel {p}: master {addr:?}, replicas {replicas:?}"
+        ));
+    }
+    out
 }

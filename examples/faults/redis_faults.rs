@@ -2,8 +2,8 @@
 //! workers (`redis_worker.rs`) lock one key on a deployment
 //! (`redis_deploy.rs`) with the library's defaults and the run's TTL,
 //! while the deployment's faults (`redis_fault.rs`) are injected one after
-//! another. Worker 0 holds the lock `--long-hold-ms` each time (2 x TTL by
-//! default) and each fault lands while it holds: its lock must be extended
+//! another. Worker 0 holds the lock `--long-hold-ms` each time (1.5 x TTL
+//! by default) and each fault lands while it holds: its lock must be extended
 //! across the fault. Once the fault is done (a new master named, the
 //! server restarted) a new worker starts, which finds the deployment
 //! afresh as any process starting then would, and the oldest other worker
@@ -34,7 +34,7 @@ use crate::{BoxError, Opts, mono_ns, redis_check, redis_worker};
 
 /// Grants to see after a fault's recovery before the next fault: the
 /// workers back in their stride.
-const SETTLE_GRANTS: usize = 5;
+const SETTLE_GRANTS: usize = 3;
 
 /// Runs one phase per mode on a fresh deployment; prints the table;
 /// returns the violations.
@@ -240,13 +240,15 @@ impl Phase<'_> {
             })
             .await;
         let mut what = String::new();
-        if let Some(done) = &done {
+        if let Some(done) = done.as_ref().filter(|d| d.old != d.new) {
             let whole = redis.whole(done).await?;
             what = format!(
                 "{}, whole again after {:.0} ms",
                 done.what,
                 crate::ms(whole - start)
             );
+        } else if let Some(done) = &done {
+            what = done.what.clone();
         }
         println!(
             "  {:<38} recovered after {:>9}  {what}",
