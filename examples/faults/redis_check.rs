@@ -91,8 +91,9 @@ pub fn exclusion(
 
 /// Checker 6: fencing tokens never go back: every grant's token is above
 /// every token granted before it on the key (the workers lock one key).
-/// One violation per injection window (or per phase) that has such
-/// grants, naming the first and counting them.
+/// One violation per injection window (or per phase) in which grants
+/// started going back, naming the first and counting them (with the
+/// rising run that follows each, wherever it ends).
 /// A grant: (time, worker, token).
 type Grant = (u64, usize, u64);
 
@@ -114,21 +115,37 @@ pub fn tokens(inp: &Input<'_>, v: &mut Vec<Violation>, notes: &mut Vec<String>) 
     };
     let mut found: Vec<Back> = Vec::new();
     let mut top: Option<Grant> = None;
+    // The grant before, and whether it was already going back: a run of
+    // rising tokens below the top (a restarted counter climbing again) is
+    // one episode, counted in the window where it started.
+    let mut last: Option<(u64, bool)> = None;
+    let mut current = 0;
     for &(t, proc, token) in &grants {
         match top {
             Some(high) if token <= high.2 => {
-                let w = window(t);
-                match found.iter_mut().find(|f| f.window == w) {
-                    Some(f) => f.count += 1,
-                    None => found.push(Back {
-                        window: w,
-                        first: (t, proc, token),
-                        top: high,
-                        count: 1,
-                    }),
+                let continues = last.is_some_and(|(prev, back)| back && token > prev);
+                if !continues {
+                    let w = window(t);
+                    current = match found.iter().position(|f| f.window == w) {
+                        Some(at) => at,
+                        None => {
+                            found.push(Back {
+                                window: w,
+                                first: (t, proc, token),
+                                top: high,
+                                count: 0,
+                            });
+                            found.len() - 1
+                        }
+                    };
                 }
+                found[current].count += 1;
+                last = Some((token, true));
             }
-            _ => top = Some((t, proc, token)),
+            _ => {
+                top = Some((t, proc, token));
+                last = Some((token, false));
+            }
         }
     }
     let t0 = grants.first().map_or(0, |g| g.0);
@@ -140,7 +157,7 @@ pub fn tokens(inp: &Input<'_>, v: &mut Vec<Violation>, notes: &mut Vec<String>) 
             text: format!(
                 "worker {proc} was granted token {token} at {:.1} ms, not above token {high} \
                  granted to worker {hp} at {:.1} ms; {n} grant(s) at or below the highest \
-                 token before them in this fault's window",
+                 token before them from this fault's window on",
                 ms(t - t0),
                 ms(ht - t0),
             ),

@@ -54,6 +54,7 @@ impl Deployment {
                 RedisFault::ClusterFailover,
                 RedisFault::ClusterKill,
                 RedisFault::ClusterPause,
+                RedisFault::ClusterMigrate,
             ],
         }
     }
@@ -83,6 +84,10 @@ pub enum RedisFault {
     ClusterKill,
     /// SIGSTOP of that master until its replica took over.
     ClusterPause,
+    /// The workers' slot migrated to another master while the lock is
+    /// held (`CLUSTER SETSLOT ... IMPORTING/MIGRATING`, `MIGRATE` of its
+    /// keys, `CLUSTER SETSLOT ... NODE`).
+    ClusterMigrate,
 }
 
 impl RedisFault {
@@ -96,6 +101,7 @@ impl RedisFault {
             RedisFault::ClusterFailover => "CLUSTER FAILOVER (slot's replica)",
             RedisFault::ClusterKill => "kill -9 slot's master (back as repl.)",
             RedisFault::ClusterPause => "SIGSTOP slot's master past timeout",
+            RedisFault::ClusterMigrate => "slot migrated to another master",
         }
     }
 
@@ -119,6 +125,12 @@ impl RedisFault {
             RedisFault::SentinelKill | RedisFault::ClusterKill => {
                 "replication is asynchronous: writes acknowledged by the master that did \
                  not reach the replica before the kill are lost"
+            }
+            RedisFault::ClusterMigrate => {
+                "MIGRATE moves keys atomically with their expiry; during the move a \
+                 command on a key already moved is redirected (ASK) and a multi-key \
+                 command over keys on both sides fails (TRYAGAIN): nothing acknowledged \
+                 is lost"
             }
             RedisFault::SentinelPause | RedisFault::ClusterPause => {
                 "as a kill, and the paused master, once resumed, answers as a master until \
