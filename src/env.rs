@@ -12,7 +12,11 @@ impl BackendConfig {
     /// default `127.0.0.1:2379`, etcd), `FAIRLOCK_PREFIX`, `FAIRLOCK_TTL`
     /// (e.g. `10s`, `1500ms`, `2m`, or plain seconds) and
     /// `FAIRLOCK_CONNECT_TIMEOUT` (the same forms; see
-    /// [`BackendConfig::with_connect_timeout`]).
+    /// [`BackendConfig::with_connect_timeout`]); for Redis also
+    /// `FAIRLOCK_REPLICA_ACKS` (`all`, `off` or a number; see
+    /// `RedisConfig::with_replica_acks`) and `FAIRLOCK_DATA_LOSS_WAIT` (a
+    /// duration; see `RedisConfig::with_data_loss_wait`), which etcd
+    /// endpoints ignore.
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] as for [`BackendConfig::from_endpoints`],
@@ -33,6 +37,12 @@ impl BackendConfig {
         }
         if let Some(timeout) = connect_timeout_from_env()? {
             config = config.with_connect_timeout(timeout);
+        }
+        // Irrefutable in a build with Redis alone.
+        #[cfg(feature = "redis")]
+        #[allow(irrefutable_let_patterns)]
+        if let BackendConfig::Redis(redis) = config {
+            config = BackendConfig::Redis(redis.with_durability_from_env()?);
         }
         config.with_access(crate::Access::from_env())
     }

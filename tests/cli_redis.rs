@@ -19,7 +19,9 @@ fn fairlock(urls: &[&str], prefix: &str) -> Command {
     cmd.args(["--endpoints", &urls.join(","), "--prefix", prefix])
         .env_remove("FAIRLOCK_ENDPOINTS")
         .env_remove("FAIRLOCK_PREFIX")
-        .env_remove("FAIRLOCK_TTL");
+        .env_remove("FAIRLOCK_TTL")
+        // Each test's prefix is new: no wait before its first grant.
+        .env("FAIRLOCK_DATA_LOSS_WAIT", "0");
     cmd
 }
 
@@ -129,7 +131,9 @@ async fn redlock_runs_unfair_and_refuses_fair() {
 async fn killed_waiter_leaves_no_queue_behind() {
     let url = rs::shared().url.as_str();
     let prefix = rs::unique_prefix("cli-killed");
-    let config = RedisConfig::new([url]).with_prefix(prefix.clone());
+    let config = RedisConfig::new([url])
+        .with_prefix(prefix.clone())
+        .with_data_loss_wait(Duration::ZERO);
     let holder = RedisLocker::connect(config, false).await.expect("connect");
     let guard = holder
         .try_lock(&Key::from("k"))
@@ -159,6 +163,7 @@ async fn handoff_to_a_killed_waiter_does_not_stall_a_ttl() {
     let ttl = Duration::from_secs(60);
     let config = RedisConfig::new([url])
         .with_prefix(prefix.clone())
+        .with_data_loss_wait(Duration::ZERO)
         .with_ttl(ttl);
     let base = RedisLocker::connect(config, true).await.expect("connect");
     let key = Key::from("k");

@@ -15,6 +15,7 @@ use support::redis_server::{self as rs, RedisServer, conn};
 async fn connect(urls: Vec<String>, test: &str, ttl: Duration) -> Redis {
     let config = RedisConfig::new(urls)
         .with_prefix(rs::unique_prefix(test))
+        .with_data_loss_wait(Duration::ZERO)
         .with_ttl(ttl);
     Redis::connect(config).await
 }
@@ -264,6 +265,45 @@ async fn fencing_tokens_of_fifteen_digits_are_written_whole() {
 
 /// A server that does not answer is named in a clear error, within the
 /// connect timeout.
+/// A dataset that lost fairlock's data while a lock was held (`FLUSHALL`
+/// here; a restart without persistence is the same to the scripts) grants
+/// nothing until every lock it may have forgotten has expired: the
+/// holder is told first, and the next token is above the holder's though
+/// the fencing counter was lost too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dataset_that_lost_its_locks_grants_none_before_they_expired() {
+    let server = RedisServer::start();
+    let config = RedisConfig::new([server.url.clone()])
+        .with_prefix(rs::unique_prefix("data-loss"))
+        .with_ttl(Duration::from_secs(2));
+    assert_eq!(config.data_loss_wait(), Duration::from_secs(2));
+    let holder = RedisLocker::connect(config.clone(), false)
+        .await
+        .expect("connect");
+    let next = RedisLocker::connect(config, true).await.expect("connect");
+    let key = Key::from("k");
+    let guard = holder.lock(&patient(), &key).await.expect("lock");
+    let first = guard.fencing_token();
+    let () = redis::cmd("FLUSHALL")
+        .query_async(&mut conn(&server.url).await)
+        .await
+        .expect("flushall");
+    // The first try finds no epoch and starts one a data loss wait ahead.
+    assert!(next.try_lock(&key).await.expect("try_lock").is_none());
+    let granted = next.lock(&patient(), &key).await.expect("lock");
+    assert!(
+        !guard.is_held(),
+        "granted again while the first holder still holds (token {first})"
+    );
+    assert!(
+        granted.fencing_token() > first,
+        "token {} after {first}",
+        granted.fencing_token()
+    );
+    assert!(matches!(guard.unlock().await, Err(Error::LockLost { .. })));
+    granted.unlock().await.expect("unlock");
+}
+
 #[tokio::test]
 async fn unreachable_server_is_named_in_the_error() {
     let port = support::free_port();
@@ -396,19 +436,24 @@ async fn waiters_share_one_subscription() {
     r.finish().await;
 }
 
-/// `BackendConfig` picks Redis for a redis:// URL and registers it.
+/// `BackendConfig` picks Redis for a redis:// URL and registers it (with
+/// the default data loss wait: the new prefix's first grant waits a TTL).
 #[tokio::test]
 async fn registry_hands_out_redis_lockers() {
     let prefix = rs::unique_prefix("registry");
     fairlock::BackendConfig::from_endpoints([rs::shared().url.clone()])
         .expect("redis")
         .with_prefix(prefix.clone())
+        .with_ttl(Duration::from_secs(2))
         .register()
         .await
         .expect("register");
     let locker = fairlock::get_locker(true).expect("locker");
     assert!(locker.is_fair());
-    let guard = take(&*locker, &Key::from("k")).await;
+    let key = Key::from("k");
+    // The first try starts the prefix's epoch a TTL ahead: nothing yet.
+    assert!(locker.try_lock(&key).await.expect("try_lock").is_none());
+    let guard = locker.lock(&patient(), &key).await.expect("lock");
     guard.unlock().await.expect("unlock");
     assert!(rs::keys_left(&rs::shared().url, &prefix).await.is_empty());
 }

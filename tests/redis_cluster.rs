@@ -20,6 +20,7 @@ use support::redis_server::{self as rs, conn};
 async fn on(cluster: &RedisCluster, test: &str, ttl: Duration) -> RedisBackend {
     let config = RedisConfig::new([cluster.url()])
         .with_prefix(rs::unique_prefix(test))
+        .with_data_loss_wait(Duration::ZERO)
         .with_ttl(ttl);
     let base = RedisLocker::connect(config, false).await.expect("connect");
     RedisBackend::cluster(base, cluster.master_urls().await).await
@@ -255,7 +256,9 @@ async fn naming_a_cluster() {
     assert_eq!(config.deployment().expect("parses"), Deployment::Cluster);
     let seeds = vec![c.nodes[2].url.clone()];
     let locker = RedisLocker::connect(
-        RedisConfig::cluster(seeds).with_prefix(rs::unique_prefix("named")),
+        RedisConfig::cluster(seeds)
+            .with_prefix(rs::unique_prefix("named"))
+            .with_data_loss_wait(Duration::ZERO),
         true,
     )
     .await

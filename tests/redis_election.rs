@@ -19,6 +19,7 @@ use support::redis_server as rs;
 async fn on(urls: Vec<String>, test: &str, ttl: Duration) -> Redis {
     let config = RedisConfig::new(urls)
         .with_prefix(rs::unique_prefix(test))
+        .with_data_loss_wait(Duration::ZERO)
         .with_ttl(ttl);
     Redis::connect(config).await
 }
@@ -41,6 +42,7 @@ mod on_a_cluster {
         let c = rc::shared();
         let config = RedisConfig::new([c.url()])
             .with_prefix(rs::unique_prefix(test))
+            .with_data_loss_wait(Duration::ZERO)
             .with_ttl(Duration::from_secs(10));
         let base = RedisLocker::connect(config, false).await.expect("connect");
         Redis::cluster(base, c.master_urls().await).await

@@ -49,6 +49,7 @@ async fn queue_overwritten_under_a_waiter(urls: Vec<String>) {
     let prefix = rs::unique_prefix("overwritten");
     let config = RedisConfig::new(urls.clone())
         .with_prefix(prefix.clone())
+        .with_data_loss_wait(Duration::ZERO)
         .with_ttl(Duration::from_secs(60));
     let holder = RedisLocker::connect(config.clone(), false)
         .await
@@ -148,6 +149,7 @@ async fn unanswered_release_then_someone_elses_key(n: usize) {
     // value) is due long after the test.
     let config = RedisConfig::new(urls.clone())
         .with_prefix(prefix.clone())
+        .with_data_loss_wait(Duration::ZERO)
         .with_ttl(Duration::from_secs(60));
     let locker = RedisLocker::connect(config, false).await.expect("connect");
     let key = Key::from("r");
@@ -215,6 +217,7 @@ async fn an_unanswered_release_handed_to_a_waiter_is_not_lost() {
     let prefix = rs::unique_prefix("handed-release");
     let config = RedisConfig::new([server.url.clone()])
         .with_prefix(prefix.clone())
+        .with_data_loss_wait(Duration::ZERO)
         .with_ttl(Duration::from_secs(60));
     let locker = RedisLocker::connect(config, true).await.expect("connect");
     let key = Key::from("h");

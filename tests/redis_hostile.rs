@@ -108,6 +108,7 @@ async fn case(rng: &mut Rng, urls: &[String], ctx: &str) {
     let ctx = ctx.as_str();
     let config = RedisConfig::new(urls.to_vec())
         .with_prefix(prefix.clone())
+        .with_data_loss_wait(Duration::ZERO)
         .with_ttl(Duration::from_secs(2));
     let locker = RedisLocker::connect(config, fair).await.expect("connect");
     // Someone else holds the lock on a quorum: it must never be granted,

@@ -5,11 +5,12 @@
 
 mod support;
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fairlock::conformance::{Backend, patient};
 use fairlock::redis::{Deployment, RedisConfig, RedisLocker};
-use fairlock::{Error, Key, Locker, LossCause};
+use fairlock::{CancellationToken, Error, Key, LockGuard, Locker, LossCause};
 use futures_util::StreamExt;
 use support::redis_backend::{RedisBackend, take};
 use support::redis_sentinel::{self as sd, Auth, RedisSentinel};
@@ -18,6 +19,7 @@ use support::redis_server::{self as rs};
 async fn on(d: &RedisSentinel, test: &str, ttl: Duration) -> RedisBackend {
     let config = RedisConfig::new([d.url()])
         .with_prefix(rs::unique_prefix(test))
+        .with_data_loss_wait(Duration::ZERO)
         .with_ttl(ttl);
     let base = RedisLocker::connect(config, false).await.expect("connect");
     RedisBackend::new(base, vec![d.master.url.clone()])
@@ -37,8 +39,9 @@ mod elections {
 }
 
 /// Waits until the lock key is extended on the node at `url` (an `expire`
-/// keyspace event, which PEXPIRE sends), or the guard is lost; `true` if extended.
-async fn extended_or_lost(url: &str, lock_key: &str, guard: &fairlock::LockGuard) -> bool {
+/// keyspace event, which PEXPIRE sends), or the guard is lost (`lost`, its
+/// [`LockGuard::lost_token`]); `true` if extended.
+async fn extended_or_lost(url: &str, lock_key: &str, lost: CancellationToken) -> bool {
     let mut pubsub = rs::client_for(url)
         .get_async_pubsub()
         .await
@@ -58,7 +61,7 @@ async fn extended_or_lost(url: &str, lock_key: &str, guard: &fairlock::LockGuard
     tokio::time::timeout(Duration::from_secs(120), async {
         tokio::select! {
             () = extended => true,
-            () = guard.lost() => false,
+            () = lost.cancelled() => false,
         }
     })
     .await
@@ -93,7 +96,7 @@ async fn a_lock_the_new_master_has_survives_failover() {
     assert_eq!(new, d.replica.port);
     let new_url = d.data_url(new);
     assert!(
-        extended_or_lost(&new_url, &r.lock_key(&key), &guard).await,
+        extended_or_lost(&new_url, &r.lock_key(&key), guard.lost_token()).await,
         "lost a lock the new master has: {:?}",
         guard.loss_cause()
     );
@@ -133,7 +136,7 @@ async fn a_lock_the_new_master_lacks_is_reported_lost() {
     d.master.stop();
     assert_eq!(sd::next_switch(&mut switches).await, d.replica.port);
     assert!(
-        !extended_or_lost(&replica_url, &r.lock_key(&key), &guard).await,
+        !extended_or_lost(&replica_url, &r.lock_key(&key), guard.lost_token()).await,
         "extended a lock the new master does not have"
     );
     assert!(!guard.is_held());
@@ -145,6 +148,71 @@ async fn a_lock_the_new_master_lacks_is_reported_lost() {
     RedisBackend::new(r.base.clone(), vec![replica_url])
         .finish()
         .await;
+}
+
+/// A planned failover (`SENTINEL FAILOVER`) under a held lock, with the
+/// defaults: the old master answers as a master for seconds after its
+/// replica was promoted, but an extend counts only once the replica has
+/// it, and the locker leaves the old master when the sentinels announce
+/// the switch. Whether the holder keeps the lock (extended on the new
+/// master) or is told it lost it, nobody else is granted while its guard
+/// says it holds, and the next token is above its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planned_failover_never_grants_a_held_lock_twice() {
+    let d = RedisSentinel::start(Auth::default());
+    let prefix = rs::unique_prefix("planned");
+    let config = RedisConfig::new([d.url()])
+        .with_prefix(prefix.clone())
+        .with_ttl(Duration::from_secs(1));
+    let holder = RedisLocker::connect(config.clone(), false)
+        .await
+        .expect("connect");
+    let other = RedisLocker::connect(config, false).await.expect("connect");
+    let key = Key::from("k");
+    let guard = holder.lock(&patient(), &key).await.expect("lock");
+    let first = guard.fencing_token();
+    let held = Arc::new(Mutex::new(Some(guard)));
+    let mut switches = d.switches().await;
+    let () = redis::cmd("SENTINEL")
+        .arg("FAILOVER")
+        .arg(sd::MASTER)
+        .query_async(&mut rs::conn(&d.sentinel_url(d.sentinels[0].port)).await)
+        .await
+        .expect("SENTINEL FAILOVER");
+    let new = sd::next_switch(&mut switches).await;
+    assert_eq!(new, d.replica.port);
+    let waiter = {
+        let held = Arc::clone(&held);
+        let key = key.clone();
+        tokio::spawn(async move {
+            let granted = other.lock(&patient(), &key).await.expect("lock");
+            let overlap = held
+                .lock()
+                .expect("held")
+                .as_ref()
+                .is_some_and(LockGuard::is_held);
+            (granted, overlap)
+        })
+    };
+    let lost = held
+        .lock()
+        .expect("held")
+        .as_ref()
+        .expect("held")
+        .lost_token();
+    let kept = extended_or_lost(&d.data_url(new), &format!("{prefix}{key}"), lost).await;
+    let taken = held.lock().expect("held").take();
+    if let Some(guard) = taken {
+        let released = guard.unlock().await;
+        assert_eq!(released.is_ok(), kept, "{released:?}");
+    }
+    let (granted, overlap) = waiter.await.expect("waiter");
+    assert!(
+        !overlap,
+        "granted while the first holder (token {first}) held"
+    );
+    assert!(granted.fencing_token() > first);
+    granted.unlock().await.expect("unlock");
 }
 
 /// Master and sentinels with passwords of their own: the URL's password
@@ -161,6 +229,7 @@ async fn passwords_for_master_and_sentinels() {
         .replace("redis+sentinel://", "redis+sentinel://:data-pw@");
     let config = RedisConfig::new([url.clone()])
         .with_prefix(rs::unique_prefix("auth"))
+        .with_data_loss_wait(Duration::ZERO)
         .with_sentinel_password("sentinel-pw");
     let locker = RedisLocker::connect(config.clone(), true)
         .await
@@ -202,7 +271,9 @@ async fn naming_sentinels() {
     );
     let urls: Vec<String> = d.sentinels.iter().map(|s| s.url.clone()).collect();
     let locker = RedisLocker::connect(
-        RedisConfig::sentinel(urls, sd::MASTER).with_prefix(rs::unique_prefix("named")),
+        RedisConfig::sentinel(urls, sd::MASTER)
+            .with_prefix(rs::unique_prefix("named"))
+            .with_data_loss_wait(Duration::ZERO),
         false,
     )
     .await

@@ -17,7 +17,12 @@ fn urls(servers: &[RedisServer]) -> Vec<String> {
 }
 
 async fn connect(servers: &[RedisServer], test: &str) -> Redlock {
-    Redlock::connect(RedisConfig::new(urls(servers)).with_prefix(rs::unique_prefix(test))).await
+    Redlock::connect(
+        RedisConfig::new(urls(servers))
+            .with_prefix(rs::unique_prefix(test))
+            .with_data_loss_wait(Duration::ZERO),
+    )
+    .await
 }
 
 async fn redlock(test: &str) -> Redlock {
@@ -82,6 +87,7 @@ async fn holder_learns_of_loss_when_a_majority_dies() {
     let servers = rs::start_many(5);
     let config = RedisConfig::new(urls(&servers))
         .with_prefix(rs::unique_prefix("majority"))
+        .with_data_loss_wait(Duration::ZERO)
         .with_ttl(Duration::from_secs(1));
     let locker = RedisLocker::connect(config, false).await.expect("connect");
     let guard = take(&locker, &Key::from("k")).await;
@@ -105,7 +111,9 @@ async fn holder_learns_of_loss_when_a_majority_dies() {
 #[tokio::test]
 async fn fair_mode_is_refused_on_redlock() {
     let servers = rs::shared_five();
-    let config = RedisConfig::new(urls(servers)).with_prefix(rs::unique_prefix("fair"));
+    let config = RedisConfig::new(urls(servers))
+        .with_prefix(rs::unique_prefix("fair"))
+        .with_data_loss_wait(Duration::ZERO);
     let err = RedisLocker::connect(config, true)
         .await
         .err()
@@ -199,6 +207,7 @@ async fn failed_round_releases_where_the_answer_was_late() {
     // A TTL longer than the wait below: a late grant left behind outlives it.
     let config = RedisConfig::new(urls(&servers))
         .with_prefix(rs::unique_prefix("late"))
+        .with_data_loss_wait(Duration::ZERO)
         .with_ttl(Duration::from_secs(600));
     let locker = RedisLocker::connect(config, false).await.expect("connect");
     let prefix = locker.config().prefix().to_owned();
@@ -245,6 +254,7 @@ async fn lock_honours_the_context_while_a_subscription_is_down() {
         format!("redis://127.0.0.1:{down}"),
     ])
     .with_prefix(rs::unique_prefix("hubdown"))
+    .with_data_loss_wait(Duration::ZERO)
     .with_ttl(Duration::from_secs(3600))
     .with_node_timeout(Duration::from_secs(600));
     let base = RedisLocker::connect(config, false).await.expect("connect");

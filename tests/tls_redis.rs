@@ -25,7 +25,7 @@ fn acl_setuser(prefix: &str, user: &str, password: &str) -> Vec<String> {
     let line = format!(
         "ACL SETUSER {user} reset on >{password} ~{prefix}* &{prefix}* \
          +ping +evalsha +eval +script|load +scan +subscribe +unsubscribe \
-         +get +set +del +incr +pexpire +pttl +publish +zadd +zrange +zrem +zscore"
+         +get +set +del +incr +pexpire +pttl +publish +zadd +zrange +zrem +zscore +time"
     );
     line.split(' ').map(str::to_owned).collect()
 }
@@ -81,6 +81,7 @@ fn app_config(prefix: &str) -> RedisConfig {
         .with_tls(client_tls())
         .with_user(USER.0, USER.1)
         .with_prefix(prefix)
+        .with_data_loss_wait(Duration::ZERO)
 }
 
 async fn secure(test: &str) -> RedisBackend {
@@ -105,7 +106,8 @@ async fn redlock_over_tls_with_users_in_the_urls() {
     let urls: Vec<String> = servers.iter().map(|s| s.url.clone()).collect();
     let config = RedisConfig::new(urls.clone())
         .with_tls(client_tls())
-        .with_prefix(unique_prefix("redlock"));
+        .with_prefix(unique_prefix("redlock"))
+        .with_data_loss_wait(Duration::ZERO);
     let locker = RedisLocker::connect(config, false).await.expect("connect");
     let guard = locker
         .lock(&patient(), &Key::from("k"))
@@ -128,7 +130,9 @@ async fn connect_err(config: RedisConfig) -> Error {
 }
 
 fn base() -> RedisConfig {
-    RedisConfig::new([secure_redis().0.url.clone()]).with_prefix(unique_prefix("fail"))
+    RedisConfig::new([secure_redis().0.url.clone()])
+        .with_prefix(unique_prefix("fail"))
+        .with_data_loss_wait(Duration::ZERO)
 }
 
 #[tokio::test]

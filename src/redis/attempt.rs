@@ -9,7 +9,7 @@ use tokio::sync::Notify;
 
 use super::core::Core;
 use super::hand::{acquire_args, release_args};
-use super::node::Call;
+use super::node::{Call, Reach};
 use super::scripts::{ACQUIRE_SCRIPT, LEAVE_SCRIPT, RAISE_SCRIPT, RELEASE_SCRIPT};
 use super::watchdog;
 use super::wire::{LockKeys, owner_value, waiter_id};
@@ -106,6 +106,7 @@ impl LockAttempt {
         let script_keys = keys.script_keys();
         let ttl_ms = config.ttl_ms().to_string();
         let record_ms = core.record_ttl().as_millis().to_string();
+        let loss_wait_ms = config.data_loss_wait_ms();
         let id = match self.kind {
             AttemptKind::Lock => self.id.as_str(),
             AttemptKind::TryLock => "",
@@ -126,7 +127,9 @@ impl LockAttempt {
                     &node.hub.id,
                     &record_ms,
                     joined,
+                    &loss_wait_ms,
                 ),
+                reach: Reach::Replicas,
             })
             .await;
         let mut granted = Vec::new();
@@ -171,6 +174,7 @@ impl LockAttempt {
                     script: &RELEASE_SCRIPT,
                     keys: &script_keys,
                     args: release_args(&self.owner, keys, ""),
+                    reach: Reach::Master,
                 })
                 .await;
         }
@@ -196,6 +200,7 @@ impl LockAttempt {
                 script: &RAISE_SCRIPT,
                 keys: &script_keys,
                 args: vec![self.owner.clone(), token.to_string()],
+                reach: Reach::Replicas,
             })
             .await;
         results.into_iter().filter(|r| matches!(r, Ok(1))).count()
@@ -295,6 +300,7 @@ async fn send_leave(
                 keys.waiters.clone(),
                 keys.wake.clone(),
             ],
+            reach: Reach::Master,
         })
         .await;
     nodes

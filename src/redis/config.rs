@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::topology::{Deployment, Topology, resolve};
+use super::topology::{Deployment, ReplicaAcks, Topology, resolve};
 use super::url::redact;
 use crate::{Result, TlsConfig};
 
@@ -63,12 +63,18 @@ pub struct RedisConfig {
     /// Set by [`RedisConfig::cluster`] and [`RedisConfig::sentinel`];
     /// otherwise the URLs' schemes tell.
     deployment: Option<Deployment>,
+    /// Replica acknowledgements and the data loss wait (`durability.rs`).
+    pub(crate) replica_acks: ReplicaAcks,
+    /// `None`: the TTL.
+    pub(crate) data_loss_wait: Option<Duration>,
 }
 
 impl RedisConfig {
     /// A configuration for the given URLs, with the defaults: prefix
     /// `fairlock:`, TTL 10 s, per-node timeout 250 ms, connect timeout 5 s,
-    /// retry delay 50 ms (up to 1 s, with jitter), drift factor 0.01.
+    /// retry delay 50 ms (up to 1 s, with jitter), drift factor 0.01, every
+    /// replica acknowledging grants and extends, and a data loss wait of
+    /// one TTL (see `with_replica_acks` and `with_data_loss_wait`).
     #[must_use]
     pub fn new<I, S>(urls: I) -> Self
     where
@@ -88,6 +94,8 @@ impl RedisConfig {
             credentials: None,
             sentinel_credentials: None,
             deployment: None,
+            replica_acks: ReplicaAcks::default(),
+            data_loss_wait: None,
         }
     }
 
@@ -352,6 +360,8 @@ impl fmt::Debug for RedisConfig {
                     .map(|(user, _)| (user, "<redacted>")),
             )
             .field("deployment", &self.deployment)
+            .field("replica_acks", &self.replica_acks)
+            .field("data_loss_wait", &self.data_loss_wait)
             .finish()
     }
 }

@@ -57,6 +57,15 @@ impl Core {
         }
     }
 
+    /// Where a waiter's first round that fails is retried from: behind
+    /// sentinels and on a cluster the call's start (a failover makes
+    /// requests fail for seconds, grants that the replicas cannot
+    /// acknowledge yet among them, and a waiter rides it out as it does
+    /// after its first round); elsewhere nowhere: the error is reported.
+    pub fn first_round_patience(&self) -> Option<Instant> {
+        self.nodes.fails_over().then(Instant::now)
+    }
+
     pub fn site(&self) -> Site {
         Site::new("redis", self.fairness)
     }

@@ -5,6 +5,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use super::epoch::is_epoch_key;
 use super::wire::is_leader_record;
 use crate::{BoxError, Error};
 
@@ -36,6 +37,17 @@ pub(crate) enum Failure {
     Other(redis::RedisError),
     /// No answer within the timeout.
     NoAnswer(Duration),
+    /// Fewer replicas than needed acknowledged the write within `within`
+    /// (`WAIT`, see `durability.rs`): a failover could lose it, so its
+    /// answer does not count.
+    NotReplicated {
+        acked: usize,
+        needed: usize,
+        within: Duration,
+    },
+    /// A failover of the master was announced while the request was under
+    /// way (`sentinel.rs`): the answer may come from the old master.
+    MasterChanged,
 }
 
 impl Failure {
@@ -101,6 +113,9 @@ fn expected(slot: usize, key: &str) -> &'static str {
     if is_leader_record(key) {
         return "an election's leader record (a string)";
     }
+    if is_epoch_key(key) {
+        return "the dataset's epoch (a server time in microseconds)";
+    }
     match slot {
         1 => "the lock's value (a string)",
         2 => "the queue of waiters (a sorted set)",
@@ -144,7 +159,11 @@ impl NodeError {
             | Failure::WrongType(e)
             | Failure::Refused(e)
             | Failure::Other(e) => Some(e),
-            Failure::NoAnswer(_) | Failure::Foreign { .. } | Failure::Shared => None,
+            Failure::NoAnswer(_)
+            | Failure::Foreign { .. }
+            | Failure::Shared
+            | Failure::NotReplicated { .. }
+            | Failure::MasterChanged => None,
         }
     }
 
@@ -159,6 +178,23 @@ impl fmt::Display for NodeError {
         match &self.failure {
             Failure::NoAnswer(after) => write!(f, "{}: no answer within {after:?}", self.node),
             Failure::Refused(_) => write!(f, "{}: connection refused", self.node),
+            Failure::NotReplicated {
+                acked,
+                needed,
+                within,
+            } => write!(
+                f,
+                "{}: {acked} of the {needed} replicas needed acknowledged the write within \
+                 {within:?}, so it does not count (a failover could lose it); see \
+                 RedisConfig::with_replica_acks",
+                self.node
+            ),
+            Failure::MasterChanged => write!(
+                f,
+                "{}: a failover of the master was announced while the request was under way, \
+                 so its answer does not count",
+                self.node
+            ),
             Failure::Shared => write!(
                 f,
                 "{}: the key is in use as a read/write lock or semaphore",

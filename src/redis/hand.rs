@@ -13,7 +13,7 @@ use crate::Key;
 use crate::fairness::Fairness;
 
 /// The acquire script's `ARGV` (see `scripts.rs`): `[owner, ttl ms, f|u,
-/// id or "", waiters, wake, hub, record ttl ms, joined]`.
+/// id or "", waiters, wake, hub, record ttl ms, joined, data loss wait ms]`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn acquire_args(
     owner: &str,
@@ -24,6 +24,7 @@ pub(crate) fn acquire_args(
     hub: &str,
     record_ms: &str,
     joined: bool,
+    loss_wait_ms: &str,
 ) -> Vec<String> {
     vec![
         owner.to_owned(),
@@ -35,6 +36,7 @@ pub(crate) fn acquire_args(
         hub.to_owned(),
         record_ms.to_owned(),
         if joined { "1" } else { "0" }.into(),
+        loss_wait_ms.to_owned(),
     ]
 }
 
@@ -103,6 +105,7 @@ impl HandCycle {
             &core.nodes.list[0].hub.id,
             &core.record_ttl().as_millis().to_string(),
             false,
+            &core.config.data_loss_wait_ms(),
         );
         HandCycle {
             keys,
@@ -134,9 +137,11 @@ mod tests {
             "h",
             "3000",
             false,
+            "10000",
         );
-        assert_eq!(args.len(), 9);
+        assert_eq!(args.len(), 10);
         assert_eq!(args[8], "0");
+        assert_eq!(args[9], "10000");
         assert_eq!(release_args("o", &keys, "7").len(), 4);
     }
 }

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::core::Core;
 use super::line::{Left, LineKeys};
 use super::line_lua::{EXTEND_SCRIPT, LEAVE_SCRIPT};
-use super::node::{Call, Node};
+use super::node::{Call, Node, Reach};
 use crate::backoff::{Backoff, jitter};
 use crate::loss::LossCell;
 use crate::{Error, Expiry, GuardRelease, Key, LockGuard, LossCause, Result, observe};
@@ -97,6 +97,7 @@ async fn extend_loop(core: &Core, keys: &LineKeys, id: &str, started: Instant, e
                     keys.entries.clone(),
                     config.ttl_ms().to_string(),
                 ],
+                reach: Reach::Replicas,
             })
             .await;
         match answer {
@@ -170,6 +171,7 @@ impl GuardRelease for HeldShare {
                         self.keys.entries.clone(),
                         self.keys.lock.wake.clone(),
                     ],
+                    reach: Reach::Master,
                 })
                 .await;
             match answer {

@@ -15,7 +15,9 @@
 //!   the permits it takes, 1 so far), the wake-up channel it listens on,
 //!   its fencing token (0 while it waits);
 //! - the fencing counter of the mutex (`wire.rs`): every grant of either
-//!   kind increments it, so tokens of a key never go back.
+//!   kind increments it, so tokens of a key never go back;
+//! - the epoch (`epoch.rs`): `walk` grants nothing before it, and `ENTER`
+//!   creates it where it is missing.
 //!
 //! A waiter's record lives a record TTL (three polls) and is refreshed at
 //! every poll; a holder's lives a lock TTL and is extended by its
@@ -25,7 +27,7 @@
 //! written into it, so it never outlives its last live entry by more than
 //! a TTL, and an emptied line is deleted by Redis with its last member.
 //!
-//! # Scripts (`KEYS = [lock, queue, fence, line]`)
+//! # Scripts (`KEYS = [lock, queue, fence, line, epoch]`)
 //! `walk` (the prelude) is `crate::shared::Admission` in Lua:
 //! ```text
 //! walk(me): head = none, held = 0
@@ -105,13 +107,14 @@ impl LineKeys {
         }
     }
 
-    /// `KEYS` of the line's scripts: `[lock, queue, fence, line]`.
-    pub fn script_keys(&self) -> [&str; 4] {
+    /// `KEYS` of the line's scripts: `[lock, queue, fence, line, epoch]`.
+    pub fn script_keys(&self) -> [&str; 5] {
         [
             self.lock.lock.as_str(),
             self.lock.queue.as_str(),
             self.lock.fence.as_str(),
             self.line.as_str(),
+            self.lock.epoch.as_str(),
         ]
     }
 }

@@ -5,9 +5,17 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Shared helpers, prepended to every script.
-const PRELUDE: &str = r"
+use super::epoch::{EPOCH_READ_LUA, EPOCH_START_LUA};
+
+/// The keys, first in every script (the epoch, `KEYS[5]`, is read by
+/// the epoch's helpers, `epoch.rs`).
+const KEYS_LUA: &str = r"
 local lock, queue, fence, line = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+";
+
+/// Shared helpers, prepended to every script after the keys and the
+/// epoch's.
+const PRELUDE: &str = r"
 
 local function failed(reply) return type(reply) == 'table' and reply.err ~= nil end
 
@@ -59,11 +67,11 @@ end
 -- Walks the line from its head: drops dead entries, grants the entries
 -- that hold and have no token (with the full `ttl` for `me`, their record
 -- TTL for the others, who are woken), and stops at the first that does
--- not hold. Grants only with a fence that can count.
+-- not hold. Grants only with a fence that can count, from the epoch on.
 local function walk(entries, wake, me, ttl)
   local s = {head = nil, limit = 0, held = 0, stopped = false, soonest = -1}
   if not line_ok() then return s end
-  local grant = fence_ok()
+  local grant = fence_ok() and epoch_ready()
   local pos = 0
   while not s.stopped do
     local ids = redis.call('ZRANGE', line, pos, pos + 31)
@@ -78,7 +86,7 @@ local function walk(entries, wake, me, ttl)
         if not s.head then s.head, s.limit = e.kind, e.limit end
         s.held = s.held + e.n
         if e.token == '0' and grant then
-          e.token = tostring(redis.call('INCR', fence))
+          e.token = string.format('%d', next_token())
           if id == me then
             store(entries, id, e, ttl)
           else
@@ -103,16 +111,22 @@ local kinds = {r = 1, w = 2, s = 3}
 
 /// Enters the line, or checks a waiter's place (see the module docs).
 /// `ARGV = [id, kind, limit, n, owner, hub, ttl ms, record ttl ms,
-/// entries, wake, try|join|check]`; replies as [`Entered::from_reply`]
-/// reads. Fails with `FAIRLOCK_FOREIGN` (before writing) for a line that
-/// is not a sorted set or a fence that cannot count.
+/// entries, wake, try|join|check, data loss wait ms]`; replies as [`Entered::from_reply`]
+/// reads (before the epoch, a waiter's WAIT is the time until it). Fails with `FAIRLOCK_FOREIGN` (before writing) for a line that
+/// is not a sorted set, a fence that cannot count or an epoch fairlock did
+/// not write.
 const ENTER: &str = r"
-local id, kind, limit, n, owner, hub, ttl, wttl, entries, wake, mode = unpack(ARGV)
+local id, kind, limit, n, owner, hub, ttl, wttl, entries, wake, mode, loss_wait = unpack(ARGV)
 limit, n = tonumber(limit), tonumber(n)
 if not line_ok() then foreign(4, 'other') end
 if not fence_ok() then
   if failed(redis.pcall('GET', fence)) then foreign(3, 'other') end
   foreign(3, 'string')
+end
+local ready, wait = epoch_start(loss_wait)
+local function waiting(soonest)
+  if ready then return {0, soonest} end
+  return {0, wait}
 end
 if redis.call('ZSCORE', line, id) then
   local e = entry(entries, id)
@@ -128,7 +142,7 @@ if redis.call('ZSCORE', line, id) then
   local s = walk(entries, wake, id, ttl)
   e = entry(entries, id)
   if e and e.token ~= '0' then return {1, tonumber(e.token)} end
-  return {0, s.soonest}
+  return waiting(s.soonest)
 end
 if mode == 'check' then
   walk(entries, wake, '', ttl)
@@ -141,19 +155,19 @@ if s.head and ((s.head == 's') ~= (kind == 's') or (kind == 's' and s.limit ~= l
   return {-3, kinds[s.head], s.limit}
 end
 local e = {kind = kind, limit = limit, n = n, hub = hub, token = '0', wttl = wttl, owner = owner}
-local holds = fits(s, kind, limit, n)
-if not holds and mode == 'try' then return {0, s.soonest} end
+local holds = fits(s, kind, limit, n) and ready
+if not holds and mode == 'try' then return waiting(s.soonest) end
 local last = redis.call('ZRANGE', line, -1, -1, 'WITHSCORES')
 local score = 1
 if last[2] then score = tonumber(last[2]) + 1 end
 redis.call('ZADD', line, score, id)
 if holds then
-  e.token = tostring(redis.call('INCR', fence))
+  e.token = string.format('%d', next_token())
   store(entries, id, e, ttl)
   return {1, tonumber(e.token)}
 end
 store(entries, id, e, wttl)
-return {0, s.soonest}
+return waiting(s.soonest)
 ";
 
 /// Leaves the line (a release, or a waiter giving up) and grants whom
@@ -184,7 +198,9 @@ return 1
 ";
 
 fn script(body: &str) -> Script {
-    Script::new(&format!("{PRELUDE}{body}"))
+    Script::new(&format!(
+        "{KEYS_LUA}{EPOCH_READ_LUA}{PRELUDE}{EPOCH_START_LUA}{body}"
+    ))
 }
 
 pub(crate) static ENTER_SCRIPT: LazyLock<Script> = LazyLock::new(|| script(ENTER));

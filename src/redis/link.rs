@@ -3,6 +3,7 @@
 //! routes each script to its slot's master and follows `MOVED` and `ASK`),
 //! or the master the sentinels name (`sentinel.rs`); and where the wake-up
 //! subscriber of each connects.
+//! Each node has two connections, its lanes (`lanes.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,9 +12,12 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-use redis::{Cmd, FromRedisValue, ScriptInvocation};
+use redis::{
+    Cmd, ErrorKind, FromRedisValue, Pipeline, Script, ScriptInvocation, ServerErrorKind, Value,
+};
 
 use super::config::RedisConfig;
+use super::lanes::{Lane, Lanes};
 use super::secure::{certificates, client, connection_info, invalid};
 use super::sentinel::Primary;
 use crate::Result;
@@ -22,9 +26,9 @@ use crate::Result;
 #[derive(Clone)]
 pub(crate) enum Link {
     /// One master (a single instance, or one of Redlock's).
-    Direct(ConnectionManager),
+    Direct(Lanes<ConnectionManager>),
     /// A Redis Cluster.
-    Cluster(ClusterConnection),
+    Cluster(Lanes<ClusterConnection>),
     /// The master behind sentinels.
     Sentinel(Arc<Primary>),
 }
@@ -59,9 +63,15 @@ impl Link {
             .set_response_timeout(None)
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_millis(500));
-        let conn = ConnectionManager::new_lazy_with_config(client.clone(), manager)
-            .map_err(|e| invalid(url, &e))?;
-        Ok((Link::Direct(conn), Subscribe::Rotate(vec![client])))
+        let lane = || {
+            ConnectionManager::new_lazy_with_config(client.clone(), manager.clone())
+                .map_err(|e| invalid(url, &e))
+        };
+        let lanes = Lanes {
+            plain: lane()?,
+            acked: lane()?,
+        };
+        Ok((Link::Direct(lanes), Subscribe::Rotate(vec![client])))
     }
 
     /// A client of the cluster whose seed nodes are at `urls` (connect
@@ -109,16 +119,99 @@ impl Link {
         invocation: &ScriptInvocation<'_>,
     ) -> redis::RedisResult<T> {
         match self {
-            Link::Direct(conn) => invocation.invoke_async(&mut conn.clone()).await,
-            Link::Cluster(conn) => invocation.invoke_async(&mut conn.clone()).await,
+            Link::Direct(l) => invocation.invoke_async(&mut l.plain.clone()).await,
+            Link::Cluster(l) => invocation.invoke_async(&mut l.plain.clone()).await,
             Link::Sentinel(primary) => {
-                let mut conn = primary.connection().await?;
-                let result = invocation.invoke_async(&mut conn).await;
-                if let Err(e) = &result {
-                    primary.after_failure(Some(e));
-                }
-                result
+                primary
+                    .run(Lane::Plain, |mut conn| async move {
+                        invocation.invoke_async(&mut conn).await
+                    })
+                    .await
             }
+        }
+    }
+
+    /// Runs a script, then `WAIT needed within` on the same connection (one
+    /// pipeline: on a cluster both go to the master of the script's keys);
+    /// returns the script's answer and how many replicas acknowledged it.
+    /// A server that lacks the script gets it loaded first, as
+    /// `invoke` does.
+    pub async fn invoke_acked<T: FromRedisValue>(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+        evalsha: Cmd,
+        needed: usize,
+        within: Duration,
+    ) -> redis::RedisResult<(T, usize)> {
+        let mut pipe = redis::pipe();
+        pipe.add_command(evalsha)
+            .cmd("WAIT")
+            .arg(needed)
+            .arg(within.as_millis().max(1))
+            .ignore_errors();
+        let mut replies = self.acked_pipeline(&pipe).await?;
+        if matches!(&replies[..], [Value::ServerError(e), _] if e.kind() == Some(ServerErrorKind::NoScript))
+        {
+            self.load(invocation, Lane::Acked).await?;
+            replies = self.acked_pipeline(&pipe).await?;
+        }
+        let mut replies = replies.into_iter();
+        let (Some(answer), Some(acked)) = (replies.next(), replies.next()) else {
+            return Err(redis::RedisError::from((
+                ErrorKind::UnexpectedReturnType,
+                "a script and WAIT got fewer than two replies",
+            )));
+        };
+        let answer = T::from_redis_value(answer.extract_error()?)?;
+        let acked = usize::from_redis_value(acked.extract_error()?)?;
+        Ok((answer, acked))
+    }
+
+    /// Sends a pipeline on the acked lane; its replies, errors included.
+    async fn acked_pipeline(&self, pipe: &Pipeline) -> redis::RedisResult<Vec<Value>> {
+        match self {
+            Link::Direct(l) => pipe.query_async(&mut l.acked.clone()).await,
+            Link::Cluster(l) => pipe.query_async(&mut l.acked.clone()).await,
+            Link::Sentinel(primary) => {
+                primary
+                    .run(Lane::Acked, |mut conn| async move {
+                        pipe.query_async(&mut conn).await
+                    })
+                    .await
+            }
+        }
+    }
+
+    /// Loads `scripts` (`SCRIPT LOAD`; on a cluster on every node), until
+    /// one fails.
+    pub async fn preload(&self, scripts: &[&Script]) -> redis::RedisResult<()> {
+        for script in scripts {
+            self.load(&script.prepare_invoke(), Lane::Plain).await?;
+        }
+        Ok(())
+    }
+
+    /// Loads `script` (`SCRIPT LOAD`; on a cluster on every node) over
+    /// `lane`.
+    async fn load(&self, invocation: &ScriptInvocation<'_>, lane: Lane) -> redis::RedisResult<()> {
+        match self {
+            Link::Direct(l) => invocation.load_async(&mut l.get(lane)).await.map(drop),
+            Link::Cluster(l) => invocation.load_async(&mut l.get(lane)).await.map(drop),
+            Link::Sentinel(primary) => primary
+                .run(lane, |mut conn| async move {
+                    invocation.load_async(&mut conn).await
+                })
+                .await
+                .map(drop),
+        }
+    }
+
+    /// The generation of the connection requests go over: it changes when
+    /// the sentinels announce a failover (`sentinel.rs`); 0 elsewhere.
+    pub fn generation(&self) -> u64 {
+        match self {
+            Link::Sentinel(primary) => primary.generation(),
+            _ => 0,
         }
     }
 
@@ -130,28 +223,28 @@ impl Link {
         at: Option<(&str, u16)>,
     ) -> redis::RedisResult<T> {
         match self {
-            Link::Direct(conn) => cmd.query_async(&mut conn.clone()).await,
-            Link::Cluster(conn) => match at {
+            Link::Direct(l) => cmd.query_async(&mut l.plain.clone()).await,
+            Link::Cluster(l) => match at {
                 Some((host, port)) => {
                     let route = SingleNodeRoutingInfo::ByAddress {
                         host: host.to_owned(),
                         port,
                     };
-                    let value = conn
+                    let value = l
+                        .plain
                         .clone()
                         .route_command(cmd.clone(), RoutingInfo::SingleNode(route))
                         .await?;
                     Ok(redis::from_redis_value(value)?)
                 }
-                None => cmd.query_async(&mut conn.clone()).await,
+                None => cmd.query_async(&mut l.plain.clone()).await,
             },
             Link::Sentinel(primary) => {
-                let mut conn = primary.connection().await?;
-                let result = cmd.query_async(&mut conn).await;
-                if let Err(e) = &result {
-                    primary.after_failure(Some(e));
-                }
-                result
+                primary
+                    .run(Lane::Plain, |mut conn| async move {
+                        cmd.query_async(&mut conn).await
+                    })
+                    .await
             }
         }
     }
@@ -159,7 +252,7 @@ impl Link {
     /// A request got no answer in time.
     pub fn no_answer(&self) {
         if let Link::Sentinel(primary) = self {
-            primary.after_failure(None);
+            primary.after_failure(None, None);
         }
     }
 }

@@ -129,8 +129,9 @@ impl RedisLocker {
 
 /// Waits in the queue until granted: a round, then a pause until a
 /// wake-up, the next poll, or the holder's expiry; node errors are retried
-/// for up to a TTL after the last round that reached a quorum, but for
-/// refusals (see `FailedOp::refusal`), which end the wait at once.
+/// for up to a TTL after the last round that reached a quorum (or the
+/// call's start, behind sentinels or on a cluster), but for refusals (see
+/// `FailedOp::refusal`), which end the wait at once.
 async fn lock(core: &Arc<Core>, ctx: &Context, key: &Key) -> Result<LockGuard> {
     let mut attempt = LockAttempt::new(core, key, AttemptKind::Lock);
     let notify = Arc::clone(&attempt.notify);
@@ -145,8 +146,9 @@ async fn lock(core: &Arc<Core>, ctx: &Context, key: &Key) -> Result<LockGuard> {
                 .map(|node| node.hub.ready(core.config.node_timeout())),
         )
         .await;
-        // The first round's errors are reported at once.
-        let mut last_ok: Option<Instant> = None;
+        // The first round's errors are reported at once, but where a
+        // failover may be under way (`Core::first_round_patience`).
+        let mut last_ok = core.first_round_patience();
         let (first_pause, max_pause) = core.config.retry_delay();
         let mut backoff = Backoff::new(first_pause, max_pause).with_jitter();
         loop {

@@ -86,24 +86,28 @@
 //! need head the queue on a majority) without a consensus protocol. Use one
 //! Redis instance or etcd for fair locks.
 //!
-//! # What Redis cannot promise that etcd can
-//! - **Durability.** Redis acknowledges writes before they reach disk (by
-//!   default it does not fsync each write, or persist at all); a restarted
-//!   node forgets its locks and its fencing counter.
-//! - **Failover.** Replication is asynchronous: a replica promoted after
-//!   its master died may not have the lock, so two clients can hold it at
-//!   once. Redlock avoids replicas but assumes that a restarted master stays
-//!   down for a TTL, or persists with `appendfsync always`.
-//! - **Clocks.** Redis expires keys by its own clock and Redlock's validity
-//!   assumes that clocks of all parties run at about the same rate (the
-//!   drift factor) and that pauses are shorter than the TTL; etcd's leases
-//!   depend less on either.
-//! - **Fencing tokens** are the remedy against paused holders, on every
-//!   backend: pass [`crate::LockGuard::fencing_token`] to the resource. But
-//!   the counter behind them lives in Redis: after a restart without
-//!   persistence, or a failover that lost the last writes, it can go back
-//!   and repeat tokens. Run Redis with `appendonly yes` and
-//!   `appendfsync always` where tokens must never repeat.
+//! # Failovers and lost data
+//! Redis acknowledges writes before they reach disk or a replica. What
+//! fairlock does about it (`durability.rs`, `epoch.rs`):
+//! - **A grant or extend counts once the replicas have it**: behind
+//!   sentinels and on a cluster, every grant and extend is followed by
+//!   `WAIT` for the replicas the deployment lists as up
+//!   ([`ReplicaAcks`], `replicas.rs`); one that falls short does not count
+//!   (a grant is given back, an extend does not move the deadline), so a
+//!   holder is told before a promoted replica can let its lock expire.
+//! - **Failovers are followed as announced** (`sentinel.rs`): answers that
+//!   arrive after the sentinels' `+switch-master` do not count.
+//! - **A dataset that lost fairlock's data** (a restart without
+//!   persistence, a flush, a failover to a replica without it) grants
+//!   nothing for the data loss wait, and its tokens count on from a new
+//!   epoch (a server time in microseconds), so they never go back.
+//!
+//! What remains: **clocks** (Redis expires keys by its own clock, and
+//! Redlock's validity assumes that clocks of all parties run at about the
+//! same rate and that pauses are shorter than the TTL; etcd's leases depend
+//! less on either), holders paused past their TTL, and failovers with
+//! [`ReplicaAcks::Off`]. **Fencing tokens** are the remedy on every backend:
+//! pass [`crate::LockGuard::fencing_token`] to the resource.
 //!
 //! The scripts avoid commands added in Redis 6 or later (`SET ... KEEPTTL`
 //! in particular is replaced by `PTTL` and `PX`); the tests run against
@@ -129,25 +133,31 @@
 //! `redis+sentinel://s1:26379,s2:26379/mymaster` (or
 //! [`RedisConfig::sentinel`]) names the master that the sentinels monitor
 //! as `mymaster`. The master is found through the sentinels and found
-//! again when a request shows it gone or demoted (`sentinel.rs`); the
-//! wake-up subscriber follows it too. A lock held across a failover is
-//! kept only if the new master has its key (the watchdog's extend then
-//! succeeds there); otherwise the guard is told it is lost.
+//! again when they announce a failover or a request shows it gone or
+//! demoted (`sentinel.rs`); the wake-up subscriber follows it too. A lock
+//! held across a failover is kept if the new master has its key (the
+//! watchdog's extend then succeeds there, and the replicas acknowledged
+//! it, so it does); otherwise the guard is told it is lost.
 //!
 //! # Keys left behind
-//! A free lock with nobody waiting has no keys; the one key that outlives
-//! the locks is the prefix's fencing counter `<prefix>_OWNERS_/fence` (a
-//! token must never repeat, so it is never deleted); on a cluster one
-//! counter per lock key, `<prefix>{<key>}/_OWNERS_/fence`.
+//! A free lock with nobody waiting has no keys; the keys that outlive the
+//! locks are the prefix's fencing counter `<prefix>_OWNERS_/fence` (a
+//! token must never repeat, so it is never deleted) and its epoch
+//! `<prefix>_OWNERS_/epoch`; on a cluster one counter per lock key,
+//! `<prefix>{<key>}/_OWNERS_/fence`, and one epoch per hash slot,
+//! `<prefix>_OWNERS_/epoch/{<n>}`.
 //!
 //! # Layout
 //! Each file imports only from the files listed before it.
 //! - `url.rs`: checking URLs (and naming what a mistyped one meant), the
 //!   default port, redacting passwords.
-//! - `topology.rs`: [`Deployment`], and reading `redis+cluster://` and
-//!   `redis+sentinel://` URLs.
+//! - `topology.rs`: [`Deployment`], [`ReplicaAcks`], and reading
+//!   `redis+cluster://` and `redis+sentinel://` URLs.
 //! - `config.rs`: [`RedisConfig`]; `deployments.rs`: its constructors for a
-//!   cluster and sentinels; `validate.rs`: its checks.
+//!   cluster and sentinels; `durability.rs`: replica acknowledgements and
+//!   the data loss wait; `validate.rs`: its checks.
+//! - `slots.rs`: a cluster's hash slot of a key; `epoch.rs`: the epoch's
+//!   spec and Lua.
 //! - `wire.rs`: every key name and value format written to Redis (flat, or
 //!   hash-tagged on a cluster), with round-trip tests; `scripts.rs`: the
 //!   Lua scripts that write them.
@@ -157,15 +167,18 @@
 //!   error kind and code, and its mapping into [`crate::Error`].
 //! - `secure.rs`: the client of one URL (TLS, credentials), and telling a
 //!   failed TLS connection apart; `connect.rs`: what a failed connect says.
+//! - `lanes.rs`: a node's two connections, one for the scripts followed
+//!   by `WAIT`.
 //! - `sentinel.rs`: the master behind sentinels, found again after a
-//!   failover.
+//!   failover, as soon as the sentinels announce it.
 //! - `link.rs`: the connection of one node by deployment (one master, a
-//!   cluster, the master behind sentinels), and where its subscriber
-//!   connects.
+//!   cluster, the master behind sentinels), a script followed by `WAIT`,
+//!   and where its subscriber connects.
+//! - `replicas.rs`: how many replicas a grant or extend must reach.
 //! - `wake.rs`: wake-ups by pub/sub, one subscriber per node.
 //! - `node.rs`: the masters (or the one cluster or sentinel-watched
-//!   master), the one request helper (timeout and error mapping), and
-//!   fan-out to all nodes.
+//!   master), the one request helper (timeout, error mapping, replica
+//!   acknowledgements), and fan-out to all nodes.
 //! - `deferred.rs`: watchdogs that start when their first extend is due,
 //!   by one timer task per locker (a lock released before then never has
 //!   a task of its own).
@@ -194,19 +207,24 @@ mod connect;
 mod core;
 mod deferred;
 mod deployments;
+mod durability;
 mod election;
+mod epoch;
 mod error;
 mod hand;
 mod held_share;
+mod lanes;
 mod line;
 mod line_lua;
 mod link;
 mod locker;
 mod node;
+mod replicas;
 mod scripts;
 mod secure;
 mod sentinel;
 mod shared;
+mod slots;
 mod status;
 mod topology;
 mod url;
@@ -224,7 +242,7 @@ pub use election::RedisElector;
 #[doc(hidden)]
 pub use hand::HandCycle;
 pub use locker::RedisLocker;
-pub use topology::Deployment;
+pub use topology::{Deployment, ReplicaAcks};
 
 use crate::fairness::Fairness;
 use crate::{Locker, Result};

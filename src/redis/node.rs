@@ -2,18 +2,27 @@
 //! requests bounded by a timeout, and the same script run on every node at
 //! once. A cluster, or a master behind sentinels, is one node (see
 //! `link.rs`).
+//!
+//! A call that grants or extends ([`Reach::Replicas`]) counts only once the
+//! replicas acknowledged it (`WAIT` in the same pipeline, `replicas.rs`
+//! says how many); an answer sent before the sentinels announced a
+//! failover and received after does not count either (`sentinel.rs`).
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use redis::{FromRedisValue, Script, ScriptInvocation};
+use redis::{Cmd, FromRedisValue, Script, ScriptInvocation};
 
 use super::config::RedisConfig;
 use super::connect;
 use super::error::{FailedOp, Failure, NodeError};
+use super::lanes::Lanes;
+use super::line_lua::{self, ENTER_SCRIPT};
 use super::link::{Link, Subscribe};
+use super::replicas::Replicas;
+use super::scripts::{self, ACQUIRE_SCRIPT, RELEASE_SCRIPT};
 use super::topology::{Deployment, Topology};
 use super::url::{redact, with_port};
 use super::wake::Hub;
@@ -30,6 +39,19 @@ pub(crate) struct Node {
     /// Where a subscriber of this node connects (election observers open
     /// their own).
     pub subscribe: Subscribe,
+    /// The replicas a grant or extend must reach.
+    replicas: Arc<Replicas>,
+}
+
+/// Where a call's writes must be before its answer counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reach {
+    /// On the replicas too: a grant, an extend, a leader's record. Such an
+    /// answer moves a holder's deadline, which a failover must not undo.
+    Replicas,
+    /// On the master: a release, a waiter leaving, a read. A failover
+    /// that loses one delays the next holder at most (the key expires).
+    Master,
 }
 
 /// One script call: the same keys on every node, arguments per node.
@@ -37,6 +59,17 @@ pub(crate) struct Call<'a> {
     pub script: &'a Script,
     pub keys: &'a [&'a str],
     pub args: Vec<String>,
+    pub reach: Reach,
+}
+
+/// The `EVALSHA` of `script` with `keys` and `args`, for a pipeline.
+fn evalsha<A: AsRef<[u8]>>(script: &Script, keys: &[&str], args: &[A]) -> Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(keys.len()).arg(keys);
+    for arg in args {
+        cmd.arg(arg.as_ref());
+    }
+    cmd
 }
 
 /// The call of `script` with `keys` and `args` (sent as `EVALSHA`, and
@@ -59,8 +92,8 @@ pub(crate) fn invocation<'s, A: AsRef<[u8]>>(
 impl Node {
     /// Runs `call` on this node within the per-node timeout.
     pub async fn run<T: FromRedisValue>(&self, call: Call<'_>) -> Result<T, NodeError> {
-        let invocation = invocation(call.script, call.keys, &call.args);
-        self.invoke(&invocation, call.keys).await
+        self.invoke(call.script, call.keys, &call.args, call.reach)
+            .await
     }
 
     /// Runs `script` with arguments that need not be text (an election's
@@ -70,19 +103,53 @@ impl Node {
         script: &Script,
         keys: &[&str],
         args: &[&[u8]],
+        reach: Reach,
     ) -> Result<T, NodeError> {
-        self.invoke(&invocation(script, keys, args), keys).await
+        self.invoke(script, keys, args, reach).await
     }
 
-    /// Runs a prepared script call of `keys` within the per-node timeout.
-    async fn invoke<T: FromRedisValue>(
+    /// Runs a script call of `keys` within the per-node timeout, and
+    /// where it must reach the replicas, waits for them within as long
+    /// again.
+    async fn invoke<T: FromRedisValue, A: AsRef<[u8]>>(
         &self,
-        invocation: &ScriptInvocation<'_>,
+        script: &Script,
         keys: &[&str],
+        args: &[A],
+        reach: Reach,
     ) -> Result<T, NodeError> {
-        self.request(self.timeout, self.link.invoke(invocation))
-            .await
-            .map_err(|e| e.name_key(keys))
+        let invocation = invocation(script, keys, args);
+        let needed = match reach {
+            Reach::Replicas => self
+                .replicas
+                .needed(keys.first().copied().unwrap_or_default()),
+            Reach::Master => 0,
+        };
+        let result = if needed == 0 {
+            self.request(self.timeout, self.link.invoke(&invocation))
+                .await
+        } else {
+            // The script within the per-node timeout, then the replicas'
+            // acknowledgement within as long again.
+            let within = self.timeout;
+            let sent =
+                self.link
+                    .invoke_acked(&invocation, evalsha(script, keys, args), needed, within);
+            match self.request(self.timeout + within, sent).await {
+                Ok((answer, acked)) if acked >= needed => Ok(answer),
+                Ok((_, acked)) => {
+                    self.replicas.fell_short();
+                    let failure = Failure::NotReplicated {
+                        acked,
+                        needed,
+                        within,
+                    };
+                    Err(NodeError::new(&self.name, failure))
+                }
+                Err(e) => Err(e),
+            }
+        };
+        result.map_err(|e| e.name_key(keys))
     }
 
     /// A plain command (for `status`), within the per-node timeout; on a
@@ -109,14 +176,17 @@ impl Node {
     }
 
     /// The one request helper: `request` bounded by `timeout`, its error
-    /// classified and named by this node.
+    /// classified and named by this node; an answer that arrived after the
+    /// sentinels announced a failover is a failure.
     async fn request<T>(
         &self,
         timeout: Duration,
         request: impl Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, NodeError> {
+        let generation = self.link.generation();
         let failure = match tokio::time::timeout(timeout, request).await {
-            Ok(Ok(value)) => return Ok(value),
+            Ok(Ok(value)) if self.link.generation() == generation => return Ok(value),
+            Ok(Ok(_)) => Failure::MasterChanged,
             Ok(Err(error)) => Failure::classify(error),
             Err(_) => {
                 self.link.no_answer();
@@ -144,7 +214,16 @@ impl Nodes {
         config.validate()?;
         let topology = config.topology()?;
         let wake = wake_prefix(config.prefix());
+        let acks = config.replica_acks();
         let node = |name: String, (link, subscribe): (Link, Subscribe)| Node {
+            replicas: match &link {
+                Link::Direct(_) => Replicas::master(acks),
+                Link::Cluster(_) => Replicas::cluster(acks, &link),
+                Link::Sentinel(primary) => {
+                    primary.follow();
+                    Replicas::sentinel(acks, primary)
+                }
+            },
             name,
             link,
             timeout: config.node_timeout(),
@@ -156,23 +235,27 @@ impl Nodes {
             Deployment::Cluster => {
                 let name = deployment_name(&topology);
                 let (client, subscribe) = Link::cluster(config, &topology.urls)?;
-                let conn = match tokio::time::timeout(
+                let lane = async || match tokio::time::timeout(
                     config.connect_timeout(),
                     client.get_async_connection(),
                 )
                 .await
                 {
-                    Ok(Ok(conn)) => conn,
+                    Ok(Ok(conn)) => Ok(conn),
                     Ok(Err(e)) => {
                         let error = NodeError::new(&name, Failure::classify(e));
-                        return Err(connect::failed(config, error));
+                        Err(connect::failed(config, error))
                     }
                     Err(_) => {
                         let timeout = Failure::NoAnswer(config.connect_timeout());
-                        return Err(connect::failed(config, NodeError::new(&name, timeout)));
+                        Err(connect::failed(config, NodeError::new(&name, timeout)))
                     }
                 };
-                list.push(node(name, (Link::Cluster(conn), subscribe)));
+                let lanes = Lanes {
+                    plain: lane().await?,
+                    acked: lane().await?,
+                };
+                list.push(node(name, (Link::Cluster(lanes), subscribe)));
             }
             Deployment::Sentinel { master } => {
                 let name = deployment_name(&topology);
@@ -192,6 +275,35 @@ impl Nodes {
         let pings = join_all(nodes.list.iter().map(|n| n.ping(config.connect_timeout()))).await;
         let errors: Vec<NodeError> = pings.into_iter().filter_map(Result::err).collect();
         connect::check(config, nodes.list.len(), nodes.quorum, errors)?;
+        // The lock path's scripts, so that a first lock does not spend its
+        // per-node timeout on NOSCRIPT and a load (on a cluster, on every
+        // node); a node that lacks them later still gets them on NOSCRIPT.
+        for node in &nodes.list {
+            let scripts = [
+                &*ACQUIRE_SCRIPT,
+                &*RELEASE_SCRIPT,
+                &*scripts::LEAVE_SCRIPT,
+                &*scripts::EXTEND_SCRIPT,
+                &*ENTER_SCRIPT,
+                &*line_lua::LEAVE_SCRIPT,
+                &*line_lua::EXTEND_SCRIPT,
+            ];
+            let load = node.link.preload(&scripts);
+            let _ = tokio::time::timeout(config.connect_timeout(), load).await;
+        }
+        // A cluster's or sentinels' listing of the replicas, before the
+        // first grant counts on it.
+        if let [node] = &nodes.list[..] {
+            let read = tokio::time::timeout(config.connect_timeout(), node.replicas.read());
+            let failure = match read.await {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(Failure::classify(e)),
+                Err(_) => Some(Failure::NoAnswer(config.connect_timeout())),
+            };
+            if let Some(failure) = failure {
+                return Err(connect::failed(config, NodeError::new(&node.name, failure)));
+            }
+        }
         Ok(Arc::new(nodes))
     }
 
@@ -226,6 +338,11 @@ impl Nodes {
             return vec![self.list[*i].run(call(*i)).await];
         }
         join_all(indexes.iter().map(|i| self.list[*i].run(call(*i)))).await
+    }
+
+    /// `true` behind sentinels or on a cluster: a master may fail over.
+    pub fn fails_over(&self) -> bool {
+        matches!(&self.list[..], [node] if !matches!(node.link, Link::Direct(_)))
     }
 
     /// `true` for Redlock (more than one node).

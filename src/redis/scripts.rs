@@ -1,6 +1,7 @@
 //! The Lua scripts: every change to a lock is one of these, run atomically
-//! by Redis. Each takes `KEYS = [lock, queue, fence]`; the formats they write are
-//! built and read on the Rust side in `wire.rs`.
+//! by Redis. Each takes `KEYS = [lock, queue, fence, epoch]`; the formats they write are
+//! built and read on the Rust side in `wire.rs`, the epoch's rules are
+//! `epoch.rs`'s.
 //!
 //! - lock key: `"<token> <owner>"`, with `PX ttl`;
 //! - queue: a sorted set of waiter ids, scored by arrival (last score + 1);
@@ -14,7 +15,8 @@
 //! - the queue itself expires twice the record TTL after the last waiter's
 //!   refresh, so dead waiters behind the head never keep it forever;
 //! - fence: one counter per prefix, incremented at every grant (the
-//!   fencing token).
+//!   fencing token), counting from the epoch where it was missing;
+//! - epoch: nothing is granted before it (`epoch.rs`).
 //!
 //! The acquire and the release start with a fast path for the uncontended
 //! cycle (a free lock, nobody queued, nothing foreign), written before the
@@ -34,10 +36,16 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
+use super::epoch::{EPOCH_READ_LUA, EPOCH_START_LUA};
+
 /// What every script starts with: the keys, and the helpers that the fast
 /// paths (see [`script`]) use too.
-const HEAD: &str = r"
+const HEAD_KEYS: &str = r"
 local lock, queue, fence = KEYS[1], KEYS[2], KEYS[3]
+";
+
+/// The helpers after the keys and the epoch's (`epoch.rs`).
+const HEAD: &str = r"
 
 -- Keys are read with the commands the README's minimal ACL grants (no
 -- TYPE): a key of another type answers GET or ZSCORE with an error.
@@ -57,7 +65,7 @@ end
 -- The token is written with '%d': Lua writes a number of 15 digits or
 -- more as '1e+14', a value no holder would recognise as its own.
 local function grant(owner, ttl)
-  local token = redis.call('INCR', fence)
+  local token = next_token()
   redis.call('SET', lock, string.format('%d', token) .. ' ' .. owner, 'PX', ttl)
   return token
 end
@@ -149,12 +157,13 @@ end
 -- wake an unfair head to try. Exactly one waiter hears of it. A handoff
 -- lasts the head's record TTL (from its record) until the head confirms it
 -- with an acquire, which renews it to the full TTL. With a fencing counter
--- that cannot count, a fair head is only woken: its acquire names the key.
+-- that cannot count, a fair head is only woken: its acquire names the key;
+-- before the epoch (or without one) too: its acquire waits or starts it.
 local function pass_on(waiters, wake)
   local id, fields = head(waiters)
   if not id then return end
   local hub, mode, ttl, owner = unpack(fields)
-  if mode == 'f' and fence_ok() then
+  if mode == 'f' and fence_ok() and epoch_ready() then
     grant(owner, ttl)
     redis.call('ZREM', queue, id)
     redis.call('DEL', waiters .. id)
@@ -169,9 +178,10 @@ end
 /// renewed.
 ///
 /// `ARGV = [owner, ttl ms, f|u, id or "", waiters, wake, hub, record ttl ms,
-/// joined]`, `joined` `1` when an earlier round of this attempt may have
+/// joined, data loss wait ms]`, `joined` `1` when an earlier round of this attempt may have
 /// queued `id` (on the first round there is nothing of it to remove);
-/// returns `{1, token}` or `{0, pttl of the holder}`. Fails with
+/// returns `{1, token}` or `{0, ms}`: the pttl of the holder, or before
+/// the epoch the time until it. Fails with
 /// `FAIRLOCK_SHARED` while the key's line exists (`line.rs`).
 ///
 /// Its fast path grants a free lock, as the general path would, when no
@@ -179,14 +189,15 @@ end
 /// anything to remove: `GET` finds no lock, no line of a read/write lock
 /// or semaphore exists (`PTTL` -2), `ZRANGE` finds nobody queued (fair)
 /// or no key of another type (unfair: a free lock is taken whoever is
-/// queued), and the fencing counter counts.
+/// queued), the fencing counter counts, and the epoch has passed.
 const ACQUIRE_FAST: &str = r"
 do
   local mode, id, joined = ARGV[3], ARGV[4], ARGV[9]
   if (id == '' or joined ~= '1') and not redis.pcall('GET', lock)
       and redis.call('PTTL', lock .. '/_OWNERS_/line') == -2 then
     local first = redis.pcall('ZRANGE', queue, 0, 0)
-    if first.err == nil and (mode == 'u' or first[1] == nil) and fence_ok() then
+    if first.err == nil and (mode == 'u' or first[1] == nil) and fence_ok()
+        and epoch_ready() then
       return {1, grant(ARGV[1], ARGV[2])}
     end
   end
@@ -195,12 +206,13 @@ end
 
 /// The general path of the acquire.
 const ACQUIRE: &str = r"
-local owner, ttl, mode, id, waiters, wake, hub, wttl, joined = unpack(ARGV)
+local owner, ttl, mode, id, waiters, wake, hub, wttl, joined, loss_wait = unpack(ARGV)
 local value = check_keys()
 -- A key in use as a read/write lock or semaphore (its line, `line.rs`)
 -- has no mutex: refused before anything is written.
 -- (PTTL, not EXISTS: the README's minimal ACL grants no EXISTS.)
 if redis.call('PTTL', lock .. '/_OWNERS_/line') ~= -2 then error({err = 'FAIRLOCK_SHARED'}) end
+local ready, wait = epoch_start(loss_wait)
 if value then
   local token, who = holder(value)
   if who == owner then
@@ -211,7 +223,7 @@ else
   -- Unfair attempts take a free lock whoever is queued.
   local first = nil
   if mode == 'f' then first = head(waiters) end
-  if not first or first == id then
+  if ready and (not first or first == id) then
     local token = grant(owner, ttl)
     if id ~= '' and joined == '1' then
       redis.call('ZREM', queue, id)
@@ -220,7 +232,7 @@ else
     return {1, token}
   end
   -- Free, but someone queued first (the lock expired under a queue).
-  pass_on(waiters, wake)
+  if ready then pass_on(waiters, wake) end
 end
 if id ~= '' then
   if not redis.call('ZSCORE', queue, id) then
@@ -236,6 +248,7 @@ if id ~= '' then
   local qttl = 2 * tonumber(wttl)
   if redis.call('PTTL', queue) < qttl then redis.call('PEXPIRE', queue, qttl) end
 end
+if not ready then return {0, wait} end
 return {0, redis.call('PTTL', lock)}
 ";
 
@@ -393,7 +406,9 @@ impl Released {
 /// helpers are defined; it returns, or falls through to the general path,
 /// which decides every case alike), the prelude, and its body.
 fn script(fast: &str, body: &str) -> Script {
-    Script::new(&format!("{HEAD}{fast}{PRELUDE}{body}"))
+    Script::new(&format!(
+        "{HEAD_KEYS}{EPOCH_READ_LUA}{HEAD}{fast}{PRELUDE}{EPOCH_START_LUA}{body}"
+    ))
 }
 
 pub(crate) static ACQUIRE_SCRIPT: LazyLock<Script> =

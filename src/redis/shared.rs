@@ -20,7 +20,7 @@ use super::error::NodeError;
 use super::held_share::{self, node};
 use super::line::{Entered, LineKeys, Mode, in_use_as_mutex, spell};
 use super::line_lua::{ENTER_SCRIPT, LEAVE_SCRIPT};
-use super::node::Call;
+use super::node::{Call, Reach};
 use super::wire::{LockKeys, owner_value};
 use crate::backoff::Backoff;
 use crate::shared::{Share, conflict};
@@ -81,7 +81,7 @@ pub(crate) async fn wait_shared(
         // Join until a round is answered: an unanswered one may or may
         // not have put the entry in line, and `join` finds it if it did.
         let mut mode = Mode::Join;
-        let mut last_ok: Option<Instant> = None;
+        let mut last_ok = core.first_round_patience();
         let (first_pause, max_pause) = core.config.retry_delay();
         let mut backoff = Backoff::new(first_pause, max_pause).with_jitter();
         loop {
@@ -195,7 +195,9 @@ impl Entry {
                     self.keys.entries.clone(),
                     self.keys.lock.wake.clone(),
                     mode.word().to_owned(),
+                    config.data_loss_wait_ms(),
                 ],
+                reach: Reach::Replicas,
             })
             .await
             .map_err(|e| self.core.nodes.unavailable("lock", vec![e]))?;
@@ -275,6 +277,7 @@ async fn send_leave(core: &Core, keys: &LineKeys, id: &str) -> Result<i64, NodeE
             script: &LEAVE_SCRIPT,
             keys: &keys.script_keys(),
             args: vec![id.to_owned(), keys.entries.clone(), keys.lock.wake.clone()],
+            reach: Reach::Master,
         })
         .await
 }

@@ -8,8 +8,8 @@ use super::error::NodeError;
 use super::line::{LineKeys, parse_entry};
 use super::line_lua::STATUS_SCRIPT as LINE_STATUS_SCRIPT;
 use super::locker::RedisLocker;
-use super::node::Call;
 use super::node::Node;
+use super::node::{Call, Reach};
 use super::scripts::STATUS_SCRIPT;
 use super::wire::{Layout as Naming, LockKeys as Layout};
 use crate::shared::Share;
@@ -115,6 +115,7 @@ impl RedisLocker {
                 script: &STATUS_SCRIPT,
                 keys: &keys,
                 args: vec![layout.waiters.clone()],
+                reach: Reach::Master,
             })
             .await;
         let mut views = Vec::new();
@@ -152,6 +153,7 @@ impl RedisLocker {
                 script: &LINE_STATUS_SCRIPT,
                 keys: &keys.script_keys(),
                 args: vec![keys.entries.clone()],
+                reach: Reach::Master,
             })
             .await
             .map_err(|e| self.inner().nodes.unavailable("status", vec![e]))?;

@@ -1,7 +1,9 @@
 //! Which Redis deployment a configuration names: independent masters (one,
 //! or several for Redlock), a Redis Cluster, or a master found through
-//! Redis Sentinel; and reading the `redis+cluster://` and
-//! `redis+sentinel://` URLs that name the last two.
+//! Redis Sentinel; how many of its replicas must acknowledge a grant
+//! ([`ReplicaAcks`], used by `durability.rs` and `replicas.rs`); and
+//! reading the `redis+cluster://` and `redis+sentinel://` URLs that name
+//! the last two.
 
 use super::url::{DEFAULT_PORT, check_url, redact};
 use crate::{Error, Result};
@@ -34,6 +36,59 @@ impl Deployment {
             Deployment::Masters => "masters",
             Deployment::Cluster => "cluster",
             Deployment::Sentinel { .. } => "sentinel",
+        }
+    }
+}
+
+/// How many replicas must acknowledge a grant or an extend before it
+/// counts (see [`RedisConfig::with_replica_acks`](super::RedisConfig::with_replica_acks)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReplicaAcks {
+    /// Every replica the deployment lists as up: behind sentinels, the
+    /// replicas `SENTINEL REPLICAS` names without a down flag; on a
+    /// cluster, the replicas of the slot's master that are not failing.
+    /// Read when the master is found and again at least every second
+    /// while requests are sent, and at once after a write fell short. A
+    /// replica that dies fails grants until the deployment marks it down
+    /// (`down-after-milliseconds`, `cluster-node-timeout`). On one
+    /// instance or Redlock nothing is waited for.
+    #[default]
+    All,
+    /// At least this many replicas, on any deployment (on one instance:
+    /// the replicas it has of its own, whoever promotes them).
+    AtLeast(usize),
+    /// None: a grant counts once the master has it. A failover that loses
+    /// the master's newest writes can then let two holders overlap for up
+    /// to a TTL; use fencing tokens where that matters.
+    Off,
+}
+
+impl ReplicaAcks {
+    /// Reads `all`, `off` or a number (as `FAIRLOCK_REPLICA_ACKS` takes it).
+    ///
+    /// # Examples
+    /// ```
+    /// use fairlock::redis::ReplicaAcks;
+    ///
+    /// assert_eq!(ReplicaAcks::parse("all").unwrap(), ReplicaAcks::All);
+    /// assert_eq!(ReplicaAcks::parse("2").unwrap(), ReplicaAcks::AtLeast(2));
+    /// assert_eq!(ReplicaAcks::parse("off").unwrap(), ReplicaAcks::Off);
+    /// assert!(ReplicaAcks::parse("some").is_err());
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for anything else.
+    pub fn parse(text: &str) -> Result<Self> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "all" => Ok(ReplicaAcks::All),
+            "off" | "0" => Ok(ReplicaAcks::Off),
+            n => n.parse().map(ReplicaAcks::AtLeast).map_err(|_| {
+                Error::InvalidConfig(format!(
+                    "replica acknowledgements {text:?}: give all (every replica the \
+                     deployment lists as up), off (none) or a number of replicas"
+                ))
+            }),
         }
     }
 }

@@ -28,20 +28,25 @@ impl RedisConfig {
         match &topology.deployment {
             Deployment::Cluster if self.prefix().contains(['{', '}']) => {
                 return bad(format!(
-                    "key prefix {:?} contains a brace; on Redis Cluster fairlock puts each                      lock's keys in one hash slot with the hash tag {{key}} after the prefix,                      which a brace in the prefix would change: use a prefix without {{ and }}",
+                    "key prefix {:?} contains a brace; on Redis Cluster fairlock puts each \
+                     lock's keys in one hash slot with the hash tag {{key}} after the prefix, \
+                     which a brace in the prefix would change: use a prefix without {{ and }}",
                     self.prefix()
                 ));
             }
             Deployment::Sentinel { master } if master.trim().is_empty() => {
                 return bad(
-                    "no master name given for the sentinels; name the master they monitor,                      e.g. RedisConfig::sentinel([\"redis://s1:26379\"], \"mymaster\") or                      redis+sentinel://s1:26379,s2:26379/mymaster"
+                    "no master name given for the sentinels; name the master they monitor, \
+                     e.g. RedisConfig::sentinel([\"redis://s1:26379\"], \"mymaster\") or \
+                     redis+sentinel://s1:26379,s2:26379/mymaster"
                         .into(),
                 );
             }
             Deployment::Sentinel { .. } => {}
             _ if self.sentinel_credentials().is_some() => {
                 return bad(
-                    "sentinel credentials are given, but the URLs name no sentinels; use                      redis+sentinel://s1:26379,s2:26379/mymaster or RedisConfig::sentinel"
+                    "sentinel credentials are given, but the URLs name no sentinels; use \
+                     redis+sentinel://s1:26379,s2:26379/mymaster or RedisConfig::sentinel"
                         .into(),
                 );
             }
@@ -115,13 +120,18 @@ impl RedisConfig {
             ));
         }
         // The watchdog's first extend is sent TTL/3 after the grant's
-        // request and may take a per-node timeout: it must be answered
-        // before the guard's local deadline.
+        // request and may take a per-node timeout, and as long again for
+        // the replicas' acknowledgement: it must be answered before the
+        // guard's local deadline.
         let period = self.ttl() / 3;
-        if self.validity_left(period + self.node_timeout()).is_none() {
+        if self
+            .validity_left(period + self.node_timeout() * 2)
+            .is_none()
+        {
             return bad(format!(
                 "TTL {:?} leaves no time for an extend: the watchdog extends after TTL/3 \
-                 ({period:?}) and may wait the per-node timeout {:?}, which must end before \
+                 ({period:?}) and may wait the per-node timeout {:?} twice (the script, then \
+                 the replicas' acknowledgement), which must end before \
                  TTL - drift - margin = {:?} - {:?} - {:?}; lower the drift factor {} or \
                  the per-node timeout, or raise the TTL",
                 self.ttl(),

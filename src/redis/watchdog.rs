@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use super::core::Core;
 use super::deferred::Watchdog;
 use super::hand::release_args;
-use super::node::Call;
+use super::node::{Call, Reach};
 use super::scripts::{EXTEND_SCRIPT, RELEASE_SCRIPT, Released};
 use super::wire::LockKeys;
 use crate::backoff::{Backoff, jitter};
@@ -111,6 +111,7 @@ async fn extend_loop(core: &Core, keys: &LockKeys, owner: &str, started: Instant
                 script: &EXTEND_SCRIPT,
                 keys: &script_keys,
                 args: vec![owner.to_owned(), ttl_ms.clone()],
+                reach: Reach::Replicas,
             })
             .await;
         let extended = results.iter().filter(|r| matches!(r, Ok(1))).count();
@@ -200,6 +201,7 @@ impl GuardRelease for HeldLock {
                     script: &RELEASE_SCRIPT,
                     keys: &script_keys,
                     args: release_args(&self.owner, &self.keys, &self.tokens[i]),
+                    reach: Reach::Master,
                 })
                 .await;
             let mut still = Vec::new();

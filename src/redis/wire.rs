@@ -8,8 +8,10 @@
 //! - queue `fairlock:jobs/export/_OWNERS_/queue` (sorted set of waiter ids);
 //! - waiter records `fairlock:jobs/export/_OWNERS_/w/<id>`, each
 //!   `"<hub> <f|u> <record ttl ms> <owner>"`;
-//! - the fencing counter `fairlock:_OWNERS_/fence`, one per prefix, the only
-//!   key that outlives the locks (a token must never repeat);
+//! - the fencing counter `fairlock:_OWNERS_/fence`, one per prefix, and the
+//!   epoch `fairlock:_OWNERS_/epoch` (`epoch.rs`), the only keys that
+//!   outlive the locks (a token must never repeat, and a dataset that lost
+//!   them must be told apart);
 //! - wake-up channels `fairlock:_OWNERS_/wake/<hub id>`, one per connection;
 //!   a message is the id of the one waiter it wakes;
 //! - an election's leader record `fairlock:jobs/export/_OWNERS_/leader`,
@@ -21,11 +23,13 @@
 //! waiter records `fairlock:{jobs/export}/_OWNERS_/w/<id>`, and a fencing
 //! counter per lock, `fairlock:{jobs/export}/_OWNERS_/fence` (a counter per
 //! prefix would live in one slot, which a script of another slot may not
-//! touch). Tokens still grow strictly per key.
+//! touch), and an epoch per hash slot, `fairlock:_OWNERS_/epoch/{<n>}`.
+//! Tokens still grow strictly per key.
 //!
 //! Keys may not contain a `_OWNERS_` segment, so none of these names can be
 //! another lock's key.
 
+use super::slots::slot_tag;
 use super::topology::Deployment;
 use crate::fairness::Fairness;
 use crate::{Error, Key, RESERVED_SEGMENT, Result};
@@ -109,6 +113,8 @@ pub(crate) struct LockKeys {
     /// Prefix of the waiter records.
     pub waiters: String,
     pub fence: String,
+    /// The dataset's epoch (`epoch.rs`).
+    pub epoch: String,
     /// Prefix of the wake-up channels.
     pub wake: String,
 }
@@ -124,13 +130,22 @@ impl LockKeys {
                 Layout::Tagged => format!("{lock}/{RESERVED_SEGMENT}/fence"),
             },
             wake: wake_prefix(prefix),
+            epoch: match layout {
+                Layout::Flat => epoch_key(prefix),
+                Layout::Tagged => format!("{}/{{{}}}", epoch_key(prefix), slot_tag(&lock)),
+            },
             lock,
         }
     }
 
-    /// `KEYS` of every script: `[lock, queue, fence]`.
-    pub fn script_keys(&self) -> [&str; 3] {
-        [self.lock.as_str(), self.queue.as_str(), self.fence.as_str()]
+    /// `KEYS` of every script: `[lock, queue, fence, epoch]`.
+    pub fn script_keys(&self) -> [&str; 4] {
+        [
+            self.lock.as_str(),
+            self.queue.as_str(),
+            self.fence.as_str(),
+            self.epoch.as_str(),
+        ]
     }
 }
 
@@ -147,6 +162,12 @@ pub(crate) fn is_leader_record(name: &str) -> bool {
 /// The fencing counter of a prefix.
 pub(crate) fn fence_key(prefix: &str) -> String {
     format!("{prefix}{RESERVED_SEGMENT}/fence")
+}
+
+/// The epoch of a prefix (`epoch.rs`); on a cluster, followed by
+/// `/{<n>}`, the hash tag of the slot it serves.
+pub(crate) fn epoch_key(prefix: &str) -> String {
+    format!("{prefix}{RESERVED_SEGMENT}/epoch")
 }
 
 /// The prefix of the wake-up channels.
@@ -277,10 +298,15 @@ mod tests {
         assert_eq!(a.wake, "p:_OWNERS_/wake/");
         assert_eq!(
             a.script_keys(),
-            ["p:a", "p:a/_OWNERS_/queue", "p:_OWNERS_/fence"]
+            [
+                "p:a",
+                "p:a/_OWNERS_/queue",
+                "p:_OWNERS_/fence",
+                "p:_OWNERS_/epoch"
+            ]
         );
         // A key naming any of them is refused by Key::validate.
-        for k in [&a.queue, &a.fence, &a.waiters, &a.wake] {
+        for k in [&a.queue, &a.fence, &a.waiters, &a.wake, &a.epoch] {
             let name = k.strip_prefix("p:").unwrap();
             assert!(Key::from(name).validate().is_err(), "{name}");
         }
@@ -294,6 +320,10 @@ mod tests {
         assert_eq!(a.queue, "p:{jobs/a}b}/_OWNERS_/queue");
         assert_eq!(a.fence, "p:{jobs/a}b}/_OWNERS_/fence");
         assert_eq!(a.wake, "p:_OWNERS_/wake/");
+        // The epoch is the slot's, in the lock's slot (`slots.rs`), and no
+        // lock's name (Layout::lock_name).
+        assert!(a.epoch.starts_with("p:_OWNERS_/epoch/{"), "{}", a.epoch);
+        assert_eq!(Layout::Tagged.lock_name(&a.epoch["p:".len()..]), None);
         // Redis hashes the text between the first '{' and the first '}'
         // after it: the same for every key of the lock.
         let tag = |name: &str| {

@@ -104,6 +104,14 @@ impl RedisCluster {
                 })
                 .await;
             }
+            // Grants wait for every replica (`WAIT`): a master streams
+            // writes to a replica only from the replica's first
+            // acknowledgement after its sync (up to a second after the
+            // sync); until then every grant falls short. Ready when a
+            // write on each master is acknowledged.
+            for n in &cluster.nodes {
+                super::redis_server::replicated(&n.url).await;
+            }
         });
         cluster
     }

@@ -106,6 +106,7 @@ impl RedisSentinel {
             Some(info.contains("master_link_status:up"))
         })
         .await;
+        super::redis_server::replicated(&self.data_url(self.master.port)).await;
         for s in &self.sentinels {
             let url = self.sentinel_url(s.port);
             poll(|| async {

@@ -244,6 +244,56 @@ where
     })
 }
 
+/// Waits until a write on the node at `url`, if it is a master, is
+/// acknowledged by a replica: a key (on a cluster one of the node's own
+/// slots: the first `fairlock-ready:{n}` it does not redirect) is set,
+/// waited for and deleted. A master streams writes to a replica only from
+/// the replica's first acknowledgement after its sync (up to a second
+/// after it), and grants wait for the replicas (`WAIT`).
+pub async fn replicated(url: &str) {
+    let mut c = conn(url).await;
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query_async(&mut c)
+        .await
+        .expect("info");
+    if !info.contains("role:master") {
+        return;
+    }
+    for n in 0.. {
+        let key = format!("fairlock-ready:{{{n}}}");
+        let set: redis::RedisResult<()> =
+            redis::cmd("SET").arg(&key).arg(1).query_async(&mut c).await;
+        if set.is_err() {
+            continue; // MOVED: another master's slot
+        }
+        // WAIT blocks for at most 100 ms a call (within the connection's
+        // response timeout), for at most two minutes in all.
+        let acked = async {
+            loop {
+                let acked: i64 = redis::cmd("WAIT")
+                    .arg(1)
+                    .arg(100)
+                    .query_async(&mut c)
+                    .await
+                    .expect("wait");
+                if acked >= 1 {
+                    return;
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(120), acked)
+            .await
+            .unwrap_or_else(|_| panic!("the replica of {url} never acknowledged a write"));
+        let () = redis::cmd("DEL")
+            .arg(&key)
+            .query_async(&mut c)
+            .await
+            .expect("del");
+        return;
+    }
+}
+
 /// One redis-server per test binary, started on first use.
 pub fn shared() -> &'static RedisServer {
     static SHARED: OnceLock<RedisServer> = OnceLock::new();
@@ -300,13 +350,19 @@ pub fn unique_prefix(test: &str) -> String {
 }
 
 /// The keys under `prefix` on the server at `url`, except the fencing
-/// counters (which outlive every lock by design: the prefix's, and on a
-/// cluster one per lock, `<prefix>{<key>}/_OWNERS_/fence`).
+/// counters and epochs (which outlive every lock by design: the prefix's
+/// counter and epoch, and on a cluster a counter per lock,
+/// `<prefix>{<key>}/_OWNERS_/fence`, and an epoch per hash slot,
+/// `<prefix>_OWNERS_/epoch/{<n>}`).
 pub async fn keys_left(url: &str, prefix: &str) -> Vec<String> {
     let mut conn = conn(url).await;
     let fence = format!("{prefix}_OWNERS_/fence");
+    let epoch = format!("{prefix}_OWNERS_/epoch");
     let is_fence = |k: &String| {
-        *k == fence || (k.starts_with(&format!("{prefix}{{")) && k.ends_with("}/_OWNERS_/fence"))
+        *k == fence
+            || (k.starts_with(&format!("{prefix}{{")) && k.ends_with("}/_OWNERS_/fence"))
+            || *k == epoch
+            || (k.starts_with(&format!("{epoch}/{{")) && k.ends_with('}'))
     };
     let mut left = Vec::new();
     let mut cursor = "0".to_string();

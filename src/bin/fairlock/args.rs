@@ -7,6 +7,8 @@ use std::time::Duration;
 use clap::error::ErrorKind;
 use clap::{ArgAction, Args, CommandFactory, Parser, Subcommand};
 
+use fairlock::redis::ReplicaAcks;
+
 use crate::election_args::{ELECT_AFTER_HELP, ElectArgs, LeaderArgs, check_elect, check_leader};
 use crate::exit;
 use crate::help::{AFTER_HELP, LOCK_AFTER_HELP};
@@ -58,6 +60,32 @@ pub struct Global {
         hide_env = true
     )]
     pub connect_timeout: Option<Duration>,
+    /// Redis: how many replicas must acknowledge a grant or an extend
+    /// before it counts: all (every replica the sentinels or the cluster
+    /// list as up), off (accept a failover's window), or a number [env
+    /// FAIRLOCK_REPLICA_ACKS, default all]
+    #[arg(
+        long,
+        global = true,
+        value_name = "all|off|N",
+        value_parser = replica_acks,
+        env = "FAIRLOCK_REPLICA_ACKS",
+        hide_env = true
+    )]
+    pub replica_acks: Option<ReplicaAcks>,
+    /// Redis: how long a dataset that lost fairlock's data (a restart
+    /// without persistence, a flush) grants nothing, so that locks it
+    /// forgot expire first; 0 turns it off [env FAIRLOCK_DATA_LOSS_WAIT,
+    /// default the TTL]
+    #[arg(
+        long,
+        global = true,
+        value_name = "DUR",
+        value_parser = duration,
+        env = "FAIRLOCK_DATA_LOSS_WAIT",
+        hide_env = true
+    )]
+    pub data_loss_wait: Option<Duration>,
     /// Trust the CA certificates in FILE (PEM) for https:// and rediss://
     /// endpoints, instead of the system's roots [env FAIRLOCK_CACERT]
     #[arg(long, global = true, value_name = "FILE")]
@@ -161,6 +189,10 @@ pub struct DemoArgs {
 
 fn duration(v: &str) -> Result<Duration, String> {
     fairlock::parse_duration(v)
+}
+
+fn replica_acks(v: &str) -> Result<ReplicaAcks, String> {
+    ReplicaAcks::parse(v).map_err(|e| e.to_string())
 }
 
 /// Parses the arguments (program name first); `Err` is clap's error,

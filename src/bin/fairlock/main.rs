@@ -130,6 +130,15 @@ fn config(global: &Global) -> fairlock::Result<BackendConfig> {
     if let Some(timeout) = global.connect_timeout {
         config = config.with_connect_timeout(timeout);
     }
+    if let BackendConfig::Redis(mut redis) = config {
+        if let Some(acks) = global.replica_acks {
+            redis = redis.with_replica_acks(acks);
+        }
+        if let Some(wait) = global.data_loss_wait {
+            redis = redis.with_data_loss_wait(wait);
+        }
+        config = BackendConfig::Redis(redis);
+    }
     config.validate()?;
     Ok(config)
 }

@@ -15,6 +15,7 @@ use crate::backoff::Backoff;
 use crate::redis::core::Core;
 use crate::redis::error::FailedOp;
 use crate::redis::held_share::node;
+use crate::redis::node::Reach;
 use crate::{Error, Key, LeaderRecord, Result};
 
 /// What a leader's scripts need.
@@ -48,7 +49,7 @@ impl Term {
             self.keys.channel.as_bytes(),
         ];
         let renewed: i64 = node(&self.core)
-            .run_bytes(&REFRESH, &self.keys.script_keys(), &args)
+            .run_bytes(&REFRESH, &self.keys.script_keys(), &args, Reach::Replicas)
             .await
             .map_err(|e| self.failed("renew the leader's record", e))?;
         Ok(renewed == 1)
@@ -63,7 +64,7 @@ impl Term {
         let mut backoff = Backoff::new(std::time::Duration::from_millis(20), self.core.poll());
         loop {
             let sent: std::result::Result<i64, _> = node(&self.core)
-                .run_bytes(&RETRACT, &self.keys.script_keys(), &args)
+                .run_bytes(&RETRACT, &self.keys.script_keys(), &args, Reach::Master)
                 .await;
             match sent {
                 Ok(_) => return Ok(()),
@@ -150,7 +151,7 @@ impl LeaderRecord for RedisRecord {
             keys.channel.as_bytes(),
         ];
         let written: i64 = node(core)
-            .run_bytes(&PROCLAIM, &keys.script_keys(), &args)
+            .run_bytes(&PROCLAIM, &keys.script_keys(), &args, Reach::Replicas)
             .await
             .map_err(|e| self.term.failed("proclaim", e))?;
         if written == 1 {

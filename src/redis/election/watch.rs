@@ -16,6 +16,7 @@ use crate::backoff::Backoff;
 use crate::redis::core::Core;
 use crate::redis::error::FailedOp;
 use crate::redis::held_share::node;
+use crate::redis::node::Reach;
 use crate::{ChangeSender, Key, LeaderWatch, Result};
 
 /// Reads the election's state at one point.
@@ -29,7 +30,7 @@ async fn read_raw(core: &Core, keys: &ElectionKeys) -> Result<Read> {
     // be UTF-8 (then it is nobody's lock, or no counter).
     type Reply = (Option<Vec<u8>>, i64, Option<Vec<u8>>, Option<Vec<u8>>);
     let (lock, pttl, record, fence): Reply = node(core)
-        .run_bytes(&READ, &keys.script_keys(), &[])
+        .run_bytes(&READ, &keys.script_keys(), &[], Reach::Master)
         .await
         .map_err(|e| {
             crate::Error::from(FailedOp {

@@ -1,0 +1,224 @@
+//! How many replicas must acknowledge a grant or an extend on one node
+//! before it counts ([`ReplicaAcks`], `durability.rs` says why): a fixed
+//! number, the replicas the sentinels list as up, or on a cluster the
+//! replicas of the master of the lock's slot that are not failing.
+//!
+//! The listing is read when the node connects, again at most a second
+//! after it was last read while requests come (in the background: a
+//! request uses the numbers it has), and at once (at most every 100 ms)
+//! after a write fell short. A listing that cannot be read keeps the last
+//! one.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::link::Link;
+use super::sentinel::Primary;
+use super::slots::{SLOTS, slot};
+use super::topology::ReplicaAcks;
+
+/// How old a listing may get while requests come.
+const FRESH: Duration = Duration::from_secs(1);
+/// How soon after a read a write that fell short reads it again.
+const AFTER_SHORTFALL: Duration = Duration::from_millis(100);
+
+/// Where the number comes from.
+enum Source {
+    /// A number set by the configuration (0: nothing is waited for).
+    Fixed(usize),
+    /// `SENTINEL REPLICAS`: the replicas up.
+    Sentinel(Arc<Primary>),
+    /// `CLUSTER NODES`: per slot, the replicas of its master not failing.
+    Cluster(Link),
+}
+
+/// The last listing read.
+enum Counts {
+    One(usize),
+    Slots(Vec<u8>),
+}
+
+/// The replicas a grant or extend on one node must reach.
+pub(crate) struct Replicas {
+    source: Source,
+    counts: Mutex<(Counts, Instant)>,
+    reading: AtomicBool,
+}
+
+impl Replicas {
+    /// The replicas of a master behind sentinels, by `acks`.
+    pub fn sentinel(acks: ReplicaAcks, primary: &Arc<Primary>) -> Arc<Self> {
+        Self::new(match acks {
+            ReplicaAcks::All => Source::Sentinel(Arc::clone(primary)),
+            _ => fixed(acks),
+        })
+    }
+
+    /// The replicas of a cluster's masters, by `acks`.
+    pub fn cluster(acks: ReplicaAcks, link: &Link) -> Arc<Self> {
+        Self::new(match acks {
+            ReplicaAcks::All => Source::Cluster(link.clone()),
+            _ => fixed(acks),
+        })
+    }
+
+    /// An independent master's: none are listed, so only
+    /// [`ReplicaAcks::AtLeast`] waits.
+    pub fn master(acks: ReplicaAcks) -> Arc<Self> {
+        Self::new(fixed(acks))
+    }
+
+    fn new(source: Source) -> Arc<Self> {
+        let count = match source {
+            Source::Fixed(n) => n,
+            _ => 0,
+        };
+        Arc::new(Replicas {
+            source,
+            counts: Mutex::new((Counts::One(count), Instant::now())),
+            reading: AtomicBool::new(false),
+        })
+    }
+
+    fn counts(&self) -> std::sync::MutexGuard<'_, (Counts, Instant)> {
+        self.counts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Reads the listing now (at connect).
+    ///
+    /// # Errors
+    /// The request's error, for a listing that could not be read.
+    pub async fn read(&self) -> redis::RedisResult<()> {
+        let counts = match &self.source {
+            Source::Fixed(_) => return Ok(()),
+            Source::Sentinel(primary) => Counts::One(primary.replicas_up().await?),
+            Source::Cluster(link) => {
+                let nodes: String = link
+                    .query(redis::cmd("CLUSTER").arg("NODES"), None)
+                    .await?;
+                Counts::Slots(slot_replicas(&nodes))
+            }
+        };
+        *self.counts() = (counts, Instant::now());
+        Ok(())
+    }
+
+    /// How many replicas a write to the keys starting with `key` must
+    /// reach; starts a new read in the background when the listing is
+    /// older than a second.
+    pub fn needed(self: &Arc<Self>, key: &str) -> usize {
+        let (needed, read_at) = {
+            let counts = self.counts();
+            let needed = match &counts.0 {
+                Counts::One(n) => *n,
+                Counts::Slots(slots) => usize::from(slots[usize::from(slot(key))]),
+            };
+            (needed, counts.1)
+        };
+        if read_at.elapsed() > FRESH {
+            self.read_soon();
+        }
+        needed
+    }
+
+    /// A write fell short: reads the listing again unless it is newer
+    /// than 100 ms.
+    pub fn fell_short(self: &Arc<Self>) {
+        if self.counts().1.elapsed() > AFTER_SHORTFALL {
+            self.read_soon();
+        }
+    }
+
+    /// Reads the listing in the background, unless a read is under way.
+    fn read_soon(self: &Arc<Self>) {
+        if matches!(self.source, Source::Fixed(_)) || self.reading.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            self.reading.store(false, Ordering::SeqCst);
+            return;
+        };
+        let this = Arc::clone(self);
+        rt.spawn(async move {
+            if this.read().await.is_err() {
+                // Keep the last listing; try again after the same pause.
+                this.counts().1 = Instant::now();
+            }
+            this.reading.store(false, Ordering::SeqCst);
+        });
+    }
+}
+
+/// The number a setting fixes.
+fn fixed(acks: ReplicaAcks) -> Source {
+    match acks {
+        ReplicaAcks::AtLeast(n) => Source::Fixed(n),
+        ReplicaAcks::All | ReplicaAcks::Off => Source::Fixed(0),
+    }
+}
+
+/// Per slot, from `CLUSTER NODES`, how many replicas its master has that
+/// are not failing. A line is `<id> <addr> <flags> <master id> <ping>
+/// <pong> <epoch> <link> <slot ranges...>`.
+fn slot_replicas(nodes: &str) -> Vec<u8> {
+    let failing = |flags: &str| {
+        flags
+            .split(',')
+            .any(|f| matches!(f, "fail" | "fail?" | "handshake" | "noaddr"))
+    };
+    let mut replicas: HashMap<&str, u8> = HashMap::new();
+    for line in nodes.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if let [_, _, flags, master, ..] = fields[..]
+            && flags.split(',').any(|f| f == "slave" || f == "replica")
+            && !failing(flags)
+        {
+            *replicas.entry(master).or_default() += 1;
+        }
+    }
+    let mut slots = vec![0u8; SLOTS];
+    for line in nodes.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let [id, _, flags, _, _, _, _, _, ranges @ ..] = &fields[..] else {
+            continue;
+        };
+        if !flags.split(',').any(|f| f == "master") {
+            continue;
+        }
+        let count = replicas.get(id).copied().unwrap_or(0);
+        for range in ranges.iter().filter(|r| !r.starts_with('[')) {
+            let (from, to) = range.split_once('-').unwrap_or((range, range));
+            if let (Ok(from), Ok(to)) = (from.parse::<usize>(), to.parse::<usize>()) {
+                for s in slots.iter_mut().take(to.min(SLOTS - 1) + 1).skip(from) {
+                    *s = count;
+                }
+            }
+        }
+    }
+    slots
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_nodes_give_each_slot_its_masters_replicas() {
+        let nodes = "\
+a 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460
+b 127.0.0.1:7001@17001 master - 0 0 2 connected 5461-10922 [5461->-c]
+c 127.0.0.1:7002@17002 master - 0 0 3 connected 10923-16383
+d 127.0.0.1:7003@17003 slave a 0 0 1 connected
+e 127.0.0.1:7004@17004 slave a 0 0 1 connected
+f 127.0.0.1:7005@17005 slave,fail b 0 0 2 connected
+g 127.0.0.1:7006@17006 master,fail - 0 0 4 disconnected
+h 127.0.0.1:7007@17007 slave c 0 0 3 connected
+";
+        let slots = slot_replicas(nodes);
+        assert_eq!((slots[0], slots[5460]), (2, 2));
+        assert_eq!((slots[5461], slots[10922]), (0, 0));
+        assert_eq!((slots[10923], slots[16383]), (1, 1));
+    }
+}
