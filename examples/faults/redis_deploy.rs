@@ -413,6 +413,19 @@ impl Redis {
         Ok(keys)
     }
 
+    /// Whether `key` hashes to the slot of the workers' lock (cluster).
+    pub async fn in_lock_slot(&self, key: &str) -> bool {
+        let Some(c) = &self.cluster else {
+            return false;
+        };
+        for n in &c.nodes {
+            if let Some(slot) = query::<u16>(n.port, &cmd(&["CLUSTER", "KEYSLOT", key])).await {
+                return slot == self.slot;
+            }
+        }
+        false
+    }
+
     /// Injects `fault`; returns once the deployment has its new master (or
     /// the restarted server is ready), the paused master resumed and the
     /// killed one started again: see [`Redis::whole`] for the rest.

@@ -16,7 +16,7 @@
 //!    (or the server restarted) within long hold + TTL + failover
 //!    allowance + margin of the injection;
 //! 5. nothing is left under the run's prefix once the workers stopped
-//!    but the fencing counter(s);
+//!    but the fencing counter(s) and the epoch key(s) (`expected_left`);
 //! 6. fencing tokens never go back: a grant's token is above every token
 //!    granted before it.
 
@@ -303,12 +303,13 @@ impl Phase<'_> {
         // Keys of a session a fault cut short expire within the TTL.
         let deadline = Instant::now() + bound;
         let locks = loop {
-            let keys: Vec<String> = redis
-                .keys(&format!("{prefix}locks:"))
-                .await?
-                .into_iter()
-                .filter(|k| !expected_left(k))
-                .collect();
+            let locks = format!("{prefix}locks:");
+            let mut keys = Vec::new();
+            for k in redis.keys(&locks).await? {
+                if !expected_left(redis, &locks, &k).await {
+                    keys.push(k);
+                }
+            }
             if keys.is_empty() || Instant::now() >= deadline {
                 break keys;
             }
@@ -342,9 +343,32 @@ impl Phase<'_> {
     }
 }
 
-/// Keys the library leaves by design: the fencing counter (one per
-/// prefix, or one per lock on a cluster), so that tokens keep growing
-/// across every holder a key will ever have.
-fn expected_left(key: &str) -> bool {
-    key.ends_with("_OWNERS_/fence")
+/// Keys the library leaves by design (`src/redis/wire.rs`), under the
+/// workers' lock prefix `locks`: the fencing counter, so that tokens keep
+/// growing across every holder a key will ever have (one per prefix,
+/// `_OWNERS_/fence`, or on a cluster one per lock, `{k}/_OWNERS_/fence`),
+/// and the epoch that tells a dataset which lost them (one per prefix,
+/// `_OWNERS_/epoch`, or on a cluster one per hash slot,
+/// `_OWNERS_/epoch/{<n>}`, which must be in the lock's slot).
+async fn expected_left(redis: &Redis, locks: &str, key: &str) -> bool {
+    let Some(name) = key.strip_prefix(locks) else {
+        return false;
+    };
+    match redis.which {
+        Deployment::Cluster => {
+            if name == "{k}/_OWNERS_/fence" {
+                return true;
+            }
+            let tag = name
+                .strip_prefix("_OWNERS_/epoch/{")
+                .and_then(|t| t.strip_suffix('}'));
+            match tag {
+                Some(n) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => {
+                    redis.in_lock_slot(key).await
+                }
+                _ => false,
+            }
+        }
+        _ => name == "_OWNERS_/fence" || name == "_OWNERS_/epoch",
+    }
 }
