@@ -13,7 +13,7 @@
 
 use std::time::Duration;
 
-use fairlock::redis::{RedisConfig, RedisLocker};
+use fairlock::redis::{RedisConfig, RedisLocker, ReplicaAcks};
 use fairlock::{Context, Key, Locker};
 
 use crate::redis_hand;
@@ -175,10 +175,14 @@ async fn check_by_hand(t: &Target<'_>, l: &RedisLocker, fair: bool) -> Res<()> {
     redis_hand::check_same_commands(t.direct_url, l, &key, &l.hand_cycle(&key), c).await
 }
 
-fn fairlock(t: &Target<'_>, l: RedisLocker, fair: bool) -> Contender {
+fn fairlock(t: &Target<'_>, l: RedisLocker, fair: bool, acks: Acks) -> Contender {
     let key = fairlock_key(fair);
+    let name = match acks {
+        Acks::Off => "fairlock lock+unlock",
+        Acks::All => "fairlock lock+unlock, replicas acknowledge",
+    };
     Contender::new(
-        t.name("fairlock lock+unlock"),
+        t.name(name),
         if fair { "fair" } else { "unfair" },
         move || {
             let (l, key) = (l.clone(), key.clone());
@@ -219,22 +223,55 @@ pub async fn rows(url: &str, prefix: &str, rounds: usize, batch: usize) -> Res<V
     rows_on(&target, prefix, rounds, batch).await
 }
 
+/// Whether a locker waits for the replicas to acknowledge its grants and
+/// extends (`ReplicaAcks::All`, the default) or not (`Off`: the cycle
+/// the scripts by hand send, and the floor of the other rows).
+#[derive(Clone, Copy)]
+enum Acks {
+    Off,
+    All,
+}
+
 /// The interleaved rows on `t`.
 pub async fn rows_on(t: &Target<'_>, prefix: &str, rounds: usize, batch: usize) -> Res<Vec<Row>> {
-    let locker = |fair: bool| {
-        let config = RedisConfig::new([t.fairlock_url]).with_prefix(prefix);
+    // The data loss wait would hold each new prefix's first grant (in
+    // the warm-up) for a TTL; the steady cycle is the same without it.
+    let locker = |fair: bool, acks: Acks| {
+        let config = RedisConfig::new([t.fairlock_url])
+            .with_prefix(format!(
+                "{prefix}{}",
+                if matches!(acks, Acks::All) {
+                    "acks:"
+                } else {
+                    ""
+                }
+            ))
+            .with_data_loss_wait(Duration::ZERO)
+            .with_replica_acks(match acks {
+                Acks::Off => ReplicaAcks::Off,
+                Acks::All => ReplicaAcks::All,
+            });
         RedisLocker::connect(config, fair)
     };
     let url = t.direct_url;
-    let (unfair_l, fair_l) = (locker(false).await?, locker(true).await?);
+    let (unfair_l, fair_l) = (
+        locker(false, Acks::Off).await?,
+        locker(true, Acks::Off).await?,
+    );
+    let (unfair_a, fair_a) = (
+        locker(false, Acks::All).await?,
+        locker(true, Acks::All).await?,
+    );
     let mut all = vec![
         ping(t, connection(url).await?),
         floor(t, connection(url).await?, t.direct_key(prefix, "floor")),
         by_hand(t, &unfair_l, false).await?,
         by_hand(t, &fair_l, true).await?,
-        fairlock(t, unfair_l.clone(), false),
-        fairlock(t, fair_l.clone(), true),
+        fairlock(t, unfair_l.clone(), false, Acks::Off),
+        fairlock(t, fair_l.clone(), true, Acks::Off),
         rslock(t, t.direct_key(prefix, "rslock").into_bytes()),
+        fairlock(t, unfair_a, false, Acks::All),
+        fairlock(t, fair_a, true, Acks::All),
     ];
     // Connections up, scripts loaded, subscriptions ready.
     for c in &mut all {
@@ -248,9 +285,21 @@ pub async fn rows_on(t: &Target<'_>, prefix: &str, rounds: usize, batch: usize) 
             all[at].batch(batch).await?;
         }
     }
-    let [ping, floor, hand_un, hand_fa, unfair, fair, rslock] = &mut all[..] else {
-        unreachable!("seven contenders");
+    let [
+        ping,
+        floor,
+        hand_un,
+        hand_fa,
+        unfair,
+        fair,
+        rslock,
+        unfair_acks,
+        fair_acks,
+    ] = &mut all[..]
+    else {
+        unreachable!("nine contenders");
     };
+    let (ua, fa_acks) = (unfair_acks.median(), fair_acks.median());
     let (rt, fl, rs) = (ping.median(), floor.median(), rslock.median());
     let (hu, hf) = (hand_un.median(), hand_fa.median());
     let (un, fa) = (unfair.median(), fair.median());
@@ -303,5 +352,19 @@ pub async fn rows_on(t: &Target<'_>, prefix: &str, rounds: usize, batch: usize) 
         ratio_row("fairlock / rslock", "fair", fa / rs, by_rs),
         ratio_row("by hand / rslock", "unfair", hu / rs, by_rs),
         ratio_row("by hand / rslock", "fair", hf / rs, by_rs),
+        unfair_acks.row().ratio(ua / fl, of),
+        fair_acks.row().ratio(fa_acks / fl, of),
+        ratio_row(
+            "replicas acknowledge / not",
+            "unfair",
+            ua / un,
+            "x fairlock without (median of batch means)",
+        ),
+        ratio_row(
+            "replicas acknowledge / not",
+            "fair",
+            fa_acks / fa,
+            "x fairlock without (median of batch means)",
+        ),
     ])
 }

@@ -4,16 +4,19 @@
 //! rslock (which has no cluster or sentinel client) on the master that
 //! holds its key; and one failover of each, a master stopped under a held
 //! lock: behind sentinels one whose key the replica lacks (as when the
-//! write had not reached it; how long until the replica leads, until the
-//! holder is told its lock is lost, until others are granted it and
-//! another key), on the cluster one whose key reached the replica (until
+//! write had not reached it, which with the default replica
+//! acknowledgements cannot happen: these lockers run with
+//! `ReplicaAcks::Off`, the window the acknowledgements close; how long
+//! until the replica leads, until the holder is told its lock is lost,
+//! until others are granted it and another key), on the cluster one whose
+//! key reached the replica (with the default acknowledgements; until
 //! the replica leads, the holder's extend is acknowledged there, another
 //! key is granted). Sentinels here declare a master down after 1 s, the
 //! cluster after its 1 s node timeout: the switch times are theirs.
 
 use std::time::{Duration, Instant};
 
-use fairlock::redis::{RedisConfig, RedisLocker};
+use fairlock::redis::{RedisConfig, RedisLocker, ReplicaAcks};
 use fairlock::{Context, Key, Locker};
 
 use crate::redis_cycle::{self, Target};
@@ -121,15 +124,19 @@ async fn granted(
     }
 }
 
-async fn lockers(url: &str, prefix: &str) -> Res<[RedisLocker; 3]> {
-    let config = RedisConfig::new([url]).with_prefix(prefix);
+async fn lockers(url: &str, prefix: &str, acks: ReplicaAcks) -> Res<[RedisLocker; 3]> {
+    // A new prefix: no data loss wait before its first grant.
+    let config = RedisConfig::new([url])
+        .with_prefix(prefix)
+        .with_data_loss_wait(Duration::ZERO)
+        .with_replica_acks(acks);
     let base = RedisLocker::connect(config, true).await?;
     Ok([base.locker(true), base.locker(true), base.locker(false)])
 }
 
 async fn sentinel_failover(d: &RedisSentinel) -> Res<Failover> {
     let p = prefix("sentinel-failover");
-    let [holder, same, other] = lockers(&d.url(), &p).await?;
+    let [holder, same, other] = lockers(&d.url(), &p, ReplicaAcks::Off).await?;
     let held = holder.lock(&Context::background(), &Key::from("k")).await?;
     let replica_url = d.data_url(d.replica.port);
     // The write that did not reach the replica.
@@ -166,7 +173,7 @@ async fn sentinel_failover(d: &RedisSentinel) -> Res<Failover> {
 /// deadline moves; polled every ms), and until another key is granted.
 async fn cluster_failover(c: &RedisCluster) -> Res<Vec<Row>> {
     let p = prefix("cluster-failover");
-    let [holder, _, other] = lockers(&c.url(), &p).await?;
+    let [holder, _, other] = lockers(&c.url(), &p, ReplicaAcks::All).await?;
     let held = holder.lock(&Context::background(), &Key::from("k")).await?;
     let lock_key = format!("{p}{{k}}");
     let old = c.owner(c.slot(&lock_key).await).await;
@@ -276,6 +283,10 @@ pub async fn rows(quick: bool) -> Res<Vec<Row>> {
     };
     eprintln!("bench: redis sentinels {}", sentinels.url());
     rows.extend(redis_cycle::rows_on(&target, &prefix("se"), rounds, batch).await?);
-    rows.extend(sentinel_failover(&sentinels).await?.rows("sentinel"));
+    rows.extend(
+        sentinel_failover(&sentinels)
+            .await?
+            .rows("sentinel (replica acks off)"),
+    );
     Ok(rows)
 }

@@ -39,7 +39,10 @@ fn urls(servers: &[RedisServer]) -> Vec<String> {
 }
 
 async fn locker(urls: &[String], prefix: &str, fair: bool) -> Res<RedisLocker> {
-    let config = RedisConfig::new(urls.to_vec()).with_prefix(prefix);
+    // A new prefix: no data loss wait before its first grant.
+    let config = RedisConfig::new(urls.to_vec())
+        .with_prefix(prefix)
+        .with_data_loss_wait(std::time::Duration::ZERO);
     Ok(RedisLocker::connect(config, fair).await?)
 }
 
