@@ -27,7 +27,8 @@
 //! deployment instead (`redis_faults.rs`; the faults and what Redis
 //! promises under each in `redis_fault.rs`): restarts of one instance with
 //! and without persistence; a planned failover, the master killed and the
-//! master paused behind sentinels and on a cluster. Its checkers are
+//! master paused behind sentinels and on a cluster, and on a cluster the
+//! workers' slot migrated while held. Its checkers are
 //! `redis_check.rs`'s (counter, overlaps, tokens never going back) and the
 //! recovery and leftover checks below. There the first worker holds the
 //! lock `--long-hold-ms` (1.5 x TTL by default) each time, so that its lock
