@@ -95,9 +95,7 @@ impl Replicas {
             Source::Fixed(_) => return Ok(()),
             Source::Sentinel(primary) => Counts::One(primary.replicas_up().await?),
             Source::Cluster(link) => {
-                let nodes: String = link
-                    .query(redis::cmd("CLUSTER").arg("NODES"), None)
-                    .await?;
+                let nodes: String = link.query(redis::cmd("CLUSTER").arg("NODES"), None).await?;
                 Counts::Slots(slot_replicas(&nodes))
             }
         };
