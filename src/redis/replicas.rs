@@ -11,7 +11,8 @@
 //! On a master it has just moved to, the locker counts only the replicas
 //! replicating (the old master is listed among them for about ten seconds
 //! before the sentinels reconfigure it, while it reports itself a master
-//! and could acknowledge nothing).
+//! and could acknowledge nothing). At connect it counts every replica not
+//! flagged down: a failover not yet announced looks the same as that.
 //!
 //! The listing is read when the node connects, again at most a second
 //! after it was last read while requests come (in the background: a
@@ -168,13 +169,16 @@ impl Replicas {
 }
 
 /// The replicas a grant must reach behind sentinels, from `listing` and
-/// the number `last` read for `last_master` (see the module docs).
+/// the number `last` read for `last_master` (`None`: the first read, at
+/// connect; see the module docs).
 fn sentinel_count(listing: &Listing, last: usize, last_master: Option<String>) -> usize {
-    let same_master = listing.master.is_some() && listing.master == last_master;
-    if same_master {
-        listing.replicating.max(last.min(listing.not_down))
-    } else {
-        listing.replicating
+    match last_master {
+        // Connecting: a failover of this master may be under way.
+        None => listing.not_down,
+        Some(last_master) if listing.master.as_ref() == Some(&last_master) => {
+            listing.replicating.max(last.min(listing.not_down))
+        }
+        Some(_) => listing.replicating,
     }
 }
 
@@ -239,6 +243,8 @@ mod tests {
             not_down,
         };
         let old = Some("m:1".to_owned());
+        // At connect, every replica not flagged down.
+        assert_eq!(sentinel_count(&listing("m:1", 0, 1), 0, None), 1);
         // Steady.
         assert_eq!(sentinel_count(&listing("m:1", 1, 1), 1, old.clone()), 1);
         // A failover not yet announced: the replica, promoted, no longer
