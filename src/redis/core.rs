@@ -2,6 +2,7 @@
 //! configuration, the mode and the locker's id, and the times derived from
 //! them.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -64,6 +65,30 @@ impl Core {
     /// after its first round); elsewhere nowhere: the error is reported.
     pub fn first_round_patience(&self) -> Option<Instant> {
         self.nodes.fails_over().then(Instant::now)
+    }
+
+    /// Runs `attempt` again while it fails for a replication shortfall
+    /// (`error::is_replication_shortfall`: its grant was given back), for
+    /// up to a third of the TTL: a `try_lock` does not wait for the lock,
+    /// but rides out replicas that are slow to acknowledge.
+    pub async fn riding_out_replicas<T, F, Fut>(&self, mut attempt: F) -> Result<T, Error>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, Error>>,
+    {
+        let give_up = Instant::now() + self.config.ttl() / 3;
+        let (first, max) = self.config.retry_delay();
+        let mut backoff = Backoff::new(first, max).with_jitter();
+        loop {
+            match attempt().await {
+                Err(e)
+                    if super::error::is_replication_shortfall(&e) && Instant::now() < give_up =>
+                {
+                    backoff.sleep().await;
+                }
+                other => return other,
+            }
+        }
     }
 
     pub fn site(&self) -> Site {

@@ -338,6 +338,21 @@ pub(crate) fn is_refusal(e: &Error) -> bool {
     }
 }
 
+/// Whether `e` says that a grant did not count because the replicas did
+/// not acknowledge it in time, or because a failover was announced while
+/// it was under way (the grant was given back: trying again may do).
+pub(crate) fn is_replication_shortfall(e: &Error) -> bool {
+    match e {
+        Error::Backend { source, .. } => source.downcast_ref::<NodeError>().is_some_and(|node| {
+            matches!(
+                node.failure,
+                Failure::NotReplicated { .. } | Failure::MasterChanged
+            )
+        }),
+        _ => false,
+    }
+}
+
 /// Whether `e` says that a mutex's key is in use as a read/write lock or
 /// semaphore (which the caller turns into [`Error::InvalidKey`], naming
 /// its key).

@@ -328,17 +328,24 @@ impl RedisLocker {
         key.validate()?;
         self.core.nodes.layout.check(key)?;
         self.core.check_mode()?;
-        let mut attempt = LockAttempt::new(&self.core, key, AttemptKind::TryLock);
-        match attempt.round().await.map_err(|e| mutex_error(e, key)) {
-            Ok(Round::Granted(guard)) => Ok(Some(guard)),
-            Ok(Round::Busy { unsure, .. }) => {
-                // A node that did not answer may grant us the lock late:
-                // stay armed, so that dropping the attempt releases there.
-                attempt.stay_armed(unsure);
-                Ok(None)
+        let round = async || {
+            let mut attempt = LockAttempt::new(&self.core, key, AttemptKind::TryLock);
+            match attempt.round().await {
+                Ok(Round::Granted(guard)) => Ok(Some(guard)),
+                Ok(Round::Busy { unsure, .. }) => {
+                    // A node that did not answer may grant us the lock
+                    // late: stay armed, so that dropping the attempt
+                    // releases there.
+                    attempt.stay_armed(unsure);
+                    Ok(None)
+                }
+                Err(e) => Err(e),
             }
-            Err(e) => Err(e),
-        }
+        };
+        self.core
+            .riding_out_replicas(round)
+            .await
+            .map_err(|e| mutex_error(e, key))
     }
 
     /// Checks a read/write lock's or semaphore's call (`share` is the
@@ -366,7 +373,11 @@ impl RedisLocker {
 
     async fn try_shared(&self, key: &Key, share: Result<Share>) -> Result<Option<LockGuard>> {
         let share = self.check_shared(key, share)?;
-        none_while_the_mutex(try_shared(&self.core, key, share).await)
+        let entered = self
+            .core
+            .riding_out_replicas(async || try_shared(&self.core, key, share).await)
+            .await;
+        none_while_the_mutex(entered)
     }
 
     async fn lock_unobserved(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {

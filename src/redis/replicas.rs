@@ -1,7 +1,18 @@
 //! How many replicas must acknowledge a grant or an extend on one node
 //! before it counts ([`ReplicaAcks`], `durability.rs` says why): a fixed
-//! number, the replicas the sentinels list as up, or on a cluster the
-//! replicas of the master of the lock's slot that are not failing.
+//! number, the replicas the sentinels list, or on a cluster the replicas
+//! of the master of the lock's slot that are not failing.
+//!
+//! Behind sentinels the number never drops while the locker stays on one
+//! master unless the sentinels flag replicas down: a replica that stops
+//! replicating (its link down, or promoted in a failover not yet
+//! announced) may still be, or already be, the next master, and the old
+//! master's writes must go on falling short until the locker leaves it.
+//! On a master it has just moved to, the locker counts only the replicas
+//! replicating (the old master is listed among them for about ten seconds
+//! before the sentinels reconfigure it, while it reports itself a master
+//! and could acknowledge nothing). At connect it counts every replica not
+//! flagged down: a failover not yet announced looks the same as that.
 //!
 //! The listing is read when the node connects, again at most a second
 //! after it was last read while requests come (in the background: a
@@ -15,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::link::Link;
-use super::sentinel::Primary;
+use super::sentinel::{Listing, Primary};
 use super::slots::{SLOTS, slot};
 use super::topology::ReplicaAcks;
 
@@ -36,7 +47,8 @@ enum Source {
 
 /// The last listing read.
 enum Counts {
-    One(usize),
+    /// Behind sentinels: the number, and the master it was read for.
+    One(usize, Option<String>),
     Slots(Vec<u8>),
 }
 
@@ -77,7 +89,7 @@ impl Replicas {
         };
         Arc::new(Replicas {
             source,
-            counts: Mutex::new((Counts::One(count), Instant::now())),
+            counts: Mutex::new((Counts::One(count, None), Instant::now())),
             reading: AtomicBool::new(false),
         })
     }
@@ -93,11 +105,16 @@ impl Replicas {
     pub async fn read(&self) -> redis::RedisResult<()> {
         let counts = match &self.source {
             Source::Fixed(_) => return Ok(()),
-            Source::Sentinel(primary) => Counts::One(primary.replicas_up().await?),
+            Source::Sentinel(primary) => {
+                let listing = primary.replicas().await?;
+                let (last, last_master) = match &self.counts().0 {
+                    Counts::One(n, master) => (*n, master.clone()),
+                    Counts::Slots(_) => (0, None),
+                };
+                Counts::One(sentinel_count(&listing, last, last_master), listing.master)
+            }
             Source::Cluster(link) => {
-                let nodes: String = link
-                    .query(redis::cmd("CLUSTER").arg("NODES"), None)
-                    .await?;
+                let nodes: String = link.query(redis::cmd("CLUSTER").arg("NODES"), None).await?;
                 Counts::Slots(slot_replicas(&nodes))
             }
         };
@@ -112,7 +129,7 @@ impl Replicas {
         let (needed, read_at) = {
             let counts = self.counts();
             let needed = match &counts.0 {
-                Counts::One(n) => *n,
+                Counts::One(n, _) => *n,
                 Counts::Slots(slots) => usize::from(slots[usize::from(slot(key))]),
             };
             (needed, counts.1)
@@ -148,6 +165,20 @@ impl Replicas {
             }
             this.reading.store(false, Ordering::SeqCst);
         });
+    }
+}
+
+/// The replicas a grant must reach behind sentinels, from `listing` and
+/// the number `last` read for `last_master` (`None`: the first read, at
+/// connect; see the module docs).
+fn sentinel_count(listing: &Listing, last: usize, last_master: Option<String>) -> usize {
+    match last_master {
+        // Connecting: a failover of this master may be under way.
+        None => listing.not_down,
+        Some(last_master) if listing.master.as_ref() == Some(&last_master) => {
+            listing.replicating.max(last.min(listing.not_down))
+        }
+        Some(_) => listing.replicating,
     }
 }
 
@@ -203,6 +234,32 @@ fn slot_replicas(nodes: &str) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sentinel_count_drops_only_with_down_flags_or_a_new_master() {
+        let listing = |master: &str, replicating, not_down| Listing {
+            master: Some(master.to_owned()),
+            replicating,
+            not_down,
+        };
+        let old = Some("m:1".to_owned());
+        // At connect, every replica not flagged down.
+        assert_eq!(sentinel_count(&listing("m:1", 0, 1), 0, None), 1);
+        // Steady.
+        assert_eq!(sentinel_count(&listing("m:1", 1, 1), 1, old.clone()), 1);
+        // A failover not yet announced: the replica, promoted, no longer
+        // replicates, but is not down: the old master's writes must fail.
+        assert_eq!(sentinel_count(&listing("m:1", 0, 1), 1, old.clone()), 1);
+        // The replica is flagged down: nothing to wait for.
+        assert_eq!(sentinel_count(&listing("m:1", 0, 0), 1, old.clone()), 0);
+        // On the new master, the old one not reconfigured yet.
+        assert_eq!(sentinel_count(&listing("m:2", 0, 1), 1, old), 0);
+        // Then it replicates.
+        assert_eq!(
+            sentinel_count(&listing("m:2", 1, 1), 0, Some("m:2".into())),
+            1
+        );
+    }
 
     #[test]
     fn cluster_nodes_give_each_slot_its_masters_replicas() {

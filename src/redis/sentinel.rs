@@ -23,7 +23,7 @@
 //! (the watchdog until its deadline, so a lock held across a failover is
 //! either extended on the new master, which then has it, or reported
 //! lost). The replicas that must acknowledge a grant are those the
-//! sentinels list as up (`replicas.rs` asks through [`Primary::replicas_up`]).
+//! sentinels list (`replicas.rs` asks through [`Primary::replicas`]).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -143,9 +143,9 @@ impl Primary {
         }
     }
 
-    /// How many replicas of the master the sentinels list as up (no down
-    /// flag, not disconnected).
-    pub async fn replicas_up(&self) -> redis::RedisResult<usize> {
+    /// The replicas of the master as the sentinels list them, with the
+    /// address of the master this locker is connected to (if any).
+    pub async fn replicas(&self) -> redis::RedisResult<Listing> {
         let client = self
             .sentinels
             .lock()
@@ -158,7 +158,11 @@ impl Primary {
             .arg(&self.master)
             .query_async(&mut conn)
             .await?;
-        Ok(replicas.iter().filter(|r| is_up(r)).count())
+        Ok(Listing {
+            master: self.current().as_ref().map(|c| c.addr.clone()),
+            replicating: replicas.iter().filter(|r| is_replicating(r)).count(),
+            not_down: replicas.iter().filter(|r| is_not_down(r)).count(),
+        })
     }
 
     fn current(&self) -> std::sync::MutexGuard<'_, Option<Current>> {
@@ -300,14 +304,39 @@ async fn follow(primary: Weak<Primary>) {
     }
 }
 
-/// Whether a replica of `SENTINEL REPLICAS` is up: none of its flags says
-/// it is down or disconnected.
-fn is_up(replica: &std::collections::HashMap<String, String>) -> bool {
+/// The sentinels' list of a master's replicas, counted two ways
+/// (`replicas.rs` says which counts when).
+pub(crate) struct Listing {
+    /// The master this locker was connected to when it was read.
+    pub master: Option<String>,
+    /// Replicas that are up and replicating: no down flag, reporting
+    /// themselves replicas, their link to the master up.
+    pub replicating: usize,
+    /// Replicas without a down flag (the sentinels have not given up on
+    /// them, so they may still be promoted).
+    pub not_down: usize,
+}
+
+/// Whether a replica of `SENTINEL REPLICAS` has no flag that says it is
+/// down or disconnected.
+fn is_not_down(replica: &std::collections::HashMap<String, String>) -> bool {
     replica.get("flags").is_some_and(|flags| {
         !flags
             .split(',')
             .any(|f| matches!(f, "s_down" | "o_down" | "disconnected"))
     })
+}
+
+/// Whether a replica of `SENTINEL REPLICAS` is up and replicating: not
+/// down, it reports itself a replica, and its link to the master is up.
+/// An old master that the sentinels list as a replica before they have
+/// reconfigured it (for about ten seconds after a failover, while it still
+/// reports itself a master) is not.
+fn is_replicating(replica: &std::collections::HashMap<String, String>) -> bool {
+    let field = |name: &str| replica.get(name).map(String::as_str);
+    is_not_down(replica)
+        && field("role-reported") == Some("slave")
+        && field("master-link-status") == Some("ok")
 }
 
 /// Whether `e` means that the node may no longer be the master: its
@@ -318,4 +347,48 @@ fn master_may_have_changed(e: &redis::RedisError) -> bool {
         || e.is_connection_refusal()
         || e.is_unrecoverable_error()
         || matches!(e.code(), Some("READONLY" | "MASTERDOWN" | "LOADING"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::{is_not_down, is_replicating};
+
+    fn replica(fields: &[(&str, &str)]) -> HashMap<String, String> {
+        fields
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn replicas_are_counted_by_flags_role_and_link() {
+        let up = replica(&[
+            ("flags", "slave"),
+            ("role-reported", "slave"),
+            ("master-link-status", "ok"),
+        ]);
+        assert!(is_replicating(&up) && is_not_down(&up));
+        // The old master, listed before the sentinels reconfigured it (or
+        // a replica just promoted, in its old master's list).
+        let old = replica(&[
+            ("flags", "slave"),
+            ("role-reported", "master"),
+            ("master-link-status", "err"),
+        ]);
+        assert!(!is_replicating(&old) && is_not_down(&old));
+        let down = replica(&[
+            ("flags", "slave,s_down"),
+            ("role-reported", "slave"),
+            ("master-link-status", "ok"),
+        ]);
+        assert!(!is_replicating(&down) && !is_not_down(&down));
+        let cut = replica(&[
+            ("flags", "slave"),
+            ("role-reported", "slave"),
+            ("master-link-status", "err"),
+        ]);
+        assert!(!is_replicating(&cut) && is_not_down(&cut));
+    }
 }
