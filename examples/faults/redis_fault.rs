@@ -72,8 +72,8 @@ pub enum RedisFault {
     RestartDurable,
     /// `SENTINEL FAILOVER mymaster`.
     SentinelFailover,
-    /// kill -9 of the master; started again (empty) once the replica is
-    /// promoted, the sentinels make it a replica.
+    /// kill -9 of the master; started again (empty) as a replica of the
+    /// new master once the replica is promoted.
     SentinelKill,
     /// SIGSTOP of the master until the sentinels promote the replica.
     SentinelPause,
