@@ -12,7 +12,8 @@
 # The rounds, newest server first:
 #   1. every test on etcd 3.5.30 (Debian forky's, the newest etcd Debian
 #      has: etcd's March 2026 auth changes), and the fault suite on it
-#      (the mutex, then short runs of the shared and election workloads);
+#      (the mutex, then short runs of the shared and election workloads),
+#      then the fault suite's Redis runs (one server, sentinels, cluster);
 #   2. the etcd tests on etcd 3.7 as emulated in front of 3.5.30 (see
 #      tests/support/emulate.rs: 3.7 answers keys-only reads without
 #      leases), and the fault suite's loopback run there;
@@ -101,6 +102,12 @@ if [[ "${FAIRLOCK_FAULTS:-1}" != 0 ]]; then
   for workload in shared election; do
     ETCD_BIN=$newest scripts/faults.sh --workload "$workload" --mode fair --only holder
   done
+  # Redis 7 (Debian's redis-server): one server restarted with and
+  # without persistence, a master behind sentinels failed over, killed
+  # and paused, a cluster's master failed over, killed and paused and its
+  # slot migrated, under a holder; no overlap, no token going back.
+  step "fault suite, Redis: one server, sentinels, cluster (about 3 minutes)"
+  scripts/faults.sh --redis
 fi
 
 if [[ "${FAIRLOCK_ETCD_VERSIONS:-1}" != 0 ]]; then
