@@ -267,12 +267,15 @@ impl RedisPhase<'_> {
                 .arg(format!("{prefix}locks:*"))
                 .query_async(conn)
                 .await?;
-            // The fence counter stays by design: tokens must keep growing
-            // across every holder the key will ever have.
-            let keys: Vec<String> = keys
-                .into_iter()
-                .filter(|k| !k.ends_with("_OWNERS_/fence"))
-                .collect();
+            // The fence counter and the epoch stay by design (one server:
+            // one of each under the prefix): tokens must keep growing
+            // across every holder the key will ever have, and a server
+            // that lost them must be told apart (`src/redis/epoch.rs`).
+            let kept = [
+                format!("{prefix}locks:_OWNERS_/fence"),
+                format!("{prefix}locks:_OWNERS_/epoch"),
+            ];
+            let keys: Vec<String> = keys.into_iter().filter(|k| !kept.contains(k)).collect();
             if keys.is_empty() || Instant::now() >= deadline {
                 break keys;
             }
