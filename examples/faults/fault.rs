@@ -32,7 +32,9 @@ pub enum Fault {
     Loss,
     DelaySpikes,
     LinkFlap,
-    /// A fault of a Redis deployment (`redis_faults.rs`).
+    /// A fault of a Redis deployment (`redis_faults.rs`; only a build with
+    /// Redis makes one).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     Redis(crate::redis_fault::RedisFault),
 }
 
