@@ -161,6 +161,19 @@ pub fn harness(inp: &Input<'_>, v: &mut Vec<Violation>) {
 }
 
 /// Critical sections per process, from its events.
+/// Each critical section of `intervals` (sorted by grant) that another
+/// worker's later ones overlap, with those later ones in grant order.
+pub fn overlaps(intervals: &[Interval]) -> impl Iterator<Item = (&Interval, Vec<&Interval>)> {
+    intervals.iter().enumerate().filter_map(|(i, a)| {
+        let later: Vec<&Interval> = intervals[i + 1..]
+            .iter()
+            .take_while(|b| b.acq < a.end)
+            .filter(|b| b.proc != a.proc)
+            .collect();
+        (!later.is_empty()).then_some((a, later))
+    })
+}
+
 pub fn intervals(log: &Log) -> Vec<Interval> {
     let mut out = Vec::new();
     for (&proc, p) in &log.procs {
@@ -269,16 +282,9 @@ fn exclusion(
     notes: &mut Vec<String>,
 ) {
     let (mut excused, mut etcd_ended) = (0, 0);
-    for (i, a) in intervals.iter().enumerate() {
-        // One finding per earlier section, naming every later one it overlaps.
-        let later: Vec<&Interval> = intervals[i + 1..]
-            .iter()
-            .take_while(|b| b.acq < a.end)
-            .filter(|b| b.proc != a.proc)
-            .collect();
-        let Some(first) = later.first() else {
-            continue;
-        };
+    // One finding per earlier section, naming every later one it overlaps.
+    for (a, later) in overlaps(intervals) {
+        let first = later[0];
         let overlap = format!(
             "the critical section of worker {} (token {}) overlaps {} later one(s), by up to \
              {:.1} ms: tokens {:?}",

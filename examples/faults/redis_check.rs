@@ -47,15 +47,8 @@ pub fn exclusion(
     notes: &mut Vec<String>,
 ) {
     let mut excused = 0;
-    for (i, a) in intervals.iter().enumerate() {
-        let later: Vec<&Interval> = intervals[i + 1..]
-            .iter()
-            .take_while(|b| b.acq < a.end)
-            .filter(|b| b.proc != a.proc)
-            .collect();
-        let Some(first) = later.first() else {
-            continue;
-        };
+    for (a, later) in check::overlaps(intervals) {
+        let first = later[0];
         let writes: Vec<&str> = check::after(&inp.log, a.proc, a.token, first.acq)
             .into_iter()
             .filter(|e| e.kind == Kind::Write)

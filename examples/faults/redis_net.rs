@@ -301,26 +301,21 @@ impl RedisPhase<'_> {
         check::harness(&inp, &mut v);
         crate::redis_check::counter(&inp, counter, &mut v, &mut notes);
         let intervals = check::intervals(&inp.log);
-        for (i, a) in intervals.iter().enumerate() {
-            if let Some(b) = intervals[i + 1..]
-                .iter()
-                .take_while(|b| b.acq < a.end)
-                .find(|b| b.proc != a.proc)
-            {
-                v.push(Violation {
-                    checker: 2,
-                    t: Some(b.acq),
-                    text: format!(
-                        "the critical section of worker {} (token {}) overlaps worker {}'s \
-                         (token {}) by {:.1} ms",
-                        a.proc,
-                        a.token,
-                        b.proc,
-                        b.token,
-                        crate::ms(a.end - b.acq)
-                    ),
-                });
-            }
+        for (a, later) in check::overlaps(&intervals) {
+            let b = later[0];
+            v.push(Violation {
+                checker: 2,
+                t: Some(b.acq),
+                text: format!(
+                    "the critical section of worker {} (token {}) overlaps worker {}'s \
+                     (token {}) by {:.1} ms",
+                    a.proc,
+                    a.token,
+                    b.proc,
+                    b.token,
+                    crate::ms(a.end - b.acq)
+                ),
+            });
         }
         crate::net_check::check(&inp, &mut v, &mut notes);
         for inj in &inp.injections {
