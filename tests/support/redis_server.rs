@@ -336,10 +336,15 @@ pub fn client_for(url: &str) -> redis::Client {
     redis::Client::build_with_tls(url, certs).expect("rediss url")
 }
 
-/// A new connection to the server at `url`.
+/// A new connection to the server at `url`. Its answers may take up to
+/// 30 s: the client's default bound (0.5 s) is shorter than what some
+/// administrative commands take on a loaded machine (Valkey 8's `CLUSTER
+/// SETSLOT` waits for the replicas to acknowledge).
 pub async fn conn(url: &str) -> redis::aio::MultiplexedConnection {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_response_timeout(Some(std::time::Duration::from_secs(30)));
     client_for(url)
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(&config)
         .await
         .expect("connect")
 }
