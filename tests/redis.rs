@@ -304,6 +304,26 @@ async fn a_dataset_that_lost_its_locks_grants_none_before_they_expired() {
     granted.unlock().await.expect("unlock");
 }
 
+/// The URL's own options (`?data_loss_wait=0`) configure the locker as
+/// `with_data_loss_wait` would: on a fresh dataset the first `try_lock` is
+/// granted at once, where the default wait (the TTL) would refuse it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn options_in_the_url_are_applied() {
+    let server = RedisServer::start();
+    let config = RedisConfig::new([format!("{}?data_loss_wait=0", server.url)])
+        .with_prefix(rs::unique_prefix("url-options"))
+        .with_ttl(Duration::from_secs(60));
+    let locker = RedisLocker::connect(config, false).await.expect("connect");
+    assert_eq!(locker.config().data_loss_wait(), Duration::ZERO);
+    assert_eq!(locker.config().urls(), std::slice::from_ref(&server.url));
+    let guard = locker
+        .try_lock(&Key::from("k"))
+        .await
+        .expect("try_lock")
+        .expect("granted on a fresh dataset with no data loss wait");
+    guard.unlock().await.expect("unlock");
+}
+
 #[tokio::test]
 async fn unreachable_server_is_named_in_the_error() {
     let port = support::free_port();

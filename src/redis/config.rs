@@ -46,7 +46,7 @@ pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
 /// ```
 #[derive(Clone)]
 pub struct RedisConfig {
-    urls: Vec<String>,
+    pub(crate) urls: Vec<String>,
     prefix: String,
     ttl: Duration,
     node_timeout: Duration,
@@ -64,7 +64,8 @@ pub struct RedisConfig {
     /// otherwise the URLs' schemes tell.
     deployment: Option<Deployment>,
     /// Replica acknowledgements and the data loss wait (`durability.rs`).
-    pub(crate) replica_acks: ReplicaAcks,
+    /// `None`: [`ReplicaAcks::All`].
+    pub(crate) replica_acks: Option<ReplicaAcks>,
     /// `None`: the TTL.
     pub(crate) data_loss_wait: Option<Duration>,
 }
@@ -94,7 +95,7 @@ impl RedisConfig {
             credentials: None,
             sentinel_credentials: None,
             deployment: None,
-            replica_acks: ReplicaAcks::default(),
+            replica_acks: None,
             data_loss_wait: None,
         }
     }

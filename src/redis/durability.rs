@@ -26,7 +26,8 @@ impl RedisConfig {
     /// guard's deadline, so a holder whose writes stop reaching the
     /// replicas is told it lost the lock before the lock can expire on a
     /// promoted replica. Costs one `WAIT` per grant and extend, sent with
-    /// the script (measured in `docs/performance.md`).
+    /// the script (measured in `docs/performance.md`). A URL can set it
+    /// too: `?replica_acks=all|off|N` (see `url_options.rs`).
     ///
     /// # Examples
     /// ```
@@ -38,7 +39,7 @@ impl RedisConfig {
     /// ```
     #[must_use]
     pub fn with_replica_acks(mut self, acks: ReplicaAcks) -> Self {
-        self.replica_acks = acks;
+        self.replica_acks = Some(acks);
         self
     }
 
@@ -57,7 +58,8 @@ impl RedisConfig {
     /// Set it to the longest TTL any locker of the prefix uses.
     ///
     /// On a brand-new Redis this wait is paid once per prefix (on a
-    /// cluster, once per hash slot) before the first grant.
+    /// cluster, once per hash slot) before the first grant. A URL can set
+    /// it too: `?data_loss_wait=30s`.
     ///
     /// # Examples
     /// ```
@@ -78,7 +80,7 @@ impl RedisConfig {
     /// The replicas that must acknowledge a grant or an extend.
     #[must_use]
     pub fn replica_acks(&self) -> ReplicaAcks {
-        self.replica_acks
+        self.replica_acks.unwrap_or_default()
     }
 
     /// How long a dataset that lost fairlock's data grants nothing.

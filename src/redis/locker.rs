@@ -76,6 +76,7 @@ impl RedisLocker {
     /// # Cancel safety
     /// Cancel safe: nothing is written to Redis until the first lock.
     pub async fn connect(config: RedisConfig, fair: bool) -> Result<Self> {
+        let config = config.with_url_options()?;
         config.validate()?;
         if fair && config.is_redlock() {
             return Err(fair_redlock_unsupported());

@@ -228,6 +228,7 @@ mod slots;
 mod status;
 mod topology;
 mod url;
+mod url_options;
 mod validate;
 mod wake;
 mod watchdog;
@@ -273,6 +274,7 @@ use crate::{Locker, Result};
 /// # Cancel safety
 /// Cancel safe: nothing is registered until the connections are up.
 pub async fn register(config: RedisConfig) -> Result<()> {
+    let config = config.with_url_options()?;
     let nodes = node::Nodes::connect(&config).await?;
     let locker =
         move |fairness| RedisLocker::from_nodes(Arc::clone(&nodes), config.clone(), fairness);
