@@ -20,7 +20,12 @@
 #                              # replica + 3 sentinels, a 3+3 cluster),
 #                              # one injection per fault, both modes
 #                              # (about 3 minutes; --long: 5 each,
-#                              # about 15 minutes)
+#                              # about 15 minutes); then, as root, the
+#                              # sentinel master cut off from the
+#                              # sentinels and its replica but not from
+#                              # its clients, in network namespaces
+#                              # (--redis sentinel --net; FAIRLOCK_NET_FAULTS=0
+#                              # skips it)
 #   scripts/faults.sh --workload shared|election
 #                              # run 1 only, on read/write locks and
 #                              # permits, or on an election (about 3
@@ -71,6 +76,12 @@ if ((redis)); then
   wait "$sentinel" || status=1
   log "Redis fault run: sentinel"
   cat "$out/sentinel"
+  if [[ "${FAIRLOCK_NET_FAULTS:-1}" != 0 ]]; then
+    # Alone: its failover timing is the sentinels', on a quiet machine.
+    log "Redis fault run: sentinel master cut off (network namespaces)"
+    cargo run --quiet --example faults -- --redis sentinel --net ${args[@]+"${args[@]}"} ||
+      status=1
+  fi
   exit "$status"
 fi
 

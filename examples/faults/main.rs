@@ -35,7 +35,12 @@
 //! must be extended across the fault, which lands while it holds, and a
 //! new worker starts (asking the deployment afresh) after each fault
 //! while the oldest other one stops. `scripts/faults.sh --redis` runs
-//! the three deployments' short form.
+//! the three deployments' short form. `--redis sentinel --net` (as root)
+//! runs one fault instead, in network namespaces (`redis_cutoff.rs`): the
+//! master cut off from the sentinels and its replica, not from its
+//! clients, while worker 0 holds the lock. `FAIRLOCK_REPLICA_ACKS`
+//! (`all`, `off`, a number) sets the Redis workers' replica
+//! acknowledgements (default all); `off` shows what they prevent.
 //! `--net` runs the network suite instead (`net_phases.rs`, as root): the
 //! members and workers in network namespaces, faults that cut links,
 //! partition the cluster, drop packets and delay them.
@@ -88,12 +93,16 @@ mod order_check;
 #[cfg(feature = "redis")]
 mod redis_check;
 #[cfg(feature = "redis")]
+mod redis_cutoff;
+#[cfg(feature = "redis")]
 mod redis_deploy;
 mod redis_fault;
 #[cfg(feature = "redis")]
 mod redis_faults;
 #[cfg(feature = "redis")]
 mod redis_net;
+#[cfg(feature = "redis")]
+mod redis_ns_sentinel;
 #[cfg(feature = "redis")]
 mod redis_worker;
 mod retry;
@@ -337,6 +346,9 @@ fn main() -> ExitCode {
 
 #[cfg(feature = "redis")]
 async fn run_redis(o: &Opts, deployment: redis_fault::Deployment) -> Result<usize, BoxError> {
+    if o.net && deployment == redis_fault::Deployment::Sentinel {
+        return redis_cutoff::run(o).await;
+    }
     redis_faults::run(o, deployment).await
 }
 

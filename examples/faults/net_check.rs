@@ -2,7 +2,9 @@
 //! (which apply to them unchanged: no overlap is excused by a cut, only by
 //! a pause or by a lease etcd ended early).
 //!
-//! - A holder cut off (alone, or with an isolated leader) is told before
+//! - A holder cut off (alone, or with an isolated leader; on Redis, the
+//!   holder on a Sentinel master cut off from its replica, `redis_cutoff.rs`)
+//!   is told before
 //!   any other process is granted the lock: its guard's loss signal
 //!   (`LOST`) fired, `is_held()` said no, or its fenced write was refused;
 //!   or it had ended its critical section already (a request timed out).
@@ -16,6 +18,7 @@ use crate::check::{Input, Violation};
 use crate::events::Kind;
 use crate::fault::Fault;
 use crate::ms;
+use crate::redis_fault::RedisFault;
 
 pub fn check(inp: &Input<'_>, v: &mut Vec<Violation>, notes: &mut Vec<String>) {
     for inj in inp.injections.iter().filter(|i| !i.missed) {
@@ -27,7 +30,7 @@ pub fn check(inp: &Input<'_>, v: &mut Vec<Violation>, notes: &mut Vec<String>) {
         };
         let label = inj.fault.label(inp.opts.ttl);
         match inj.fault {
-            Fault::HolderCut | Fault::LeaderMinority => {
+            Fault::HolderCut | Fault::LeaderMinority | Fault::Redis(RedisFault::SentinelCutoff) => {
                 let Some(acq) = p
                     .events
                     .iter()

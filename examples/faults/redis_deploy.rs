@@ -152,7 +152,7 @@ fn url(port: u16) -> String {
 }
 
 /// `cmd` sent to the server at `port`, `None` on any error or timeout.
-async fn query<T: redis::FromRedisValue>(port: u16, cmd: &redis::Cmd) -> Option<T> {
+pub(crate) async fn query<T: redis::FromRedisValue>(port: u16, cmd: &redis::Cmd) -> Option<T> {
     let ask = async {
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(QUERY))
@@ -167,14 +167,14 @@ async fn query<T: redis::FromRedisValue>(port: u16, cmd: &redis::Cmd) -> Option<
     tokio::time::timeout(QUERY * 2, ask).await.ok().flatten()
 }
 
-fn cmd(args: &[&str]) -> redis::Cmd {
+pub(crate) fn cmd(args: &[&str]) -> redis::Cmd {
     let mut c = redis::cmd(args[0]);
     c.arg(&args[1..]);
     c
 }
 
 /// Re-reads a state every 20 ms until `done` returns a value, or `HANG`.
-async fn until<T, F, Fut>(what: &str, mut done: F) -> Result<T, BoxError>
+pub(crate) async fn until<T, F, Fut>(what: &str, mut done: F) -> Result<T, BoxError>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -192,7 +192,7 @@ where
 }
 
 /// A field of `INFO` text.
-fn field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
+pub(crate) fn field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
     info.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
         .map(str::trim)
@@ -439,6 +439,7 @@ impl Redis {
                 self.cluster_fault(fault).await
             }
             RedisFault::ClusterMigrate => self.migrate().await,
+            RedisFault::SentinelCutoff => Err("a cut needs namespaces (redis_cutoff.rs)".into()),
         }
     }
 

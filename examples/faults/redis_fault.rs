@@ -77,6 +77,11 @@ pub enum RedisFault {
     SentinelKill,
     /// SIGSTOP of the master until the sentinels promote the replica.
     SentinelPause,
+    /// The master cut off from the sentinels and the replica, not from
+    /// its clients, until the sentinels promote the replica and a lock is
+    /// granted there; then healed, and the sentinels make it a replica
+    /// (network namespaces: `redis_cutoff.rs`, `--redis sentinel --net`).
+    SentinelCutoff,
     /// `CLUSTER FAILOVER` on the replica of the master of the workers' slot.
     ClusterFailover,
     /// kill -9 of that master; started again (empty, with its nodes.conf)
@@ -98,6 +103,7 @@ impl RedisFault {
             RedisFault::SentinelFailover => "SENTINEL FAILOVER",
             RedisFault::SentinelKill => "kill -9 master (back as replica)",
             RedisFault::SentinelPause => "SIGSTOP master past down-after",
+            RedisFault::SentinelCutoff => "master cut off from sentinels+replica",
             RedisFault::ClusterFailover => "CLUSTER FAILOVER (slot's replica)",
             RedisFault::ClusterKill => "kill -9 slot's master (back as repl.)",
             RedisFault::ClusterPause => "SIGSTOP slot's master past timeout",
@@ -131,6 +137,11 @@ impl RedisFault {
                  command on a key already moved is redirected (ASK) and a multi-key \
                  command over keys on both sides fails (TRYAGAIN): nothing acknowledged \
                  is lost"
+            }
+            RedisFault::SentinelCutoff => {
+                "the cut-off master goes on answering its clients as a master, with no \
+                 replica to take its writes, until the partition heals and the sentinels \
+                 make it a replica: writes it acknowledges after the cut are lost"
             }
             RedisFault::SentinelPause | RedisFault::ClusterPause => {
                 "as a kill, and the paused master, once resumed, answers as a master until \

@@ -1,7 +1,8 @@
 //! A Redis worker process: lock -> critical section -> unlock until its
 //! stdin closes, with the same event lines as `worker.rs`. The lock URL is
 //! any the library takes (`redis://`, `redis+sentinel://`,
-//! `redis+cluster://`), with the library's defaults but the TTL.
+//! `redis+cluster://`), with the library's defaults but the TTL (and the
+//! replica acknowledgements, if `FAIRLOCK_REPLICA_ACKS` is set).
 //! The critical section sleeps `hold`, checks `is_held()`, then increments
 //! a counter through a fence kept next to it on the resource server (a
 //! plain `redis://` URL: the lock's own server, or one outside the faults):
@@ -93,9 +94,13 @@ impl Args {
 }
 
 pub async fn run(a: Args) -> Result<(), BoxError> {
-    let config = RedisConfig::new([a.url.clone()])
+    let mut config = RedisConfig::new([a.url.clone()])
         .with_prefix(a.prefix.clone())
         .with_ttl(a.ttl);
+    // As `connect_from_env` reads it: `off` shows what the acks prevent.
+    if let Ok(acks) = std::env::var("FAIRLOCK_REPLICA_ACKS") {
+        config = config.with_replica_acks(fairlock::redis::ReplicaAcks::parse(&acks)?);
+    }
     let locker = RedisLocker::connect(config, a.fair).await?;
     // The counter write may take up to the request timeout (as the etcd
     // worker's read does): a holder cut off mid-write is still in its

@@ -13,7 +13,8 @@
 //!
 //! Faults: [`Net::cut`] / [`Net::heal`] set a node's bridge port down/up;
 //! [`Net::partition`] drops bridge traffic between a group of nodes and the
-//! others (nftables `bridge` family, forward hook); [`Net::loss`] drops a
+//! others (nftables `bridge` family, forward hook), [`Net::split`] between
+//! two groups only; [`Net::loss`] drops a
 //! share of a node's packets on eth0 (nftables `numgen random`). Delay is
 //! the relay in `proxy.rs`, run inside a node.
 //!
@@ -245,15 +246,27 @@ impl Net {
     /// # Errors
     /// When nft fails or a side is empty.
     pub fn partition(&self, group: &[usize]) -> Result<(), NetError> {
-        let set = |inside: bool| {
-            self.nodes
-                .iter()
-                .enumerate()
-                .filter(|(i, n)| !n.observer && group.contains(i) == inside)
-                .map(|(_, n)| format!("\"{}\"", n.port))
+        let others: Vec<usize> = (0..self.nodes.len())
+            .filter(|i| !self.nodes[*i].observer && !group.contains(i))
+            .collect();
+        self.split(group, &others)
+    }
+
+    /// Drops bridge traffic between the nodes in `a` and those in `b`;
+    /// either side still reaches every node in neither (a master cut off
+    /// from its replica and sentinels but not from its clients). One
+    /// partition or split at a time; [`Net::heal_partition`] ends it.
+    ///
+    /// # Errors
+    /// When nft fails or a side is empty.
+    pub fn split(&self, a: &[usize], b: &[usize]) -> Result<(), NetError> {
+        let set = |side: &[usize]| {
+            side.iter()
+                .filter(|&&i| !self.nodes[i].observer)
+                .map(|&i| format!("\"{}\"", self.nodes[i].port))
                 .collect::<Vec<_>>()
         };
-        let (a, b) = (set(true), set(false));
+        let (a, b) = (set(a), set(b));
         if a.is_empty() || b.is_empty() {
             return Err("a partition needs nodes on both sides".into());
         }
