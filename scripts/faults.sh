@@ -24,8 +24,9 @@
 #                              # sentinel master cut off from the
 #                              # sentinels and its replica but not from
 #                              # its clients, in network namespaces
-#                              # (--redis sentinel --net; FAIRLOCK_NET_FAULTS=0
-#                              # skips it)
+#                              # (--redis sentinel --net, fair mode in
+#                              # the short form, about 1 minute;
+#                              # FAIRLOCK_NET_FAULTS=0 skips it)
 #   scripts/faults.sh --workload shared|election
 #                              # run 1 only, on read/write locks and
 #                              # permits, or on an election (about 3
@@ -78,9 +79,11 @@ if ((redis)); then
   cat "$out/sentinel"
   if [[ "${FAIRLOCK_NET_FAULTS:-1}" != 0 ]]; then
     # Alone: its failover timing is the sentinels', on a quiet machine.
+    # The short form cuts a fair holder only (about 1 minute a mode).
+    cut=(${args[@]+"${args[@]}"})
+    if ((!long)) && [[ " ${args[*]-} " != *" --mode "* ]]; then cut+=(--mode fair); fi
     log "Redis fault run: sentinel master cut off (network namespaces)"
-    cargo run --quiet --example faults -- --redis sentinel --net ${args[@]+"${args[@]}"} ||
-      status=1
+    cargo run --quiet --example faults -- --redis sentinel --net "${cut[@]}" || status=1
   fi
   exit "$status"
 fi

@@ -106,7 +106,7 @@ if [[ "${FAIRLOCK_FAULTS:-1}" != 0 ]]; then
   # without persistence, a master behind sentinels failed over, killed
   # and paused, a cluster's master failed over, killed and paused and its
   # slot migrated, under a holder; no overlap, no token going back.
-  step "fault suite, Redis: one server, sentinels, cluster (about 3 minutes)"
+  step "fault suite, Redis: one server, sentinels, cluster, a cut-off master (about 4 minutes)"
   scripts/faults.sh --redis
 fi
 
