@@ -77,6 +77,7 @@ mod check;
 mod convergence;
 mod counter_check;
 mod election_check;
+mod etcd_sections;
 mod events;
 mod fault;
 mod history;
