@@ -90,11 +90,17 @@ mod order_check;
 mod redis_check;
 #[cfg(feature = "redis")]
 mod redis_deploy;
+#[cfg(feature = "redis")]
+mod redis_election;
 mod redis_fault;
 #[cfg(feature = "redis")]
 mod redis_faults;
 #[cfg(feature = "redis")]
 mod redis_net;
+#[cfg(feature = "redis")]
+mod redis_phase_check;
+#[cfg(feature = "redis")]
+mod redis_sections;
 #[cfg(feature = "redis")]
 mod redis_worker;
 mod retry;
@@ -161,6 +167,8 @@ enum Role {
     Observer(observer::Args),
     #[cfg(feature = "redis")]
     RedisWorker(redis_worker::Args),
+    #[cfg(feature = "redis")]
+    RedisObserver(redis_election::Args),
 }
 
 fn parse() -> Result<Role, String> {
@@ -174,6 +182,10 @@ fn parse() -> Result<Role, String> {
     #[cfg(feature = "redis")]
     if args.peek().map(String::as_str) == Some("--redis-worker") {
         return redis_worker::Args::parse(args.skip(1)).map(Role::RedisWorker);
+    }
+    #[cfg(feature = "redis")]
+    if args.peek().map(String::as_str) == Some("--redis-observer") {
+        return redis_election::Args::parse(args.skip(1)).map(Role::RedisObserver);
     }
     let mut o = Opts {
         rounds: 0,
@@ -263,7 +275,11 @@ fn parse() -> Result<Role, String> {
         o.request_timeout = o.ttl;
     }
     if o.net && o.workload != workload::Workload::Mutex {
-        return Err("--workload: the network suite (--net) runs the mutex workload only".into());
+        return Err(
+            "--workload: the network suite (--net, its etcd and its Redis part) runs the mutex \
+             workload only"
+                .into(),
+        );
     }
     if o.workers < 2 {
         return Err("--workers must be at least 2 (someone must be waiting)".into());
@@ -309,6 +325,14 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("faults redis worker: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        #[cfg(feature = "redis")]
+        Role::RedisObserver(args) => match rt.block_on(redis_election::run(args)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("faults redis observer: {e}");
                 ExitCode::FAILURE
             }
         },
