@@ -11,7 +11,8 @@
 //!     [--request-timeout-ms TTL] [--unfenced] [--dump DIR] [--net] [--only TEXT]
 //! ```
 //! `--workload shared|election` runs the same faults on another primitive
-//! (`workload.rs`; loopback only, `scripts/faults.sh --workload W`):
+//! (`workload.rs`; loopback and the Redis runs, not `--net`;
+//! `scripts/faults.sh [--redis] --workload W`):
 //! `shared` mixes read and write locks on one key with one of two permits
 //! of a semaphore on another, `election` has the workers campaign, lead
 //! and resign while an observer process follows the election. Their
