@@ -32,6 +32,12 @@
 #                              # permits, or on an election (about 3
 #                              # minutes; the network suite and the soak
 #                              # run the mutex)
+#   scripts/faults.sh --redis --workload shared|election
+#                              # the Redis fault runs on those workloads
+#                              # (the same checkers as etcd's, on the
+#                              # resource's record of the writes; about
+#                              # 3-5 minutes; the Redis part of the
+#                              # network suite runs the mutex only)
 #
 # Other arguments go to the fault runs (see the example's --help).
 # FAIRLOCK_NET_FAULTS=0 skips run 2, FAIRLOCK_SOAK=0 run 3. The clusters

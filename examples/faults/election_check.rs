@@ -13,7 +13,9 @@
 //! - recovery (4), harness and leftovers (5) as for the mutex.
 
 use crate::check::{self, Input, Report, Violation};
-use crate::shared_check::{Held, exclusion, fenced_history, sections, tokens_grow, writes};
+use crate::shared_check::{
+    Held, Writes, data_writes, exclusion, fenced_history, sections, tokens_grow, writes,
+};
 use crate::workload::Section;
 
 /// One comparison of the observer's state with `leader()` at the end.
@@ -22,21 +24,40 @@ pub struct Finding {
     pub text: String,
 }
 
+/// The etcd run's checks: [`election`] on etcd's history, and every
+/// write etcd applied fenced.
 pub fn check(inp: Input<'_>, finale: Vec<Finding>) -> Report {
     let (mut v, mut notes) = (Vec::new(), Vec::new());
-    check::harness(&inp, &mut v);
+    let data = Writes {
+        source: "etcd's history",
+        list: data_writes(&inp, &mut v),
+    };
+    election(&inp, &data, finale, &mut v, &mut notes);
+    fenced_history(&inp, &data, &mut v, &mut notes);
+    check::report(&inp, v, notes)
+}
+
+/// The election workload's checks on any backend: on what the workers and
+/// the observer reported, and on the data's writes as applied (`data`).
+pub fn election(
+    inp: &Input<'_>,
+    data: &Writes<'_>,
+    finale: Vec<Finding>,
+    v: &mut Vec<Violation>,
+    notes: &mut Vec<String>,
+) {
+    check::harness(inp, v);
     let all = sections(&inp.log);
     let leaders: Vec<&Held> = all.iter().collect();
-    let excused = exclusion(&inp.log, &leaders, |_, _| true, &mut v);
+    let excused = exclusion(&inp.log, &leaders, |_, _| true, v);
     notes.push(format!(
         "leaders: {} terms; {excused} overlaps behind a deposed leader refused a fenced write; \
          {} leaders outlived their deadline",
         leaders.len(),
         leaders.iter().filter(|h| h.outlived).count()
     ));
-    tokens_grow(&inp, &leaders, Section::Leader, &mut v, &mut notes);
-    fenced_history(&inp, &mut v, &mut notes);
-    check::pauses(&inp, &mut v, &mut notes);
+    tokens_grow(&leaders, Section::Leader, data, v, notes);
+    check::pauses(inp, v, notes);
     if finale.is_empty() {
         v.push(Violation {
             checker: 6,
@@ -55,6 +76,5 @@ pub fn check(inp: Input<'_>, finale: Vec<Finding>) -> Report {
             });
         }
     }
-    writes(&inp, &mut notes);
-    check::report(&inp, v, notes)
+    writes(inp, notes);
 }

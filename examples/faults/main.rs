@@ -11,7 +11,8 @@
 //!     [--request-timeout-ms TTL] [--unfenced] [--dump DIR] [--net] [--only TEXT]
 //! ```
 //! `--workload shared|election` runs the same faults on another primitive
-//! (`workload.rs`; loopback only, `scripts/faults.sh --workload W`):
+//! (`workload.rs`; loopback and the Redis runs, not `--net`;
+//! `scripts/faults.sh [--redis] --workload W`):
 //! `shared` mixes read and write locks on one key with one of two permits
 //! of a semaphore on another, `election` has the workers campaign, lead
 //! and resign while an observer process follows the election. Their
@@ -82,6 +83,7 @@ mod check;
 mod convergence;
 mod counter_check;
 mod election_check;
+mod etcd_sections;
 mod events;
 mod fault;
 mod history;
@@ -96,6 +98,8 @@ mod redis_check;
 mod redis_cutoff;
 #[cfg(feature = "redis")]
 mod redis_deploy;
+#[cfg(feature = "redis")]
+mod redis_election;
 mod redis_fault;
 #[cfg(feature = "redis")]
 mod redis_faults;
@@ -103,6 +107,10 @@ mod redis_faults;
 mod redis_net;
 #[cfg(feature = "redis")]
 mod redis_ns_sentinel;
+#[cfg(feature = "redis")]
+mod redis_phase_check;
+#[cfg(feature = "redis")]
+mod redis_sections;
 #[cfg(feature = "redis")]
 mod redis_worker;
 mod retry;
@@ -169,6 +177,8 @@ enum Role {
     Observer(observer::Args),
     #[cfg(feature = "redis")]
     RedisWorker(redis_worker::Args),
+    #[cfg(feature = "redis")]
+    RedisObserver(redis_election::Args),
 }
 
 fn parse() -> Result<Role, String> {
@@ -182,6 +192,10 @@ fn parse() -> Result<Role, String> {
     #[cfg(feature = "redis")]
     if args.peek().map(String::as_str) == Some("--redis-worker") {
         return redis_worker::Args::parse(args.skip(1)).map(Role::RedisWorker);
+    }
+    #[cfg(feature = "redis")]
+    if args.peek().map(String::as_str) == Some("--redis-observer") {
+        return redis_election::Args::parse(args.skip(1)).map(Role::RedisObserver);
     }
     let mut o = Opts {
         rounds: 0,
@@ -271,7 +285,11 @@ fn parse() -> Result<Role, String> {
         o.request_timeout = o.ttl;
     }
     if o.net && o.workload != workload::Workload::Mutex {
-        return Err("--workload: the network suite (--net) runs the mutex workload only".into());
+        return Err(
+            "--workload: the network suite (--net, its etcd and its Redis part) runs the mutex \
+             workload only"
+                .into(),
+        );
     }
     if o.workers < 2 {
         return Err("--workers must be at least 2 (someone must be waiting)".into());
@@ -317,6 +335,14 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("faults redis worker: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        #[cfg(feature = "redis")]
+        Role::RedisObserver(args) => match rt.block_on(redis_election::run(args)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("faults redis observer: {e}");
                 ExitCode::FAILURE
             }
         },

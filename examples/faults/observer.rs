@@ -3,7 +3,8 @@
 //! faults and prints an `OBS` line per change (token: the term, 0 for an
 //! empty seat; detail: the leader's value or `none`). The orchestrator
 //! compares its last line with `leader()` at the end (observers converge).
-//! It is no worker slot: the holder faults never pick it.
+//! It is no worker slot: the holder faults never pick it. The Redis runs'
+//! observer (`redis_election.rs`) follows the election the same way.
 
 use std::io::BufRead;
 use std::time::Duration;
@@ -69,12 +70,26 @@ pub async fn run(a: Args) -> Result<(), BoxError> {
     let config = config(a.endpoints, &a.prefix, a.ttl, a.request_timeout);
     let locker = EtcdLocker::connect(config, true).await?;
     Ev::new(Kind::Start, 0, 0, std::process::id().to_string()).emit();
+    follow(&locker, &stop_on_eof()).await;
+    let closed = locker.close().await;
+    Ev::new(Kind::Bye, 0, 0, format!("{closed:?}")).emit();
+    Ok(())
+}
+
+/// Fires when the orchestrator closes our stdin (or exits).
+pub fn stop_on_eof() -> CancellationToken {
     let stop = CancellationToken::new();
     let on_eof = stop.clone();
     std::thread::spawn(move || {
         for _ in std::io::stdin().lock().lines().map_while(Result::ok) {}
         on_eof.cancel();
     });
+    stop
+}
+
+/// Follows the election on any backend's locker until `stop` fires: an
+/// `OBS` line per change, an `ERR` line per error.
+pub async fn follow<L: Locker>(locker: &L, stop: &CancellationToken) {
     let election = Key::from(ELECTION);
     // A stream that ended (an error it cannot get past) is opened again:
     // an observer that gives up cannot converge.
@@ -100,7 +115,4 @@ pub async fn run(a: Args) -> Result<(), BoxError> {
             }
         }
     }
-    let closed = locker.close().await;
-    Ev::new(Kind::Bye, 0, 0, format!("{closed:?}")).emit();
-    Ok(())
 }

@@ -127,6 +127,7 @@ impl Phase<'_> {
                 .net
                 .command(node, std::env::current_exe()?)
                 .args(redis_worker::Args::to_argv(
+                    proc,
                     &self.d.url(),
                     &self.d.resource_url(),
                     &self.prefix,

@@ -249,8 +249,9 @@ async fn slot_owner(port: u16, slot: u16) -> Option<u16> {
 }
 
 impl Redis {
-    /// Starts the deployment `which` and the resource server.
-    pub async fn start(which: Deployment) -> Result<Redis, BoxError> {
+    /// Starts the deployment `which` and the resource server; on a
+    /// cluster, the faults target the slot of the workers' lock `key`.
+    pub async fn start(which: Deployment, key: &str) -> Result<Redis, BoxError> {
         let resource = tokio::task::block_in_place(RedisServer::start);
         let mut d = Redis {
             which,
@@ -278,7 +279,7 @@ impl Redis {
             }
             Deployment::Cluster => {
                 let c = tokio::task::block_in_place(RedisCluster::start);
-                d.slot = c.slot("{k}").await;
+                d.slot = c.slot(&format!("{{{key}}}")).await;
                 d.cluster = Some(c);
             }
         }
@@ -413,17 +414,15 @@ impl Redis {
         Ok(keys)
     }
 
-    /// Whether `key` hashes to the slot of the workers' lock (cluster).
-    pub async fn in_lock_slot(&self, key: &str) -> bool {
-        let Some(c) = &self.cluster else {
-            return false;
-        };
-        for n in &c.nodes {
+    /// The hash slot of `key`, as a node of the cluster says (none: not a
+    /// cluster, or no node answered).
+    pub async fn keyslot(&self, key: &str) -> Option<u16> {
+        for n in &self.cluster.as_ref()?.nodes {
             if let Some(slot) = query::<u16>(n.port, &cmd(&["CLUSTER", "KEYSLOT", key])).await {
-                return slot == self.slot;
+                return Some(slot);
             }
         }
-        false
+        None
     }
 
     /// Injects `fault`; returns once the deployment has its new master (or

@@ -19,18 +19,25 @@
 //!    but the fencing counter(s) and the epoch key(s) (`expected_left`);
 //! 6. fencing tokens never go back: a grant's token is above every token
 //!    granted before it.
+//!
+//! With `--workload shared|election` the workers run `sections.rs`'s
+//! cycle instead, writing through `redis_sections.rs`'s fence, and the
+//! checks are etcd's for that workload on the resource's record of the
+//! writes (`redis_phase_check.rs`); the election's observer and its
+//! finale are `redis_election.rs`'s. On a cluster the faults target the
+//! slot of the workload's first key (`Workload::lock_keys`).
 
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::check::{self, Input, Report};
 use crate::events::{Kind, Shared};
 use crate::fault::{Fault, Injection};
 use crate::redis_deploy::Redis;
 use crate::redis_fault::{self, Deployment, RedisFault};
-use crate::{BoxError, Opts, mono_ns, redis_check, redis_worker};
+use crate::workload::Workload;
+use crate::{BoxError, Opts, mono_ns, redis_worker};
 
 /// Grants to see after a fault's recovery before the next fault: the
 /// workers back in their stride.
@@ -40,7 +47,7 @@ const SETTLE_GRANTS: usize = 3;
 /// returns the violations.
 pub async fn run(o: &Opts, which: Deployment) -> Result<usize, BoxError> {
     let started = Instant::now();
-    let mut redis = Redis::start(which).await?;
+    let mut redis = Redis::start(which, o.workload.lock_keys()[0]).await?;
     println!("\nRedis fault run: {}", redis.describe());
     println!(
         "counter and fence on a separate redis-server at {}",
@@ -79,11 +86,13 @@ pub async fn run(o: &Opts, which: Deployment) -> Result<usize, BoxError> {
             shared: Shared::default(),
             slots: Vec::new(),
             injections: Vec::new(),
+            observer: None,
         };
         let result = phase.run(&mut redis, &schedule).await;
         phase.stop().await;
         result?;
-        reports.push(phase.check(&redis).await?);
+        let finale = phase.converge().await?;
+        reports.push(phase.check(&redis, finale).await?);
     }
     drop(redis);
     println!("\n{} deployment:", which.name());
@@ -94,10 +103,10 @@ pub async fn run(o: &Opts, which: Deployment) -> Result<usize, BoxError> {
 }
 
 /// A worker process, killed if it has not stopped when dropped.
-struct Slot {
-    proc: usize,
-    child: Child,
-    stdin: Option<ChildStdin>,
+pub struct Slot {
+    pub proc: usize,
+    pub child: Child,
+    pub stdin: Option<ChildStdin>,
 }
 
 impl Drop for Slot {
@@ -109,15 +118,17 @@ impl Drop for Slot {
     }
 }
 
-struct Phase<'a> {
-    o: &'a Opts,
-    url: String,
-    resource: String,
-    prefix: String,
-    fair: bool,
-    shared: Shared,
-    slots: Vec<Slot>,
-    injections: Vec<Injection>,
+pub struct Phase<'a> {
+    pub o: &'a Opts,
+    pub url: String,
+    pub resource: String,
+    pub prefix: String,
+    pub fair: bool,
+    pub shared: Shared,
+    pub slots: Vec<Slot>,
+    pub injections: Vec<Injection>,
+    /// The election workload's observer (`redis_election.rs`).
+    pub observer: Option<Slot>,
 }
 
 impl Phase<'_> {
@@ -130,6 +141,7 @@ impl Phase<'_> {
         };
         let mut child = Command::new(std::env::current_exe()?)
             .args(redis_worker::Args::to_argv(
+                proc,
                 &self.url,
                 &self.resource,
                 &self.prefix,
@@ -147,10 +159,17 @@ impl Phase<'_> {
         Ok(())
     }
 
+    /// The next process number.
+    pub fn next_proc(&self) -> usize {
+        let observer = self.observer.as_ref().map(|s| s.proc);
+        let procs = self.slots.iter().map(|s| s.proc).chain(observer);
+        procs.max().map_or(0, |p| p + 1)
+    }
+
     /// A new worker joins, the oldest running one but worker 0 leaves
     /// (its stdin closed: it finishes its cycle and says goodbye).
     fn rotate(&mut self) -> Result<(), BoxError> {
-        let next = self.slots.iter().map(|s| s.proc).max().unwrap_or(0) + 1;
+        let next = self.next_proc();
         self.spawn(next)?;
         if let Some(old) = self
             .slots
@@ -165,6 +184,9 @@ impl Phase<'_> {
     async fn run(&mut self, redis: &mut Redis, schedule: &[Fault]) -> Result<(), BoxError> {
         for proc in 0..self.o.workers {
             self.spawn(proc)?;
+        }
+        if self.o.workload == Workload::Election {
+            self.spawn_observer()?;
         }
         // Every worker served before the faults start; unfair mode
         // promises no order, and once one worker starved for 60 s there
@@ -295,80 +317,5 @@ impl Phase<'_> {
             .await;
         // Dropping a slot kills a worker that is still running.
         self.slots.clear();
-    }
-
-    async fn check(&mut self, redis: &Redis) -> Result<Report, BoxError> {
-        let (prefix, fair) = (self.prefix.clone(), self.fair);
-        let bound = redis_fault::bound(self.o);
-        // Keys of a session a fault cut short expire within the TTL.
-        let deadline = Instant::now() + bound;
-        let locks = loop {
-            let locks = format!("{prefix}locks:");
-            let mut keys = Vec::new();
-            for k in redis.keys(&locks).await? {
-                if !expected_left(redis, &locks, &k).await {
-                    keys.push(k);
-                }
-            }
-            if keys.is_empty() || Instant::now() >= deadline {
-                break keys;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        };
-        let mut conn = redis::Client::open(redis.resource_url())?
-            .get_multiplexed_async_connection()
-            .await?;
-        let counter: Option<u64> = redis::cmd("GET")
-            .arg(format!("{prefix}data:counter"))
-            .query_async(&mut conn)
-            .await?;
-        let log = std::mem::take(&mut *self.shared.lock());
-        let inp = Input {
-            fair,
-            opts: self.o,
-            log,
-            changes: Vec::new(),
-            injections: std::mem::take(&mut self.injections),
-            lock_key: String::new(),
-            counter: String::new(),
-            leftovers: (locks, Vec::new()),
-        };
-        let (mut v, mut notes) = (Vec::new(), Vec::new());
-        check::harness(&inp, &mut v);
-        redis_check::counter(&inp, counter.unwrap_or(0), &mut v, &mut notes);
-        let intervals = check::intervals(&inp.log);
-        redis_check::exclusion(&inp, &intervals, &mut v, &mut notes);
-        redis_check::tokens(&inp, &mut v, &mut notes);
-        Ok(check::report(&inp, v, notes))
-    }
-}
-
-/// Keys the library leaves by design (`src/redis/wire.rs`), under the
-/// workers' lock prefix `locks`: the fencing counter, so that tokens keep
-/// growing across every holder a key will ever have (one per prefix,
-/// `_OWNERS_/fence`, or on a cluster one per lock, `{k}/_OWNERS_/fence`),
-/// and the epoch that tells a dataset which lost them (one per prefix,
-/// `_OWNERS_/epoch`, or on a cluster one per hash slot,
-/// `_OWNERS_/epoch/{<n>}`, which must be in the lock's slot).
-async fn expected_left(redis: &Redis, locks: &str, key: &str) -> bool {
-    let Some(name) = key.strip_prefix(locks) else {
-        return false;
-    };
-    match redis.which {
-        Deployment::Cluster => {
-            if name == "{k}/_OWNERS_/fence" {
-                return true;
-            }
-            let tag = name
-                .strip_prefix("_OWNERS_/epoch/{")
-                .and_then(|t| t.strip_suffix('}'));
-            match tag {
-                Some(n) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => {
-                    redis.in_lock_slot(key).await
-                }
-                _ => false,
-            }
-        }
-        _ => name == "_OWNERS_/fence" || name == "_OWNERS_/epoch",
     }
 }

@@ -126,6 +126,7 @@ impl RedisPhase<'_> {
                 .net
                 .command(node, std::env::current_exe()?)
                 .args(redis_worker::Args::to_argv(
+                    proc,
                     url,
                     url,
                     prefix,

@@ -8,7 +8,8 @@
 //! plain `redis://` URL: the lock's own server, or one outside the faults):
 //! a Lua script that refuses a fencing token lower than the highest it has
 //! seen (as a resource guarded by tokens does), reported `lost` when
-//! refused.
+//! refused. With `--workload shared|election` the cycle is instead
+//! `sections.rs`'s, writing through `redis_sections.rs`'s fence.
 
 use std::io::Read;
 use std::time::Duration;
@@ -18,7 +19,11 @@ use fairlock::{CancellationToken, Context, Error, Key, Locker};
 
 use crate::BoxError;
 use crate::events::{Ev, Kind};
+use crate::redis_sections::RedisResource;
+use crate::sections::Cycle;
 use crate::support::chain;
+use crate::worker::LOCK_KEY;
+use crate::workload::Workload;
 
 /// Refuses a token below the fence; else raises the fence and increments.
 const FENCED_INCR: &str = r"
@@ -38,6 +43,9 @@ pub struct Args {
     ttl: Duration,
     hold: Duration,
     request_timeout: Duration,
+    /// Process number, unique in the phase: names the sections' writes.
+    id: u64,
+    workload: Workload,
 }
 
 impl Args {
@@ -54,6 +62,9 @@ impl Args {
         let hold = ms(next("hold")?).map_err(|_| "--redis-worker: bad hold")?;
         let request_timeout =
             ms(next("request timeout")?).map_err(|_| "--redis-worker: bad request timeout")?;
+        let id = next("id")?.parse().map_err(|_| "--redis-worker: bad id")?;
+        let workload = next("workload")?;
+        let workload = Workload::parse(&workload).ok_or("--redis-worker: bad workload")?;
         Ok(Args {
             url,
             resource,
@@ -64,13 +75,16 @@ impl Args {
             ttl,
             hold,
             request_timeout,
+            id,
+            workload,
         })
     }
 
     /// The arguments that make the orchestrator's child a Redis worker
     /// locking at `url`, holding each time for `hold` and writing the
-    /// counter at `resource`.
+    /// counter at `resource`; `proc` names its writes.
     pub fn to_argv(
+        proc: usize,
         url: &str,
         resource: &str,
         prefix: &str,
@@ -89,6 +103,8 @@ impl Args {
             o.ttl.as_millis().to_string(),
             hold.as_millis().to_string(),
             o.request_timeout.as_millis().to_string(),
+            proc.to_string(),
+            o.workload.name().into(),
         ]
     }
 }
@@ -120,9 +136,19 @@ pub async fn run(a: Args) -> Result<(), BoxError> {
         on_eof.cancel();
     });
 
-    let key = Key::from("k");
+    let key = Key::from(LOCK_KEY);
     let mut seq = 0;
+    let sections = RedisResource::new(conn.clone(), &a.counter, a.request_timeout);
+    let cycle = Cycle {
+        id: a.id,
+        hold: a.hold,
+        workload: a.workload,
+    };
     while !stop.is_cancelled() {
+        if a.workload != Workload::Mutex {
+            crate::sections::one(&cycle, &locker, &sections, &stop, &mut seq).await;
+            continue;
+        }
         let ctx = Context::background().with_timeout(Duration::from_secs(20));
         let guard = tokio::select! {
             res = locker.lock(&ctx, &key) => res,

@@ -176,18 +176,40 @@ fn most_readers(held: &[&Held]) -> usize {
         .unwrap_or(0)
 }
 
+/// The data's writes in the order they were applied: position (etcd: the
+/// revision), token, value (`<kind> <token> <worker> <seq>`), and where
+/// they were read.
+pub struct Writes<'a> {
+    pub source: &'static str,
+    pub list: Vec<(i64, u64, &'a str)>,
+}
+
+/// The etcd run's checks: [`shared`] on etcd's history, and every write
+/// etcd applied fenced.
 pub fn check(inp: Input<'_>) -> Report {
     let (mut v, mut notes) = (Vec::new(), Vec::new());
-    check::harness(&inp, &mut v);
+    let data = Writes {
+        source: "etcd's history",
+        list: data_writes(&inp, &mut v),
+    };
+    shared(&inp, &data, &mut v, &mut notes);
+    fenced_history(&inp, &data, &mut v, &mut notes);
+    check::report(&inp, v, notes)
+}
+
+/// The shared workload's checks on any backend: on what the workers
+/// reported, and on the data's writes as applied (`data`).
+pub fn shared(inp: &Input<'_>, data: &Writes<'_>, v: &mut Vec<Violation>, notes: &mut Vec<String>) {
+    check::harness(inp, v);
     let all = sections(&inp.log);
     let of = |kinds: &[Section]| -> Vec<&Held> {
         all.iter().filter(|h| kinds.contains(&h.kind)).collect()
     };
     let rw = of(&[Section::Read, Section::Write]);
     let writer = |a: &Held, b: &Held| a.kind == Section::Write || b.kind == Section::Write;
-    let excused = exclusion(&inp.log, &rw, writer, &mut v);
+    let excused = exclusion(&inp.log, &rw, writer, v);
     let sem = of(&[Section::Permit]);
-    let most = permits(&inp.log, &sem, &mut v);
+    let most = permits(&inp.log, &sem, v);
     let count = |k: Section| all.iter().filter(|h| h.kind == k).count();
     notes.push(format!(
         "sections: {} read, {} write, {} permit; at most {} readers and {most} of {LIMIT} \
@@ -199,17 +221,9 @@ pub fn check(inp: Input<'_>) -> Report {
         most_readers(&rw),
         all.iter().filter(|h| h.outlived).count()
     ));
-    tokens_grow(
-        &inp,
-        &of(&[Section::Write]),
-        Section::Write,
-        &mut v,
-        &mut notes,
-    );
-    fenced_history(&inp, &mut v, &mut notes);
-    writes(&inp, &mut notes);
-    check::pauses(&inp, &mut v, &mut notes);
-    check::report(&inp, v, notes)
+    tokens_grow(&of(&[Section::Write]), Section::Write, data, v, notes);
+    writes(inp, notes);
+    check::pauses(inp, v, notes);
 }
 
 /// How the fenced writes went, and the errors workers met: for the notes.
@@ -229,22 +243,27 @@ pub fn writes(inp: &Input<'_>, notes: &mut Vec<String>) {
     }
 }
 
-/// The data key's writes in etcd's history: revision, token, and the value
-/// (`<kind> <token> <worker> <seq>`, `sections.rs`); a value of another
-/// shape is a violation.
-fn data_writes<'a>(inp: &'a Input<'_>, v: &mut Vec<Violation>) -> Vec<(i64, u64, &'a str)> {
+/// The data key's writes in etcd's history: revision, token, and the value.
+pub fn data_writes<'a>(inp: &'a Input<'_>, v: &mut Vec<Violation>) -> Vec<(i64, u64, &'a str)> {
+    let puts = inp.changes.iter().filter(|c| c.key == inp.counter);
+    let values = puts.filter_map(|c| Some((c.revision, c.put.as_ref()?.value.as_str())));
+    parse_writes(values, v)
+}
+
+/// Writes `(position, value)` as [`Writes::list`] wants them; a value
+/// not `<kind> <token> <worker> <seq>` (`sections.rs`) is a violation.
+pub fn parse_writes<'a>(
+    values: impl Iterator<Item = (i64, &'a str)>,
+    v: &mut Vec<Violation>,
+) -> Vec<(i64, u64, &'a str)> {
     let mut out = Vec::new();
-    for c in inp.changes.iter().filter(|c| c.key == inp.counter) {
-        let Some(put) = &c.put else { continue };
-        match put.value.split(' ').nth(1).map(str::parse::<u64>) {
-            Some(Ok(token)) => out.push((c.revision, token, put.value.as_str())),
+    for (at, value) in values {
+        match value.split(' ').nth(1).map(str::parse::<u64>) {
+            Some(Ok(token)) => out.push((at, token, value)),
             _ => v.push(Violation {
                 checker: 1,
                 t: None,
-                text: format!(
-                    "data key value {:?} is not `kind token worker seq`",
-                    put.value
-                ),
+                text: format!("data value {value:?} is not `kind token worker seq`"),
             }),
         }
     }
@@ -256,9 +275,9 @@ fn data_writes<'a>(inp: &'a Input<'_>, v: &mut Vec<Violation>) -> Vec<(i64, u64,
 /// key's history never go back to an older token: a holder's write
 /// applied after a newer holder's is what fencing prevents.
 pub fn tokens_grow(
-    inp: &Input<'_>,
     held: &[&Held],
     kind: Section,
+    data: &Writes<'_>,
     v: &mut Vec<Violation>,
     notes: &mut Vec<String>,
 ) {
@@ -282,7 +301,7 @@ pub fn tokens_grow(
     let prefix = format!("{} ", kind.name());
     let mut last: Option<(u64, i64)> = None;
     let mut written = 0;
-    for (revision, token, value) in data_writes(inp, v) {
+    for &(revision, token, value) in &data.list {
         if !value.starts_with(&prefix) {
             continue;
         }
@@ -294,17 +313,19 @@ pub fn tokens_grow(
                 checker: 1,
                 t: None,
                 text: format!(
-                    "the data key's {} writes went back from token {before} (revision {rev}) to \
-                     {token} (revision {revision}, {value:?}): an older holder's write was applied",
-                    kind.name()
+                    "the data's {} writes in {} went back from token {before} (at {rev}) to \
+                     {token} (at {revision}, {value:?}): an older holder's write was applied",
+                    kind.name(),
+                    data.source
                 ),
             });
         }
         last = Some((token, revision));
     }
     notes.push(format!(
-        "{} writes in etcd's history: {written}, last token {}",
+        "{} writes in {}: {written}, last token {}",
         kind.name(),
+        data.source,
         last.map_or("none".into(), |(t, _)| t.to_string())
     ));
 }
@@ -314,7 +335,12 @@ pub fn tokens_grow(
 /// was not changed or deleted before the write's revision. A write after
 /// the holder's entry went (its lease ended, it was deposed) is one the
 /// fence should have refused.
-pub fn fenced_history(inp: &Input<'_>, v: &mut Vec<Violation>, notes: &mut Vec<String>) {
+pub fn fenced_history(
+    inp: &Input<'_>,
+    data: &Writes<'_>,
+    v: &mut Vec<Violation>,
+    notes: &mut Vec<String>,
+) {
     let mut granted: HashMap<i64, Vec<&str>> = HashMap::new();
     let mut revisions: HashMap<&str, Vec<i64>> = HashMap::new();
     for c in inp.changes.iter().filter(|c| c.key != inp.counter) {
@@ -330,7 +356,7 @@ pub fn fenced_history(inp: &Input<'_>, v: &mut Vec<Violation>, notes: &mut Vec<S
             .and_then(|r| r.iter().copied().find(|&r| r > token))
     };
     let (mut fenced, mut unfenced) = (0, 0);
-    for (revision, token, value) in data_writes(inp, v) {
+    for &(revision, token, value) in &data.list {
         let token = i64::try_from(token).unwrap_or(i64::MAX);
         let keys = granted.get(&token).map_or(&[][..], Vec::as_slice);
         let held = keys

@@ -186,7 +186,11 @@ pub async fn run(a: Args) -> Result<(), BoxError> {
     let key = Key::from(LOCK_KEY);
     while !stop.is_cancelled() {
         if a.workload != Workload::Mutex {
-            crate::sections::one(&a, &locker, &stop, &mut seq).await;
+            let res = crate::etcd_sections::EtcdResource {
+                a: &a,
+                locker: &locker,
+            };
+            crate::sections::one(&res.cycle(), &locker, &res, &stop, &mut seq).await;
             continue;
         }
         let ctx = Context::background().with_timeout(LOCK_TIMEOUT);

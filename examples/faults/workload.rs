@@ -34,6 +34,16 @@ impl Workload {
         }
     }
 
+    /// The keys the workers lock (the first: the one a Redis Cluster's
+    /// faults target, `redis_deploy.rs`).
+    pub fn lock_keys(self) -> &'static [&'static str] {
+        match self {
+            Workload::Mutex => &[crate::worker::LOCK_KEY],
+            Workload::Shared => &[RW_KEY, PERMIT_KEY],
+            Workload::Election => &[ELECTION],
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Workload::Mutex => "mutex",
@@ -72,6 +82,15 @@ impl Section {
         ]
         .into_iter()
         .find(|k| k.name() == s)
+    }
+
+    /// The lock key (or election) the section is taken on.
+    pub fn lock_key(self) -> &'static str {
+        match self {
+            Section::Read | Section::Write => RW_KEY,
+            Section::Permit => PERMIT_KEY,
+            Section::Leader => ELECTION,
+        }
     }
 
     /// The shared workload's mix for a worker's `n`th cycle: two reads, a
