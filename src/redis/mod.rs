@@ -217,6 +217,7 @@ mod lanes;
 mod line;
 mod line_lua;
 mod link;
+mod listing;
 mod locker;
 mod node;
 mod replicas;

@@ -12,7 +12,10 @@
 //! replicating (the old master is listed among them for about ten seconds
 //! before the sentinels reconfigure it, while it reports itself a master
 //! and could acknowledge nothing). At connect it counts every replica not
-//! flagged down: a failover not yet announced looks the same as that.
+//! flagged down that may be promoted with the master's writes: a replica
+//! that reports itself a master counts only if it was promoted from this
+//! master (a failover not yet announced), not if it is an old master or
+//! a node that restarted empty (`listing.rs` tells them apart).
 //!
 //! The listing is read when the node connects, again at most a second
 //! after it was last read while requests come (in the background: a
@@ -26,7 +29,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::link::Link;
-use super::sentinel::{Listing, Primary};
+use super::listing::Listing;
+use super::sentinel::Primary;
 use super::slots::{SLOTS, slot};
 use super::topology::ReplicaAcks;
 

@@ -38,6 +38,7 @@ use tokio::task::AbortHandle;
 
 use super::config::RedisConfig;
 use super::lanes::{Lane, Lanes};
+use super::listing::{Listing, Master, Replica};
 use super::secure::{certificates, connection_info, invalid};
 use crate::Result;
 use crate::backoff::Backoff;
@@ -51,6 +52,8 @@ const SWITCH_CHANNEL: &str = "+switch-master";
 struct Current {
     lanes: Lanes<MultiplexedConnection>,
     addr: String,
+    /// How it was reached (credentials, TLS), to reach a replica alike.
+    info: redis::ConnectionInfo,
     /// Tells it apart from the connections found before and after it.
     id: u64,
 }
@@ -153,16 +156,20 @@ impl Primary {
             .async_get_sentinel_client()
             .await?;
         let mut conn = client.get_multiplexed_async_connection().await?;
-        let replicas: Vec<std::collections::HashMap<String, String>> = redis::cmd("SENTINEL")
+        let replicas: Vec<Replica> = redis::cmd("SENTINEL")
             .arg("REPLICAS")
             .arg(&self.master)
             .query_async(&mut conn)
             .await?;
-        Ok(Listing {
-            master: self.current().as_ref().map(|c| c.addr.clone()),
-            replicating: replicas.iter().filter(|r| is_replicating(r)).count(),
-            not_down: replicas.iter().filter(|r| is_not_down(r)).count(),
-        })
+        let master = self.current().clone().map(|c| Master {
+            addr: c.addr,
+            conn: c.lanes.plain,
+            info: c.info,
+        });
+        // A short bound: the read runs at connect, within the connect
+        // timeout, and in the background while requests use the last one.
+        let ask = (self.connect_timeout / 2).min(Duration::from_secs(1));
+        Ok(Listing::count(&replicas, master, ask).await)
     }
 
     fn current(&self) -> std::sync::MutexGuard<'_, Option<Current>> {
@@ -203,7 +210,8 @@ impl Primary {
         }
         let generation = self.generation();
         let client = sentinels.async_get_client().await?;
-        let addr = client.get_connection_info().addr().to_string();
+        let info = client.get_connection_info().clone();
+        let addr = info.addr().to_string();
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(None);
@@ -228,6 +236,7 @@ impl Primary {
         *current = Some(Current {
             lanes: lanes.clone(),
             addr,
+            info,
             id,
         });
         Ok((lanes, id))
@@ -304,41 +313,6 @@ async fn follow(primary: Weak<Primary>) {
     }
 }
 
-/// The sentinels' list of a master's replicas, counted two ways
-/// (`replicas.rs` says which counts when).
-pub(crate) struct Listing {
-    /// The master this locker was connected to when it was read.
-    pub master: Option<String>,
-    /// Replicas that are up and replicating: no down flag, reporting
-    /// themselves replicas, their link to the master up.
-    pub replicating: usize,
-    /// Replicas without a down flag (the sentinels have not given up on
-    /// them, so they may still be promoted).
-    pub not_down: usize,
-}
-
-/// Whether a replica of `SENTINEL REPLICAS` has no flag that says it is
-/// down or disconnected.
-fn is_not_down(replica: &std::collections::HashMap<String, String>) -> bool {
-    replica.get("flags").is_some_and(|flags| {
-        !flags
-            .split(',')
-            .any(|f| matches!(f, "s_down" | "o_down" | "disconnected"))
-    })
-}
-
-/// Whether a replica of `SENTINEL REPLICAS` is up and replicating: not
-/// down, it reports itself a replica, and its link to the master is up.
-/// An old master that the sentinels list as a replica before they have
-/// reconfigured it (for about ten seconds after a failover, while it still
-/// reports itself a master) is not.
-fn is_replicating(replica: &std::collections::HashMap<String, String>) -> bool {
-    let field = |name: &str| replica.get(name).map(String::as_str);
-    is_not_down(replica)
-        && field("role-reported") == Some("slave")
-        && field("master-link-status") == Some("ok")
-}
-
 /// Whether `e` means that the node may no longer be the master: its
 /// connection broke or was refused, or it refuses writes as a replica.
 fn master_may_have_changed(e: &redis::RedisError) -> bool {
@@ -347,48 +321,4 @@ fn master_may_have_changed(e: &redis::RedisError) -> bool {
         || e.is_connection_refusal()
         || e.is_unrecoverable_error()
         || matches!(e.code(), Some("READONLY" | "MASTERDOWN" | "LOADING"))
-}
-
-#[cfg(test)]
-mod tests {
-    use std::collections::HashMap;
-
-    use super::{is_not_down, is_replicating};
-
-    fn replica(fields: &[(&str, &str)]) -> HashMap<String, String> {
-        fields
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
-    }
-
-    #[test]
-    fn replicas_are_counted_by_flags_role_and_link() {
-        let up = replica(&[
-            ("flags", "slave"),
-            ("role-reported", "slave"),
-            ("master-link-status", "ok"),
-        ]);
-        assert!(is_replicating(&up) && is_not_down(&up));
-        // The old master, listed before the sentinels reconfigured it (or
-        // a replica just promoted, in its old master's list).
-        let old = replica(&[
-            ("flags", "slave"),
-            ("role-reported", "master"),
-            ("master-link-status", "err"),
-        ]);
-        assert!(!is_replicating(&old) && is_not_down(&old));
-        let down = replica(&[
-            ("flags", "slave,s_down"),
-            ("role-reported", "slave"),
-            ("master-link-status", "ok"),
-        ]);
-        assert!(!is_replicating(&down) && !is_not_down(&down));
-        let cut = replica(&[
-            ("flags", "slave"),
-            ("role-reported", "slave"),
-            ("master-link-status", "err"),
-        ]);
-        assert!(!is_replicating(&cut) && is_not_down(&cut));
-    }
 }
