@@ -62,13 +62,15 @@
 //! every new leader, [`proclaims`](Leadership::proclaim) new values fenced
 //! with it and [`resigns`](Leadership::resign) to the next candidate.
 //! Followers ask [`Elector::leader`] or follow every change with
-//! [`Elector::observe`]. On etcd and in memory; not on Redis.
+//! [`Elector::observe`]. On etcd, on Redis (one instance, a cluster or
+//! sentinels; Redlock refuses it) and in memory.
 //!
 //! # Backends
 //! - [`etcd`] (feature `etcd`, default): fair and unfair, on one etcd or a
 //!   cluster. Building it needs `protoc`.
-//! - [`redis`] (feature `redis`, default): one Redis instance (fair and
-//!   unfair), or Redlock over several masters (unfair).
+//! - [`redis`] (feature `redis`, default): one Redis instance, a Redis
+//!   Cluster or a master behind Sentinel (fair and unfair), or Redlock over
+//!   several masters (unfair).
 //! - [`memory`]: in-process, with the same semantics, for tests.
 //!
 //! [`register_from_env`] and [`connect_from_env`] pick etcd or Redis from
@@ -98,8 +100,9 @@
 //!
 //! # More
 //! The repository's `examples/` run against etcd: `basic` (the program
-//! above), `fenced` (a write a stale holder cannot make) and `ordering`
-//! (processes queueing on one fair lock). Its `docs/` folder explains how
+//! above), `fenced` (a write a stale holder cannot make), `ordering`
+//! (processes queueing on one fair lock) and `election` (nodes elected in
+//! turn, a follower watching). Its `docs/` folder explains how
 //! the backends work, what they cost etcd and Redis, and how they behave
 //! under faults.
 // The futures of a lock call nest deeply (the Redis locker's, with its

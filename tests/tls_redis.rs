@@ -19,8 +19,8 @@ use support::tls::{certs, client_tls};
 const PREFIX: &str = "app-locks:";
 const USER: (&str, &str) = ("locks", "locks-secret-pw");
 
-/// The minimal ACL of fairlock's user: the README's Production section
-/// shows the same line.
+/// The minimal ACL of fairlock's user: docs/production.md (Redis ACL
+/// users) shows the same line.
 fn acl_setuser(prefix: &str, user: &str, password: &str) -> Vec<String> {
     let line = format!(
         "ACL SETUSER {user} reset on >{password} ~{prefix}* &{prefix}* \

@@ -56,8 +56,8 @@ pub(crate) fn refusal(err: &etcd_client::Error) -> Option<Refusal> {
     match status.code() {
         Code::PermissionDenied => Some(Refusal::Permission(
             "the etcd user's role does not cover this key; grant it with `etcdctl role \
-             grant-permission ROLE readwrite --prefix=true PREFIX` (see the README's \
-             Production section)"
+             grant-permission ROLE readwrite --prefix=true PREFIX` (see docs/production.md \
+             in fairlock's repository)"
                 .into(),
         )),
         Code::Unauthenticated => Some(Refusal::Auth(
