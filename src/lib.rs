@@ -187,7 +187,17 @@ pub use provider::{
     Registry,
 };
 
-// The README's code blocks, compiled and run by `cargo test --doc`.
+// The code blocks of the README and of the docs pages that hold
+// examples, compiled and run by `cargo test --doc`.
 #[cfg(all(doctest, feature = "etcd", feature = "redis"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+#[cfg(all(doctest, feature = "etcd", feature = "redis"))]
+#[doc = include_str!("../docs/configuration.md")]
+struct ConfigurationDoctests;
+#[cfg(all(doctest, feature = "etcd", feature = "redis"))]
+#[doc = include_str!("../docs/production.md")]
+struct ProductionDoctests;
+#[cfg(all(doctest, feature = "etcd", feature = "redis"))]
+#[doc = include_str!("../docs/leases.md")]
+struct LeasesDoctests;

@@ -252,8 +252,8 @@ const AUTH_ADVICE: &str = "the user name or password is wrong, the user does not
      and FAIRLOCK_PASSWORD";
 
 const NOPERM_ADVICE: &str = "the Redis ACL user may not run this command or touch these keys \
-     or channels; grant it the commands, ~PREFIX* keys and &PREFIX* channels listed in the \
-     README's Production section";
+     or channels; grant it the commands, ~PREFIX* keys and &PREFIX* channels listed in \
+     docs/production.md, \"Redis ACL users\"";
 
 impl FailedOp {
     /// The public error for a refusal (wrong credentials, no permission,

@@ -75,8 +75,9 @@
 //! and unfair lockers keep arrival order here, as the `Locker` trait
 //! promises for read/write locks and semaphores.
 //!
-//! The scripts use only the commands of the README's minimal ACL (no
-//! `EXISTS`, `ZCARD` or `TYPE`: a key's presence is `PTTL` other than -2).
+//! The scripts use only the commands of the minimal ACL
+//! (docs/production.md; no `EXISTS`, `ZCARD` or `TYPE`: a key's presence
+//! is `PTTL` other than -2).
 //!
 //! # The mutex of the same name
 //! A mutex ([`crate::Locker::lock`]) and a line never share a key: `ENTER`

@@ -148,7 +148,7 @@ if mode == 'check' then
   walk(entries, wake, '', ttl)
   return {-1}
 end
--- PTTL -2: no such key (the README's minimal ACL grants no EXISTS).
+-- PTTL -2: no such key (the minimal ACL (docs/production.md) grants no EXISTS).
 if redis.call('PTTL', lock) ~= -2 or redis.call('PTTL', queue) ~= -2 then return {-2} end
 local s = walk(entries, wake, '', ttl)
 if s.head and ((s.head == 's') ~= (kind == 's') or (kind == 's' and s.limit ~= limit)) then

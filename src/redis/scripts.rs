@@ -47,7 +47,7 @@ local lock, queue, fence = KEYS[1], KEYS[2], KEYS[3]
 /// The helpers after the keys and the epoch's (`epoch.rs`).
 const HEAD: &str = r"
 
--- Keys are read with the commands the README's minimal ACL grants (no
+-- Keys are read with the commands the minimal ACL (docs/production.md) grants (no
 -- TYPE): a key of another type answers GET or ZSCORE with an error.
 local function failed(reply) return type(reply) == 'table' and reply.err ~= nil end
 
@@ -210,7 +210,7 @@ local owner, ttl, mode, id, waiters, wake, hub, wttl, joined, loss_wait = unpack
 local value = check_keys()
 -- A key in use as a read/write lock or semaphore (its line, `line.rs`)
 -- has no mutex: refused before anything is written.
--- (PTTL, not EXISTS: the README's minimal ACL grants no EXISTS.)
+-- (PTTL, not EXISTS: the minimal ACL (docs/production.md) grants no EXISTS.)
 if redis.call('PTTL', lock .. '/_OWNERS_/line') ~= -2 then error({err = 'FAIRLOCK_SHARED'}) end
 local ready, wait = epoch_start(loss_wait)
 if value then

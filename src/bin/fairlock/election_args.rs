@@ -20,8 +20,8 @@ leader NAME --watch`) prints the leader's value at every change, and
 
 EXIT STATUS:
     CMD's own exit status (128+N when CMD was killed by signal N), or
-      2   usage error, or a backend without elections (Redis)
-     69   etcd unreachable or failing, or TLS failed
+      2   usage error, or a backend without elections (Redlock)
+     69   etcd or Redis unreachable or failing, or TLS failed
      77   authentication failed or permission denied
      75   not elected within --timeout; settable with --conflict-exit-code
      76   the leadership was lost while CMD ran (no renewal for the TTL, the

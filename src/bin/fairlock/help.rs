@@ -8,9 +8,9 @@ DURATIONS: 500ms, 10s, 2m, 1h 30m, or plain seconds.
 ENVIRONMENT:
     FAIRLOCK_ENDPOINTS, FAIRLOCK_PREFIX, FAIRLOCK_TTL,
     FAIRLOCK_CONNECT_TIMEOUT, FAIRLOCK_CACERT, FAIRLOCK_CERT, FAIRLOCK_KEY,
-    FAIRLOCK_USER, FAIRLOCK_PASSWORD: defaults
-    for the options of the same name (FAIRLOCK_PASSWORD: the --user's
-    password). RUST_LOG (e.g. fairlock=debug): log filter for -v output.
+    FAIRLOCK_USER, FAIRLOCK_PASSWORD, FAIRLOCK_REPLICA_ACKS,
+    FAIRLOCK_DATA_LOSS_WAIT: defaults for the options of the same name
+    (FAIRLOCK_PASSWORD: the --user's password). RUST_LOG (e.g. fairlock=debug): log filter for -v output.
 
 EXAMPLES:
     fairlock lock backups -- ./backup.sh --full
