@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::topology::{Deployment, ReplicaAcks, Topology, resolve};
 use super::url::redact;
+use super::url_options::split;
 use crate::{Result, TlsConfig};
 
 /// The smallest TTL accepted: the watchdog extends every TTL/3 and each
@@ -127,7 +128,8 @@ impl RedisConfig {
 
     /// The deployment and its nodes' plain URLs.
     pub(crate) fn topology(&self) -> Result<Topology> {
-        resolve(&self.urls, self.deployment.as_ref())
+        let (urls, _) = split(&self.urls)?;
+        resolve(&urls, self.deployment.as_ref())
     }
 
     /// The sentinels' own credentials, when set apart from the master's.

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use super::config::RedisConfig;
 use super::topology::ReplicaAcks;
+use super::url_options::{self, DATA_LOSS_WAIT, REPLICA_ACKS};
 use crate::{Error, Result, parse_duration};
 
 impl RedisConfig {
@@ -105,6 +106,42 @@ impl RedisConfig {
     }
 }
 
+impl RedisConfig {
+    /// This configuration with the options of its URLs applied and taken
+    /// off the URLs (see the module docs); done once, at connect.
+    pub(crate) fn with_url_options(mut self) -> Result<Self> {
+        let (urls, options) = url_options::split(&self.urls)?;
+        if let Some(acks) = options.replica_acks {
+            match self.replica_acks {
+                Some(set) if set != acks => {
+                    return Err(Error::InvalidConfig(format!(
+                        "replica acknowledgements are set twice, to {set:?} \
+                         (RedisConfig::with_replica_acks, --replica-acks or \
+                         FAIRLOCK_REPLICA_ACKS) and to {acks:?} (the URL's {REPLICA_ACKS}); \
+                         set them in one place"
+                    )));
+                }
+                _ => self.replica_acks = Some(acks),
+            }
+        }
+        if let Some(wait) = options.data_loss_wait {
+            match self.data_loss_wait {
+                Some(set) if set != wait => {
+                    return Err(Error::InvalidConfig(format!(
+                        "the data loss wait is set twice, to {set:?} \
+                         (RedisConfig::with_data_loss_wait, --data-loss-wait or \
+                         FAIRLOCK_DATA_LOSS_WAIT) and to {wait:?} (the URL's \
+                         {DATA_LOSS_WAIT}); set it in one place"
+                    )));
+                }
+                _ => self.data_loss_wait = Some(wait),
+            }
+        }
+        self.urls = urls;
+        Ok(self)
+    }
+}
+
 /// [`RedisConfig::with_durability_from_env`] on the variables' values.
 fn durability_from(
     mut config: RedisConfig,
@@ -155,5 +192,29 @@ mod tests {
         assert!(err.to_string().contains("FAIRLOCK_REPLICA_ACKS"), "{err}");
         let err = durability_from(config(), None, some("soon")).unwrap_err();
         assert!(err.to_string().contains("FAIRLOCK_DATA_LOSS_WAIT"), "{err}");
+    }
+
+    #[test]
+    fn the_url_and_the_config_agree_or_fail() {
+        let url = |q: &str| RedisConfig::new([format!("redis+sentinel://s1/m?{q}")]);
+        let c = url("replica_acks=off").with_url_options().unwrap();
+        assert_eq!(c.replica_acks(), ReplicaAcks::Off);
+        assert_eq!(c.urls(), ["redis+sentinel://s1/m"]);
+        let c = url("replica_acks=off")
+            .with_replica_acks(ReplicaAcks::Off)
+            .with_url_options();
+        assert!(c.is_ok());
+        let e = url("replica_acks=off")
+            .with_replica_acks(ReplicaAcks::All)
+            .with_url_options()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("set twice"), "{e}");
+        let e = url("data_loss_wait=1s")
+            .with_data_loss_wait(Duration::ZERO)
+            .with_url_options()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("set twice"), "{e}");
     }
 }

@@ -127,8 +127,6 @@ pub(crate) fn is_deployment_url(url: &str) -> bool {
 /// its further hosts either in it or given as the next items (a comma
 /// separated list split by the caller).
 pub(crate) fn resolve(urls: &[String], explicit: Option<&Deployment>) -> Result<Topology> {
-    let (urls, _) = super::url_options::split(urls)?;
-    let urls = &urls[..];
     let Some(first) = urls.first() else {
         return Ok(Topology {
             deployment: explicit.cloned().unwrap_or(Deployment::Masters),

@@ -7,10 +7,11 @@
 //! redis://127.0.0.1:6379?data_loss_wait=0
 //! ```
 //!
-//! - `replica_acks=all|off|N`: [`RedisConfig::with_replica_acks`];
-//! - `data_loss_wait=DURATION`: [`RedisConfig::with_data_loss_wait`].
+//! - `replica_acks=all|off|N`: [`RedisConfig::with_replica_acks`](super::RedisConfig::with_replica_acks);
+//! - `data_loss_wait=DURATION`: [`RedisConfig::with_data_loss_wait`](super::RedisConfig::with_data_loss_wait).
 //!
-//! They are taken off the URL before it is used. A plain `redis://` URL
+//! They are taken off the URL before it is used (`split`; the locker
+//! applies them at connect, `durability.rs`). A plain `redis://` URL
 //! keeps its other query options for the client (`protocol=resp3`...); a
 //! sentinel or cluster URL has no others. An option given in two URLs, or
 //! both in a URL and through `RedisConfig` (the flags and the environment
@@ -18,15 +19,14 @@
 
 use std::time::Duration;
 
-use super::config::RedisConfig;
 use super::topology::{ReplicaAcks, is_deployment_url};
 use super::url::redact;
 use crate::{Error, Result, parse_duration};
 
-/// The query option for [`RedisConfig::with_replica_acks`].
-const REPLICA_ACKS: &str = "replica_acks";
-/// The query option for [`RedisConfig::with_data_loss_wait`].
-const DATA_LOSS_WAIT: &str = "data_loss_wait";
+/// The query option for [`RedisConfig::with_replica_acks`](super::RedisConfig::with_replica_acks).
+pub(crate) const REPLICA_ACKS: &str = "replica_acks";
+/// The query option for [`RedisConfig::with_data_loss_wait`](super::RedisConfig::with_data_loss_wait).
+pub(crate) const DATA_LOSS_WAIT: &str = "data_loss_wait";
 
 /// The options the URLs gave.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -108,42 +108,6 @@ fn bad(url: &str, why: &str) -> Error {
     Error::InvalidConfig(format!("Redis URL {:?}: {why}", redact(url)))
 }
 
-impl RedisConfig {
-    /// This configuration with the options of its URLs applied and taken
-    /// off the URLs (see the module docs); done once, at connect.
-    pub(crate) fn with_url_options(mut self) -> Result<Self> {
-        let (urls, options) = split(&self.urls)?;
-        if let Some(acks) = options.replica_acks {
-            match self.replica_acks {
-                Some(set) if set != acks => {
-                    return Err(Error::InvalidConfig(format!(
-                        "replica acknowledgements are set twice, to {set:?} \
-                         (RedisConfig::with_replica_acks, --replica-acks or \
-                         FAIRLOCK_REPLICA_ACKS) and to {acks:?} (the URL's {REPLICA_ACKS}); \
-                         set them in one place"
-                    )));
-                }
-                _ => self.replica_acks = Some(acks),
-            }
-        }
-        if let Some(wait) = options.data_loss_wait {
-            match self.data_loss_wait {
-                Some(set) if set != wait => {
-                    return Err(Error::InvalidConfig(format!(
-                        "the data loss wait is set twice, to {set:?} \
-                         (RedisConfig::with_data_loss_wait, --data-loss-wait or \
-                         FAIRLOCK_DATA_LOSS_WAIT) and to {wait:?} (the URL's \
-                         {DATA_LOSS_WAIT}); set it in one place"
-                    )));
-                }
-                _ => self.data_loss_wait = Some(wait),
-            }
-        }
-        self.urls = urls;
-        Ok(self)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,29 +153,5 @@ mod tests {
             "redis://b:1?data_loss_wait=2s",
         ]);
         assert!(e.contains("give it once"), "{e}");
-    }
-
-    #[test]
-    fn the_url_and_the_config_agree_or_fail() {
-        let url = |q: &str| RedisConfig::new([format!("redis+sentinel://s1/m?{q}")]);
-        let c = url("replica_acks=off").with_url_options().unwrap();
-        assert_eq!(c.replica_acks(), ReplicaAcks::Off);
-        assert_eq!(c.urls(), ["redis+sentinel://s1/m"]);
-        let c = url("replica_acks=off")
-            .with_replica_acks(ReplicaAcks::Off)
-            .with_url_options();
-        assert!(c.is_ok());
-        let e = url("replica_acks=off")
-            .with_replica_acks(ReplicaAcks::All)
-            .with_url_options()
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("set twice"), "{e}");
-        let e = url("data_loss_wait=1s")
-            .with_data_loss_wait(Duration::ZERO)
-            .with_url_options()
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("set twice"), "{e}");
     }
 }
