@@ -1,6 +1,10 @@
 //! Command-line parsing (clap derive): global options before or after the
 //! subcommand, then one subcommand with its own options and `--help`.
 
+pub mod election_args;
+mod help;
+pub mod lock_args;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -9,10 +13,10 @@ use clap::{ArgAction, Args, CommandFactory, Parser, Subcommand};
 
 use fairlock::redis::ReplicaAcks;
 
-use crate::election_args::{ELECT_AFTER_HELP, ElectArgs, LeaderArgs, check_elect, check_leader};
 use crate::exit;
-use crate::help::{AFTER_HELP, LOCK_AFTER_HELP};
-use crate::lock_args::LockArgs;
+use election_args::{ELECT_AFTER_HELP, ElectArgs, LeaderArgs, check_elect, check_leader};
+use help::{AFTER_HELP, LOCK_AFTER_HELP};
+use lock_args::LockArgs;
 
 /// fairlock: run commands under a distributed lock held in etcd or Redis.
 #[derive(Debug, Parser)]

@@ -17,6 +17,7 @@
 mod arrivals;
 mod judge;
 mod record;
+mod svg;
 mod table;
 mod worker;
 
@@ -31,7 +32,6 @@ use tokio::process::Command;
 
 use crate::args::DemoArgs;
 use crate::exit::{self, report};
-use crate::svg;
 use judge::ModeRun;
 use record::{AnyError, Request};
 

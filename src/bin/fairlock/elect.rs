@@ -8,7 +8,7 @@ use fairlock::etcd::EtcdElector;
 use fairlock::redis::{RedisElector, RedisLocker};
 use fairlock::{BackendConfig, Context, Elector, Error, Key, Leadership};
 
-use crate::election_args::ElectArgs;
+use crate::args::election_args::ElectArgs;
 use crate::exit::{self, report};
 use crate::lock::{Signals, exit_code, send};
 

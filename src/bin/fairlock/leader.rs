@@ -5,8 +5,8 @@ use std::time::SystemTime;
 
 use fairlock::{BackendConfig, Elector, Key, Leader};
 
+use crate::args::election_args::LeaderArgs;
 use crate::elect::{connect, usage_or};
-use crate::election_args::LeaderArgs;
 use crate::exit::report;
 
 pub async fn run(config: BackendConfig, a: LeaderArgs) -> u8 {

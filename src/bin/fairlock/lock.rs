@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use fairlock::{BackendConfig, Context, Error, Key, LockGuard, LockStatus};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
+use crate::args::lock_args::{Hold, LockArgs};
 use crate::backend::Conn;
 use crate::exit::{self, report};
-use crate::lock_args::{Hold, LockArgs};
 
 /// The signals `fairlock` handles: while waiting they cancel the wait,
 /// while the command runs they are passed on to it.

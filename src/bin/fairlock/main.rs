@@ -1,35 +1,31 @@
 //! The `fairlock` command: run a command under a distributed lock, see who
 //! holds what, watch the ordering demo.
 //!
-//! - `args.rs`: the command line (clap); `help.rs`: the long help texts
-//!   (which document the exit codes).
+//! - `args.rs`: the command line (clap), with in `args/` the options of
+//!   `fairlock lock` (`lock_args.rs`), the command lines of `elect` and
+//!   `leader` (`election_args.rs`) and the long help texts (`help.rs`,
+//!   which document the exit codes).
 //! - `logging.rs`: `-v`/`RUST_LOG` tracing output on stderr.
 //! - `backend.rs`: etcd or Redis, by the endpoints' scheme, behind one face.
-//! - `lock_args.rs`: the options of `fairlock lock`; `lock.rs`: the
-//!   command runner.
-//! - `election_args.rs`: the command lines of `elect` and `leader`;
-//!   `elect.rs`: `fairlock elect`, the command runner for a leader;
-//!   `leader.rs`: `fairlock leader`.
-//! - `status.rs`: `fairlock status`; `watch.rs`: `status --watch`;
-//!   `view.rs`: the text both show for holders' ages and the queue.
+//! - `lock.rs`: the command runner of `fairlock lock`; `elect.rs`:
+//!   `fairlock elect`, the command runner for a leader; `leader.rs`:
+//!   `fairlock leader`.
+//! - `status.rs`: `fairlock status`, with in `status/` `status --watch`
+//!   (`watch.rs`) and the text both show for holders' ages and the queue
+//!   (`view.rs`).
 //! - `exit.rs`: the exit codes, and how an error is reported on stderr.
-//! - `demo.rs`: `fairlock demo`, with `svg.rs` drawing its timeline.
+//! - `demo.rs`: `fairlock demo`, with in `demo/` its workers, judge and
+//!   table, and `svg.rs` drawing its timeline.
 
 mod args;
 mod backend;
 mod demo;
 mod elect;
-mod election_args;
 mod exit;
-mod help;
 mod leader;
 mod lock;
-mod lock_args;
 mod logging;
 mod status;
-mod svg;
-mod view;
-mod watch;
 
 use std::process::ExitCode;
 

@@ -1,5 +1,8 @@
 //! `fairlock status`: who holds which lock, and who waits, in order.
 
+mod view;
+mod watch;
+
 use std::fmt::Write as _;
 
 use fairlock::{BackendConfig, Key, LeaseId, LockKind, LockStatus};
@@ -7,7 +10,7 @@ use fairlock::{BackendConfig, Key, LeaseId, LockKind, LockStatus};
 use crate::args::StatusArgs;
 use crate::backend::Conn;
 use crate::exit::{self, report};
-use crate::view::{age, queue};
+use view::{age, queue};
 
 pub async fn run(config: BackendConfig, a: StatusArgs) -> u8 {
     let key = a.key.as_deref().map(Key::from);
@@ -25,7 +28,7 @@ pub async fn run(config: BackendConfig, a: StatusArgs) -> u8 {
         }
     };
     if a.watch {
-        return crate::watch::run(locker, key, prefix).await;
+        return watch::run(locker, key, prefix).await;
     }
     let locks = match locker.status(key.as_ref()).await {
         Ok(locks) => locks,

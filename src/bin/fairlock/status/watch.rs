@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use fairlock::{Key, LockStatus};
 
+use super::view::{age, queue};
 use crate::backend::Conn;
 use crate::exit::{self, report};
-use crate::view::{age, queue};
 
 /// Clears the terminal and moves the cursor home.
 const CLEAR: &str = "\x1b[2J\x1b[H";
