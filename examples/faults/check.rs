@@ -21,6 +21,30 @@ pub struct Input<'a> {
     pub leftovers: (Vec<String>, Vec<i64>),
 }
 
+#[cfg(feature = "redis")]
+impl<'a> Input<'a> {
+    /// A phase's input where there is no history to replay (Redis): the
+    /// workers' log and the injections, taken, and the lock keys `left`.
+    pub fn without_history(
+        fair: bool,
+        opts: &'a Opts,
+        shared: &crate::events::Shared,
+        injections: &mut Vec<Injection>,
+        left: Vec<String>,
+    ) -> Input<'a> {
+        Input {
+            fair,
+            opts,
+            log: std::mem::take(&mut *shared.lock()),
+            changes: Vec::new(),
+            injections: std::mem::take(injections),
+            lock_key: String::new(),
+            counter: String::new(),
+            leftovers: (left, Vec::new()),
+        }
+    }
+}
+
 /// One broken promise.
 pub struct Violation {
     /// Which checker (1-5, as in the issue; 0: the harness itself).

@@ -241,6 +241,28 @@ impl Shared {
         });
     }
 
+    /// Waits (up to 60 s) until worker 0 and, in fair mode all `n`
+    /// workers, in unfair mode half of them, have been granted the lock
+    /// once: unfair mode promises no order, and a worker can starve for
+    /// 60 s behind the others' back-to-back sections.
+    #[cfg(feature = "redis")]
+    pub async fn wait_served(&self, fair: bool, n: usize) -> Result<(), String> {
+        let need = if fair { n } else { n.div_ceil(2) };
+        self.wait_for(Instant::now() + std::time::Duration::from_secs(60), |log| {
+            let served: Vec<usize> = log
+                .procs
+                .iter()
+                .filter(|(_, p)| p.events.iter().any(|e| e.kind == Kind::Acq))
+                .map(|(&proc, _)| proc)
+                .collect();
+            (served.contains(&0) && served.len() >= need).then_some(())
+        })
+        .await
+        .ok_or(format!(
+            "worker 0 and {need} of the {n} workers did not get the lock within 60 s"
+        ))
+    }
+
     /// Waits until `cond` holds on the log, or `deadline`; returns its last
     /// answer. Woken by every new line, not by a clock.
     pub async fn wait_for<T>(

@@ -115,6 +115,23 @@ pub struct Injection {
 }
 
 impl Injection {
+    /// An injection of `fault` starting (and measured from) `start`, with
+    /// nothing yet known of how it went.
+    pub fn at(fault: Fault, start: u64) -> Injection {
+        Injection {
+            fault,
+            start,
+            end: start,
+            measure_from: start,
+            recovery: None,
+            target: None,
+            pause: None,
+            cut: None,
+            elected: None,
+            missed: false,
+        }
+    }
+
     /// How soon after `measure_from` a lock must be granted again: the
     /// fault's bound, and for the isolated leader TTL + election timeout +
     /// margin from when the majority had its new leader (etcd's lessor

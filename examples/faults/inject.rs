@@ -55,18 +55,7 @@ impl Phase<'_> {
 
     pub async fn inject_once(&mut self, fault: Fault) -> Result<Injection, BoxError> {
         let start = mono_ns();
-        let mut inj = Injection {
-            fault,
-            start,
-            end: start,
-            measure_from: start,
-            recovery: None,
-            target: None,
-            pause: None,
-            cut: None,
-            elected: None,
-            missed: false,
-        };
+        let mut inj = Injection::at(fault, start);
         match fault {
             Fault::Baseline => {
                 tokio::time::sleep(BASELINE).await;

@@ -143,24 +143,9 @@ impl Phase<'_> {
             let stdin = child.stdin.take();
             self.slots.push((child, stdin));
         }
-        // Worker 0 (the holder the cuts wait for) and, in unfair mode
-        // (no order promised), half of them served before the faults.
-        let n = self.slots.len();
-        let need = if self.fair { n } else { n.div_ceil(2) };
-        self.shared
-            .wait_for(Instant::now() + Duration::from_secs(60), |log| {
-                let served: Vec<usize> = log
-                    .procs
-                    .iter()
-                    .filter(|(_, p)| p.events.iter().any(|e| e.kind == Kind::Acq))
-                    .map(|(&proc, _)| proc)
-                    .collect();
-                (served.contains(&0) && served.len() >= need).then_some(())
-            })
-            .await
-            .ok_or(format!(
-                "worker 0 and {need} of the {n} Redis workers did not get the lock within 60 s"
-            ))?;
+        // Worker 0 (the holder the cuts wait for) and enough others served
+        // before the faults.
+        self.shared.wait_served(self.fair, self.slots.len()).await?;
         for &fault in schedule {
             let (inj, settled) = self.inject(fault).await?;
             if let Some(prev) = self.injections.last_mut() {
@@ -195,18 +180,7 @@ impl Phase<'_> {
             .await
             .ok_or("worker 0 did not take the lock within the wait")?;
         let start = mono_ns();
-        let mut inj = Injection {
-            fault,
-            start,
-            end: start,
-            measure_from: start,
-            recovery: None,
-            target: None,
-            pause: None,
-            cut: None,
-            elected: None,
-            missed: false,
-        };
+        let mut inj = Injection::at(fault, start);
         let bound = fault.bound(self.o);
         let first_other = |log: &crate::events::Log| {
             log.grants_after(start)
@@ -355,17 +329,8 @@ impl Phase<'_> {
         )
         .await
         .ok_or("GET of the counter on the resource server failed")?;
-        let log = std::mem::take(&mut *self.shared.lock());
-        let inp = Input {
-            fair: self.fair,
-            opts: self.o,
-            log,
-            changes: Vec::new(),
-            injections: std::mem::take(&mut self.injections),
-            lock_key: String::new(),
-            counter: String::new(),
-            leftovers: (left, Vec::new()),
-        };
+        let inp =
+            Input::without_history(self.fair, self.o, &self.shared, &mut self.injections, left);
         let (mut v, mut notes) = (Vec::new(), Vec::new());
         check::harness(&inp, &mut v);
         redis_check::counter(&inp, counter.unwrap_or(0), &mut v, &mut notes);

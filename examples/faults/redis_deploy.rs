@@ -191,6 +191,23 @@ where
     }
 }
 
+/// The master (ip, port) every sentinel at `ports` names, once they agree.
+pub(crate) async fn agreed_master(ports: &[u16]) -> Result<(String, u16), BoxError> {
+    until("the sentinels agreeing on a master", || async move {
+        let mut named = Vec::new();
+        for &p in ports {
+            let addr: Vec<String> =
+                query(p, &cmd(&["SENTINEL", "get-master-addr-by-name", MASTER])).await?;
+            named.push((addr.first()?.clone(), addr.get(1)?.parse::<u16>().ok()?));
+        }
+        named
+            .windows(2)
+            .all(|w| w[0] == w[1])
+            .then(|| named[0].clone())
+    })
+    .await
+}
+
 /// A field of `INFO` text.
 pub(crate) fn field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
     info.lines()
@@ -366,19 +383,7 @@ impl Redis {
     async fn sentinel_master(&self) -> Result<u16, BoxError> {
         let s = self.sentinel.as_ref().ok_or("no sentinels")?;
         let ports: Vec<u16> = s.sentinels.iter().map(|s| s.port).collect();
-        until("the sentinels agreeing on a master", || {
-            let ports = ports.clone();
-            async move {
-                let mut named = Vec::new();
-                for p in ports {
-                    let addr: Vec<String> =
-                        query(p, &cmd(&["SENTINEL", "get-master-addr-by-name", MASTER])).await?;
-                    named.push(addr.get(1)?.parse::<u16>().ok()?);
-                }
-                named.windows(2).all(|w| w[0] == w[1]).then(|| named[0])
-            }
-        })
-        .await
+        Ok(agreed_master(&ports).await?.1)
     }
 
     /// The current data masters (where the lock keys are).

@@ -188,26 +188,9 @@ impl Phase<'_> {
         if self.o.workload == Workload::Election {
             self.spawn_observer()?;
         }
-        // Every worker served before the faults start; unfair mode
-        // promises no order, and once one worker starved for 60 s there
-        // behind the others' back-to-back sections: worker 0 (the long
-        // holder the faults wait for) and half of them suffice.
-        let n = self.o.workers;
-        let need = if self.fair { n } else { n.div_ceil(2) };
-        self.shared
-            .wait_for(Instant::now() + Duration::from_secs(60), |log| {
-                let served: Vec<usize> = log
-                    .procs
-                    .iter()
-                    .filter(|(_, p)| p.events.iter().any(|e| e.kind == Kind::Acq))
-                    .map(|(&proc, _)| proc)
-                    .collect();
-                (served.contains(&0) && served.len() >= need).then_some(())
-            })
-            .await
-            .ok_or(format!(
-                "worker 0 and {need} of the {n} Redis workers did not get the lock within 60 s"
-            ))?;
+        // Worker 0 (the long holder the faults wait for) and enough others
+        // served before the faults start.
+        self.shared.wait_served(self.fair, self.o.workers).await?;
         for &fault in schedule {
             let inj = self.inject(redis, fault).await?;
             if let Some(prev) = self.injections.last_mut() {
@@ -287,16 +270,8 @@ impl Phase<'_> {
             recovery.map_or("none".into(), |r| format!("{:.0} ms", crate::ms(r - start)))
         );
         Ok(Injection {
-            fault,
-            start,
-            end: start,
-            measure_from: start,
             recovery,
-            target: None,
-            pause: None,
-            cut: None,
-            elected: None,
-            missed: false,
+            ..Injection::at(fault, start)
         })
     }
 

@@ -183,18 +183,7 @@ impl RedisPhase<'_> {
 
     async fn inject(&mut self, fault: Fault) -> Result<Injection, BoxError> {
         let start = mono_ns();
-        let mut inj = Injection {
-            fault,
-            start,
-            end: start,
-            measure_from: start,
-            recovery: None,
-            target: None,
-            pause: None,
-            cut: None,
-            elected: None,
-            missed: false,
-        };
+        let mut inj = Injection::at(fault, start);
         if fault == Fault::HolderCut {
             let since = mono_ns();
             let (proc, _, _) = self
@@ -287,17 +276,7 @@ impl RedisPhase<'_> {
             .query_async(conn)
             .await?;
         let counter = counter.unwrap_or(0);
-        let log = std::mem::take(&mut *self.shared.lock());
-        let inp = Input {
-            fair,
-            opts: self.o,
-            log,
-            changes: Vec::new(),
-            injections: std::mem::take(&mut self.injections),
-            lock_key: String::new(),
-            counter: String::new(),
-            leftovers: (locks, Vec::new()),
-        };
+        let inp = Input::without_history(fair, self.o, &self.shared, &mut self.injections, locks);
         let (mut v, mut notes) = (Vec::new(), Vec::new());
         check::harness(&inp, &mut v);
         crate::redis_check::counter(&inp, counter, &mut v, &mut notes);

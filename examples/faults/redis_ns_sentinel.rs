@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::{Child, Stdio};
 
-use crate::redis_deploy::{cmd, field, query, until};
+use crate::redis_deploy::{agreed_master, cmd, field, query, until};
 use crate::support::net::Net;
 use crate::support::proxy::Proxy;
 use crate::support::redis_sentinel::MASTER;
@@ -277,20 +277,8 @@ impl NsSentinel {
     /// The data node named master by every sentinel.
     pub async fn master(&self) -> Result<usize, BoxError> {
         let ports: Vec<u16> = self.sentinels.iter().map(|&s| self.port(s)).collect();
-        let ip = until("the sentinels agreeing on a master", || {
-            let ports = ports.clone();
-            async move {
-                let mut named = Vec::new();
-                for p in ports {
-                    let addr: Vec<String> =
-                        query(p, &cmd(&["SENTINEL", "get-master-addr-by-name", MASTER])).await?;
-                    named.push(addr.first()?.parse::<Ipv4Addr>().ok()?);
-                }
-                named.windows(2).all(|w| w[0] == w[1]).then(|| named[0])
-            }
-        })
-        .await?;
-        self.data_node(ip)
+        let (ip, _) = agreed_master(&ports).await?;
+        self.data_node(ip.parse::<Ipv4Addr>()?)
     }
 
     /// The data node at `ip`.

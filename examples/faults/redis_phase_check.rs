@@ -61,17 +61,7 @@ impl Phase<'_> {
                 .await?;
             lists.extend((0..).zip(list));
         }
-        let log = std::mem::take(&mut *self.shared.lock());
-        let inp = Input {
-            fair,
-            opts: self.o,
-            log,
-            changes: Vec::new(),
-            injections: std::mem::take(&mut self.injections),
-            lock_key: String::new(),
-            counter: String::new(),
-            leftovers: (locks, Vec::new()),
-        };
+        let inp = Input::without_history(fair, self.o, &self.shared, &mut self.injections, locks);
         let (mut v, mut notes) = (Vec::new(), Vec::new());
         let values = lists.iter().map(|(at, value)| (*at, value.as_str()));
         let data = Writes {
