@@ -112,37 +112,52 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-#[cfg(any(feature = "etcd", feature = "redis"))]
-mod access;
-#[cfg(any(feature = "etcd", feature = "redis"))]
-mod backend;
-mod backoff;
-mod context;
-mod duration;
-mod election;
-#[cfg(any(feature = "etcd", feature = "redis"))]
-mod env;
-mod error;
-mod expiry;
-mod fairness;
-mod guard;
-mod key;
-mod leader;
-mod leadership;
-mod locker;
-mod loss;
-mod observe;
-mod owner;
-mod registry;
-#[cfg(any(feature = "etcd", feature = "redis"))]
-mod scheme;
-#[cfg(feature = "serde")]
-mod serialize;
-mod shared;
-mod status;
-#[cfg(any(feature = "etcd", feature = "redis"))]
-mod tls;
-mod unstoppable;
+// The public API's types.
+mod api {
+    pub(crate) mod context;
+    pub(crate) mod duration;
+    pub(crate) mod error;
+    pub(crate) mod expiry;
+    pub(crate) mod guard;
+    pub(crate) mod key;
+    pub(crate) mod locker;
+    pub(crate) mod loss;
+    pub(crate) mod owner;
+    #[cfg(feature = "serde")]
+    mod serialize;
+    pub(crate) mod status;
+}
+// Leader elections, above any backend.
+mod election {
+    pub(crate) mod elector;
+    pub(crate) mod leader;
+    pub(crate) mod leadership;
+}
+// Reaching a backend: configuration, endpoints, TLS, the registry.
+mod connect {
+    #[cfg(any(feature = "etcd", feature = "redis"))]
+    pub(crate) mod access;
+    #[cfg(any(feature = "etcd", feature = "redis"))]
+    pub(crate) mod backend_config;
+    #[cfg(any(feature = "etcd", feature = "redis"))]
+    pub(crate) mod env;
+    pub(crate) mod registry;
+    #[cfg(any(feature = "etcd", feature = "redis"))]
+    pub(crate) mod scheme;
+    #[cfg(any(feature = "etcd", feature = "redis"))]
+    pub(crate) mod tls;
+}
+// What every backend means the same way.
+mod semantics {
+    pub(crate) mod admission;
+    pub(crate) mod fairness;
+}
+// Helpers with no lock semantics of their own.
+mod util {
+    pub(crate) mod backoff;
+    pub(crate) mod observe;
+    pub(crate) mod unstoppable;
+}
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
@@ -154,29 +169,31 @@ pub mod provider;
 pub mod redis;
 
 #[cfg(any(feature = "etcd", feature = "redis"))]
-pub use access::Access;
+pub use connect::access::Access;
 #[cfg(any(feature = "etcd", feature = "redis"))]
-pub use backend::BackendConfig;
+pub use connect::backend_config::BackendConfig;
 #[cfg(any(feature = "etcd", feature = "redis"))]
-pub use env::{connect_from_env, register_from_env};
+pub use connect::env::{connect_from_env, register_from_env};
 
-pub use context::Context;
-pub use duration::parse_duration;
-pub use election::{
+pub use api::context::Context;
+pub use api::duration::parse_duration;
+pub use api::error::{BoxError, Error, Result};
+pub use api::guard::LockGuard;
+pub use api::key::{Key, MAX_KEY_LEN};
+pub use api::locker::Locker;
+pub use api::loss::LossCause;
+pub use api::status::{LeaseId, LockHolder, LockKind, LockStatus, LockWaiter, NodeCount};
+pub use connect::registry::{
+    get_elector, get_locker, register_elector_provider, register_locker_provider,
+};
+#[cfg(any(feature = "etcd", feature = "redis"))]
+pub use connect::tls::TlsConfig;
+pub use election::elector::{
     BACKLOG, ChangeReceiver, ChangeSender, Closed, Elector, LeaderStream, LeaderWatch,
     leader_stream,
 };
-pub use error::{BoxError, Error, Result};
-pub use guard::LockGuard;
-pub use key::{Key, MAX_KEY_LEN};
-pub use leader::{Leader, MAX_VALUE_LEN};
-pub use leadership::Leadership;
-pub use locker::Locker;
-pub use loss::LossCause;
-pub use registry::{get_elector, get_locker, register_elector_provider, register_locker_provider};
-pub use status::{LeaseId, LockHolder, LockKind, LockStatus, LockWaiter, NodeCount};
-#[cfg(any(feature = "etcd", feature = "redis"))]
-pub use tls::TlsConfig;
+pub use election::leader::{Leader, MAX_VALUE_LEN};
+pub use election::leadership::Leadership;
 pub use tokio_util::sync::CancellationToken;
 
 // The backend-author items, documented in `provider`, also stay reachable

@@ -86,11 +86,11 @@
 //! lock as an [`Owner`] value, which their status reports parse back.
 
 #[cfg(doc)]
-use crate::{guard::LockGuard, locker::Locker};
+use crate::{LockGuard, Locker};
 
-pub use crate::expiry::Expiry;
-pub use crate::guard::GuardRelease;
-pub use crate::key::RESERVED_SEGMENT;
-pub use crate::leadership::LeaderRecord;
-pub use crate::owner::Owner;
-pub use crate::registry::{ElectorProvider, LockerProvider, Registry};
+pub use crate::api::expiry::Expiry;
+pub use crate::api::guard::GuardRelease;
+pub use crate::api::key::RESERVED_SEGMENT;
+pub use crate::api::owner::Owner;
+pub use crate::connect::registry::{ElectorProvider, LockerProvider, Registry};
+pub use crate::election::leadership::LeaderRecord;

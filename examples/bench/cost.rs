@@ -194,7 +194,7 @@ pub async fn raw_cycles(ep: &str, release: Release, tasks: usize, dur: Duration)
     run
 }
 
-/// An owner string as fairlock writes it (`src/owner.rs`), for
+/// An owner string as fairlock writes it (`src/api/owner.rs`), for
 /// [`Release::FairlockShape`].
 const OWNER: &str = "f0123456789abcdef0123456789abcdef pid=12345 host=bench-host at=1763950000000";
 

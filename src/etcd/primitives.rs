@@ -8,8 +8,8 @@ use async_trait::async_trait;
 use super::election::elector::EtcdElector;
 use super::lock::locker::EtcdLocker;
 use super::shared::join;
-use crate::observe;
-use crate::shared::{Share, after_the_mutex, none_while_the_mutex, or_write_lock};
+use crate::semantics::admission::{Share, after_the_mutex, none_while_the_mutex, or_write_lock};
+use crate::util::observe;
 use crate::{
     Context, Elector, Key, Leader, LeaderStream, Leadership, LockGuard, Locker, Result,
     leader_stream,

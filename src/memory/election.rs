@@ -7,7 +7,7 @@ use std::time::SystemTime;
 
 use async_trait::async_trait;
 
-use crate::leader::check_value;
+use crate::election::leader::check_value;
 use crate::{
     ChangeSender, Context, Elector, Key, Leader, LeaderRecord, LeaderWatch, Leadership, Locker,
     Owner, Result,
@@ -131,7 +131,7 @@ impl Elector for MemoryElector {
         check_value(value)?;
         name.validate()?;
         let attempt = format!("e{}", uuid::Uuid::new_v4().simple());
-        let owner = Owner::parse(&crate::owner::owner_value(&attempt, ""));
+        let owner = Owner::parse(&crate::api::owner::owner_value(&attempt, ""));
         let guard = self.locker.lock(ctx, name).await?;
         let record = MemoryRecord {
             board: Arc::clone(&self.board),

@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use super::election::MemoryElector;
 use super::store::{Enqueued, MemoryStore, lost};
-use crate::fairness::Fairness;
-use crate::observe::{self, Site};
-use crate::shared::{Share, after_the_mutex, none_while_the_mutex, or_write_lock};
+use crate::semantics::admission::{Share, after_the_mutex, none_while_the_mutex, or_write_lock};
+use crate::semantics::fairness::Fairness;
+use crate::util::observe::{self, Site};
 use crate::{
     Context, Elector, GuardRelease, Key, Leader, LeaderStream, Leadership, LockGuard, Locker,
     Result, leader_stream,

@@ -1,11 +1,11 @@
 //! Read/write locks and semaphores in process: a line per key, in arrival
-//! order, whose first entries hold by the rule of `crate::shared`.
+//! order, whose first entries hold by the rule of `crate::semantics::admission`.
 
 use std::collections::VecDeque;
 
 use tokio::sync::oneshot;
 
-use crate::shared::{Share, conflict, holders};
+use crate::semantics::admission::{Share, conflict, holders};
 use crate::{Error, Key};
 
 /// A key's line of readers, writers or permits.

@@ -10,7 +10,7 @@ use tokio::sync::{Notify, oneshot};
 use super::election::Board;
 use super::mutex::{FairWaiter, KeyState};
 use super::shared::Line;
-use crate::shared::Share;
+use crate::semantics::admission::Share;
 use crate::{Error, Key, Result};
 
 /// The shared state lockers of one in-process "cluster" agree on.
@@ -41,7 +41,7 @@ impl StoreState {
         if !self.lines.contains_key(key) {
             return Ok(());
         }
-        Err(crate::shared::in_use_as_line(key))
+        Err(crate::semantics::admission::in_use_as_line(key))
     }
 
     /// Forgets `key`'s mutex once nobody holds or waits.
@@ -143,7 +143,7 @@ impl MemoryStore {
         }
         let (tx, rx) = oneshot::channel();
         ks.queue.push_back(FairWaiter { id, grant: tx });
-        crate::observe::queued(Some(ks.queue.len()));
+        crate::util::observe::queued(Some(ks.queue.len()));
         Ok(Enqueued::Waits(id, rx))
     }
 
@@ -183,7 +183,7 @@ impl MemoryStore {
 
     /// Joins `key`'s line as `share`: entry id, its token if it holds at
     /// once, and the receiver of the token otherwise. Refused where `share`
-    /// may not join (see `crate::shared::conflict`), or where `key` is in
+    /// may not join (see `crate::semantics::admission::conflict`), or where `key` is in
     /// use as a mutex.
     pub(super) fn join(
         &self,
@@ -192,7 +192,10 @@ impl MemoryStore {
     ) -> Result<(u64, Option<u64>, oneshot::Receiver<u64>)> {
         let mut state = self.state();
         if state.keys.contains_key(key.as_str()) {
-            return Err(crate::shared::in_use_as_mutex(key.as_str(), share));
+            return Err(crate::semantics::admission::in_use_as_mutex(
+                key.as_str(),
+                share,
+            ));
         }
         let id = state.next_id();
         let StoreState {

@@ -13,7 +13,7 @@ use super::node::{Call, Reach};
 use super::scripts::{ACQUIRE_SCRIPT, LEAVE_SCRIPT, RAISE_SCRIPT, RELEASE_SCRIPT};
 use super::watchdog;
 use super::wire::{LockKeys, owner_value, waiter_id};
-use crate::backoff::Backoff;
+use crate::util::backoff::Backoff;
 use crate::{Key, LockGuard, Result};
 
 /// What one round on every node came to.

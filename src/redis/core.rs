@@ -10,9 +10,9 @@ use super::config::RedisConfig;
 use super::deferred::Starter;
 use super::node::Nodes;
 use crate::Error;
-use crate::backoff::Backoff;
-use crate::fairness::Fairness;
-use crate::observe::Site;
+use crate::semantics::fairness::Fairness;
+use crate::util::backoff::Backoff;
+use crate::util::observe::Site;
 
 /// Everything a locker's operations share.
 pub(crate) struct Core {
@@ -41,7 +41,7 @@ impl Core {
             _ if super::error::is_refusal(&e) => Err(e),
             Some(at) if at.elapsed() < self.config.ttl() => {
                 let wait = backoff.next_pause().min(self.poll());
-                crate::observe::retrying(self.site(), &e, wait);
+                crate::util::observe::retrying(self.site(), &e, wait);
                 Ok(wait)
             }
             _ => Err(e),

@@ -10,7 +10,7 @@ use super::node::invocation;
 use super::scripts::{ACQUIRE_SCRIPT, RELEASE_SCRIPT};
 use super::wire::{LockKeys, mode_tag, owner_value, waiter_id};
 use crate::Key;
-use crate::fairness::Fairness;
+use crate::semantics::fairness::Fairness;
 
 /// The acquire script's `ARGV` (see `scripts.rs`): `[owner, ttl ms, f|u,
 /// id or "", waiters, wake, hub, record ttl ms, joined, data loss wait ms]`.

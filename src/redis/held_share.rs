@@ -14,9 +14,10 @@ use super::core::Core;
 use super::line::{Left, LineKeys};
 use super::line_lua::{EXTEND_SCRIPT, LEAVE_SCRIPT};
 use super::node::{Call, Node, Reach};
-use crate::backoff::{Backoff, jitter};
-use crate::loss::LossCell;
-use crate::{Error, Expiry, GuardRelease, Key, LockGuard, LossCause, Result, observe};
+use crate::api::loss::LossCell;
+use crate::util::backoff::{Backoff, jitter};
+use crate::util::observe;
+use crate::{Error, Expiry, GuardRelease, Key, LockGuard, LossCause, Result};
 
 /// The node a line lives on: read/write locks and semaphores are refused
 /// on Redlock, so there is exactly one.

@@ -1,7 +1,7 @@
 //! The line of a read/write lock or semaphore on Redis: its keys, the
 //! format of its entries, and the Lua scripts that change it (their text:
 //! `line_lua.rs`). Who of the
-//! line holds is the rule of `crate::shared`, computed in Lua by walking
+//! line holds is the rule of `crate::semantics::admission`, computed in Lua by walking
 //! the line from its head, so every decision is one atomic script.
 //!
 //! # Keys
@@ -28,7 +28,7 @@
 //! a TTL, and an emptied line is deleted by Redis with its last member.
 //!
 //! # Scripts (`KEYS = [lock, queue, fence, line, epoch]`)
-//! `walk` (the prelude) is `crate::shared::Admission` in Lua:
+//! `walk` (the prelude) is `crate::semantics::admission::Admission` in Lua:
 //! ```text
 //! walk(me): head = none, held = 0
 //!   for id in line, in order:
@@ -86,7 +86,7 @@
 //! exists (see `scripts.rs`); both are [`crate::Error::InvalidKey`].
 
 use super::wire::LockKeys;
-use crate::shared::Share;
+use crate::semantics::admission::Share;
 use crate::{Error, Key, RESERVED_SEGMENT};
 
 /// The Redis keys of one line (beside the mutex's, `wire.rs`).
@@ -239,12 +239,12 @@ impl Left {
 
 /// The error for a line's caller on a key in use as a mutex.
 pub(crate) fn in_use_as_mutex(key: &Key, share: Share) -> Error {
-    crate::shared::in_use_as_mutex(key.as_str(), share)
+    crate::semantics::admission::in_use_as_mutex(key.as_str(), share)
 }
 
 /// The error for a mutex on a key in use as a read/write lock or semaphore.
 pub(crate) fn in_use_as_line(key: &Key) -> Error {
-    crate::shared::in_use_as_line(key.as_str())
+    crate::semantics::admission::in_use_as_line(key.as_str())
 }
 
 #[cfg(test)]

@@ -56,7 +56,7 @@ local function store(entries, id, e, ttl)
 end
 
 -- Whether an entry of `kind`, `limit`, `n` holds after the entries the
--- walk state `s` counted (crate::shared::Admission::next).
+-- walk state `s` counted (crate::semantics::admission::Admission::next).
 local function fits(s, kind, limit, n)
   if s.stopped then return false end
   if not s.head then return true end

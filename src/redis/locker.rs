@@ -17,11 +17,11 @@ use super::hand::HandCycle;
 use super::line::in_use_as_line;
 use super::node::Nodes;
 use super::shared::{check_single, try_shared, wait_shared};
-use crate::backoff::{Backoff, jitter};
-use crate::election::leader_stream;
-use crate::fairness::Fairness;
-use crate::observe;
-use crate::shared::{Share, after_the_mutex, none_while_the_mutex, or_write_lock};
+use crate::election::elector::leader_stream;
+use crate::semantics::admission::{Share, after_the_mutex, none_while_the_mutex, or_write_lock};
+use crate::semantics::fairness::Fairness;
+use crate::util::backoff::{Backoff, jitter};
+use crate::util::observe;
 use crate::{Context, Elector, Key, Leader, LeaderStream, Leadership, LockGuard, Locker, Result};
 
 /// A fair or unfair locker on one Redis instance, or on several

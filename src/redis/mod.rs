@@ -246,7 +246,7 @@ pub use hand::HandCycle;
 pub use locker::RedisLocker;
 pub use topology::{Deployment, ReplicaAcks};
 
-use crate::fairness::Fairness;
+use crate::semantics::fairness::Fairness;
 use crate::{Locker, Result};
 
 /// Connects to Redis and registers it as the process-wide locker provider:

@@ -73,14 +73,14 @@ pub(crate) fn certificates(config: &RedisConfig, url: &str) -> Result<Option<Tls
 /// What is wrong with the TLS connection, if `err` is a failed one.
 pub(crate) fn tls_failure(config: &RedisConfig, err: &NodeError) -> Option<String> {
     let inner: &(dyn std::error::Error + 'static) = err.redis_error()?;
-    if let Some(reason) = crate::tls::diagnose(inner) {
+    if let Some(reason) = crate::connect::tls::diagnose(inner) {
         return Some(reason);
     }
     // A server that demands a client certificate checks it after a TLS 1.3
     // handshake has ended for the client, and closes the connection.
     let tls = config.urls().iter().any(|u| u.starts_with("rediss"));
     let no_identity = config.tls().is_none_or(|t| !t.has_client_identity());
-    let text = crate::tls::chain_text(inner);
+    let text = crate::connect::tls::chain_text(inner);
     let closed = [
         "connection reset",
         "closed",

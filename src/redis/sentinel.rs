@@ -41,7 +41,7 @@ use super::lanes::{Lane, Lanes};
 use super::listing::{Listing, Master, Replica};
 use super::secure::{certificates, connection_info, invalid};
 use crate::Result;
-use crate::backoff::Backoff;
+use crate::util::backoff::Backoff;
 
 /// The sentinels' channel of completed failovers.
 const SWITCH_CHANNEL: &str = "+switch-master";

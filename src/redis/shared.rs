@@ -22,9 +22,10 @@ use super::line::{Entered, LineKeys, Mode, in_use_as_mutex, spell};
 use super::line_lua::{ENTER_SCRIPT, LEAVE_SCRIPT};
 use super::node::{Call, Reach};
 use super::wire::{LockKeys, owner_value};
-use crate::backoff::Backoff;
-use crate::shared::{Share, conflict};
-use crate::{Context, Error, Key, LockGuard, Result, observe};
+use crate::semantics::admission::{Share, conflict};
+use crate::util::backoff::Backoff;
+use crate::util::observe;
+use crate::{Context, Error, Key, LockGuard, Result};
 
 /// Refuses read/write locks and semaphores on Redlock: a line on N
 /// independent masters would have no single arrival order (see the

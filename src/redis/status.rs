@@ -12,7 +12,7 @@ use super::node::Node;
 use super::node::{Call, Reach};
 use super::scripts::STATUS_SCRIPT;
 use super::wire::{Layout as Naming, LockKeys as Layout};
-use crate::shared::Share;
+use crate::semantics::admission::Share;
 use crate::{Elector, Key, LockHolder, LockKind, LockStatus, LockWaiter, NodeCount, Owner, Result};
 
 /// What one node says about one lock.

@@ -18,7 +18,7 @@ use tokio::task::AbortHandle;
 
 use super::link::Subscribe;
 use super::wire::wake_channel;
-use crate::backoff::Backoff;
+use crate::util::backoff::Backoff;
 
 /// The wake-up side of one node.
 pub(crate) struct Hub {

@@ -13,9 +13,10 @@ use super::hand::release_args;
 use super::node::{Call, Reach};
 use super::scripts::{EXTEND_SCRIPT, RELEASE_SCRIPT, Released};
 use super::wire::LockKeys;
-use crate::backoff::{Backoff, jitter};
-use crate::loss::LossCell;
-use crate::{Error, Expiry, GuardRelease, Key, LockGuard, LossCause, Result, observe};
+use crate::api::loss::LossCell;
+use crate::util::backoff::{Backoff, jitter};
+use crate::util::observe;
+use crate::{Error, Expiry, GuardRelease, Key, LockGuard, LossCause, Result};
 
 /// Builds the guard of a grant whose acquire request was sent at
 /// `started`, given on the nodes of `granted` with their own tokens, and

@@ -31,7 +31,7 @@
 
 use super::slots::slot_tag;
 use super::topology::Deployment;
-use crate::fairness::Fairness;
+use crate::semantics::fairness::Fairness;
 use crate::{Error, Key, RESERVED_SEGMENT, Result};
 
 /// How the names of a lock's keys are laid out.
@@ -181,10 +181,10 @@ pub(crate) fn wake_channel(wake_prefix: &str, hub: &str) -> String {
     format!("{wake_prefix}{hub}")
 }
 
-/// The owner value of one attempt (see [`crate::owner`]), with the
+/// The owner value of one attempt (see [`crate::api::owner`]), with the
 /// locker's id: `<attempt> pid=<pid> host=<host> at=<unix ms> locker=<id>`.
 pub(crate) fn owner_value(attempt: &str, locker: &str) -> String {
-    crate::owner::owner_value(attempt, &format!("locker={locker}"))
+    crate::api::owner::owner_value(attempt, &format!("locker={locker}"))
 }
 
 /// The tag of a mode in waiter ids, records and the acquire script's

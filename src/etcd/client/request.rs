@@ -55,8 +55,8 @@ where
 
 /// The pauses between retries of a failed request: 50 ms, doubling up to
 /// 2 s.
-pub(crate) fn retry_backoff() -> crate::backoff::Backoff {
-    crate::backoff::Backoff::new(Duration::from_millis(50), Duration::from_secs(2))
+pub(crate) fn retry_backoff() -> crate::util::backoff::Backoff {
+    crate::util::backoff::Backoff::new(Duration::from_millis(50), Duration::from_secs(2))
 }
 
 #[cfg(test)]

@@ -8,9 +8,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::error::{EtcdError, EtcdResult};
 use super::request::retry_backoff;
-use crate::backoff::Backoff;
 use crate::etcd::config::EtcdConfig;
-use crate::observe::{self, Site};
+use crate::util::backoff::Backoff;
+use crate::util::observe::{self, Site};
 use crate::{Error, Result};
 
 /// How long a loop may keep trying.

@@ -117,7 +117,7 @@ pub(crate) fn tls_failure(config: &EtcdConfig, err: &etcd_client::Error) -> Opti
         etcd_client::Error::TransportError(e) => e,
         _ => return None,
     };
-    if let Some(reason) = crate::tls::diagnose(inner) {
+    if let Some(reason) = crate::connect::tls::diagnose(inner) {
         return Some(reason);
     }
     // A server that demands a client certificate checks it after a TLS 1.3
@@ -128,7 +128,7 @@ pub(crate) fn tls_failure(config: &EtcdConfig, err: &etcd_client::Error) -> Opti
             .endpoints()
             .iter()
             .any(|e| e.to_ascii_lowercase().starts_with("https://"));
-    let text = crate::tls::chain_text(inner).to_ascii_lowercase();
+    let text = crate::connect::tls::chain_text(inner).to_ascii_lowercase();
     let closed = ["connection closed", "connection reset", "broken pipe"]
         .iter()
         .any(|w| text.contains(w));

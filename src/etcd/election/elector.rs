@@ -9,12 +9,12 @@ use etcd_client::Client;
 
 use super::record::EtcdRecord;
 use super::watch;
+use crate::election::leader::check_value;
+use crate::election::leadership::Office;
 use crate::etcd::client::request::retry_backoff;
 use crate::etcd::config::EtcdConfig;
 use crate::etcd::lock::held::HeldLock;
 use crate::etcd::lock::locker::EtcdLocker;
-use crate::leader::check_value;
-use crate::leadership::Office;
 use crate::{Context, Elector, Error, Key, Leader, LeaderWatch, Leadership, Locker, Result};
 
 /// Leader election on etcd: candidates of one elector share its session
@@ -130,7 +130,7 @@ impl Elector for EtcdElector {
         check_value(value)?;
         name.validate()?;
         let attempt = format!("e{}", uuid::Uuid::new_v4().simple());
-        let owner = crate::owner::owner_value(&attempt, "");
+        let owner = crate::api::owner::owner_value(&attempt, "");
         let guard = self.locker.lock(ctx, name).await?;
         let Some(held) = guard.backend().and_then(|b| b.downcast_ref::<HeldLock>()) else {
             return Err(Error::Unsupported(

@@ -15,7 +15,7 @@ use crate::etcd::protocol::keys::{LockKeys, owner_value};
 use crate::etcd::session::handout::Lease;
 use crate::etcd::session::slots::Slot;
 use crate::etcd::session::state::{LockerState, Outgoing, Path};
-use crate::unstoppable::Unstoppable;
+use crate::util::unstoppable::Unstoppable;
 use crate::{Key, LockGuard};
 
 /// One attempt to take a lock.

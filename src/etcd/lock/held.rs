@@ -6,6 +6,7 @@ use std::sync::Arc;
 use tokio::task::{AbortHandle, JoinHandle};
 use tokio_util::sync::CancellationToken;
 
+use crate::api::loss::LossCell;
 use crate::etcd::client::request::request;
 use crate::etcd::protocol::keys::{LockKeys, Successor};
 #[cfg(doc)]
@@ -17,8 +18,8 @@ use crate::etcd::session::held_key::until_changed;
 use crate::etcd::session::revival::Holding;
 use crate::etcd::session::slots::Slot;
 use crate::etcd::session::state::LockerState;
-use crate::loss::LossCell;
-use crate::{Key, LossCause, observe};
+use crate::util::observe;
+use crate::{Key, LossCause};
 
 /// A lock just granted: the result of `lock` or `try_lock` in etcd.
 pub(crate) struct Grant {

@@ -16,8 +16,8 @@ use crate::etcd::config::EtcdConfig;
 use crate::etcd::protocol::take::{self, Tried};
 use crate::etcd::session::handout::Lease;
 use crate::etcd::session::state::LockerState;
-use crate::fairness::Fairness;
-use crate::observe::Site;
+use crate::semantics::fairness::Fairness;
+use crate::util::observe::Site;
 use crate::{Context, Key, LockGuard, Result};
 
 /// A fair or unfair locker on etcd, with its own session lease.

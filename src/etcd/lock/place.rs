@@ -18,7 +18,7 @@ use crate::etcd::protocol::queue::{self, Ahead};
 use crate::etcd::protocol::take;
 use crate::etcd::session::handout::Lease;
 use crate::etcd::session::state::LockerState;
-use crate::observe;
+use crate::util::observe;
 
 /// Where a re-read of the queue found the waiter.
 pub(crate) enum Position {

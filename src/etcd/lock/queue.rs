@@ -42,13 +42,14 @@ use super::attempt::LockAttempt;
 use super::held::{Behind, Grant};
 use super::place::{Position, Read, Waiter};
 use super::waiting::{Signal, Watching};
+use crate::Error;
 use crate::etcd::client::error::{EtcdError, EtcdResult};
 use crate::etcd::client::retry::{Budget, Retrying};
 use crate::etcd::client::shared_watch::Listener;
 use crate::etcd::protocol::keys::prefix_end;
 use crate::etcd::protocol::take;
 use crate::etcd::session::handout::{Lease, margin};
-use crate::{Error, observe};
+use crate::util::observe;
 
 /// The outcome of the enqueue txn.
 enum Enqueued {
@@ -240,7 +241,9 @@ fn lease_lost(attempt: &LockAttempt) -> EtcdError {
 }
 
 fn in_use_as_line(attempt: &LockAttempt) -> EtcdError {
-    EtcdError::Public(crate::shared::in_use_as_line(attempt.key.as_str()))
+    EtcdError::Public(crate::semantics::admission::in_use_as_line(
+        attempt.key.as_str(),
+    ))
 }
 
 fn session_lost(attempt: &LockAttempt) -> EtcdError {

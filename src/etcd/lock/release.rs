@@ -35,7 +35,8 @@ use crate::etcd::protocol::keys::{LockKeys, Successor};
 use crate::etcd::protocol::queue::LOOKAHEAD;
 use crate::etcd::protocol::release::{self, Released, Round, read_release, release_round};
 use crate::etcd::session::state::{LockerState, Path};
-use crate::{Error, GuardRelease, Key, LossCause, Result, observe};
+use crate::util::observe;
+use crate::{Error, GuardRelease, Key, LossCause, Result};
 
 /// How often one release attempt re-reads when the queue changes under it.
 const MAX_ROUNDS: usize = 16;

@@ -13,7 +13,7 @@ use crate::etcd::client::request::request;
 use crate::etcd::protocol::election::{decode, is_value_key};
 use crate::etcd::protocol::keys::{entry_name, prefix_end};
 use crate::etcd::protocol::line::LineKeys;
-use crate::shared::{Admission, Share};
+use crate::semantics::admission::{Admission, Share};
 use crate::{
     Key, Leader, LeaseId, LockHolder, LockKind, LockStatus, LockWaiter, Owner, RESERVED_SEGMENT,
     Result,
@@ -241,7 +241,7 @@ fn line_entry(prefix: &str, lock: &str, key: &[u8], lease: i64) -> Option<(Share
 }
 
 /// Fills `status` with its line's holders and waiters, told apart by the
-/// rule every backend grants by (`crate::shared`).
+/// rule every backend grants by (`crate::semantics::admission`).
 fn line_status(status: &mut LockStatus, entries: Vec<LineEntry>) {
     let mut admission = Admission::default();
     for e in entries {

@@ -10,13 +10,13 @@ use tokio::time::Sleep;
 use super::attempt::LockAttempt;
 use super::held::Behind;
 use super::place::Waiter;
-use crate::backoff::Backoff;
 use crate::etcd::client::error::EtcdResult;
 use crate::etcd::client::request::retry_backoff;
 use crate::etcd::client::shared_watch::Listener;
 use crate::etcd::client::watch::{Subscription, WatchMsg};
 use crate::etcd::protocol::keys::{passed_along, prefix_end};
-use crate::fairness::Fairness;
+use crate::semantics::fairness::Fairness;
+use crate::util::backoff::Backoff;
 
 /// What ended a wait.
 pub(super) enum Signal {

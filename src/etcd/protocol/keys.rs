@@ -22,7 +22,7 @@
 //! ([`owner_value`]); a fair grant appends the waiters behind the grantee
 //! to its queue key's value ([`pass_along`], read back by [`passed_along`]).
 
-use crate::fairness::Fairness;
+use crate::semantics::fairness::Fairness;
 use crate::{Key, RESERVED_SEGMENT};
 
 /// The etcd keys of one lock.
@@ -132,12 +132,12 @@ pub(crate) fn is_waiter(queue: &[u8], key: &[u8], lease: i64) -> bool {
 }
 
 /// The value a new attempt writes to the lock key and its queue key (see
-/// [`crate::owner`]): `<attempt> pid=<pid> host=<host> at=<unix ms>`, where
+/// [`crate::api::owner`]): `<attempt> pid=<pid> host=<host> at=<unix ms>`, where
 /// `<attempt>` is the mode's tag and a fresh UUID, so that no two attempts
 /// write the same value.
 pub(crate) fn owner_value(fairness: Fairness) -> Vec<u8> {
     let attempt = format!("{}{}", tag(fairness), uuid::Uuid::new_v4().simple());
-    crate::owner::owner_value(&attempt, "").into_bytes()
+    crate::api::owner::owner_value(&attempt, "").into_bytes()
 }
 
 /// A waiter behind the holder, as last read (or passed along).

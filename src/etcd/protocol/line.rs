@@ -1,5 +1,5 @@
 //! The line of a read/write lock or semaphore: where its entries live, what
-//! each asks for, and who of it holds (the rule of `crate::shared`).
+//! each asks for, and who of it holds (the rule of `crate::semantics::admission`).
 //!
 //! For prefix `P` and key `k`, beside the mutex's keys (`keys.rs`):
 //! - readers `P k/_OWNERS_/r/<locker id>/<slot>`,
@@ -20,7 +20,7 @@
 
 use super::keys::{LockKeys, prefix_end};
 use crate::Key;
-use crate::shared::{Admission, Share};
+use crate::semantics::admission::{Admission, Share};
 
 /// The etcd keys of one read/write lock's or semaphore's line.
 #[derive(Clone, Debug)]
@@ -173,7 +173,7 @@ impl LineKeys {
     }
 }
 
-/// The owner value a caller writes to its entry (see [`crate::owner`]):
+/// The owner value a caller writes to its entry (see [`crate::api::owner`]):
 /// its kind's tag and a fresh UUID, then, for a permit, `limit=<n>`.
 pub(crate) fn owner_value(share: Share) -> Vec<u8> {
     let (tag, extra) = match share {
@@ -183,7 +183,7 @@ pub(crate) fn owner_value(share: Share) -> Vec<u8> {
         Share::Permit { limit, n } => ('s', format!("limit={limit} permits={n}")),
     };
     let attempt = format!("{tag}{}", uuid::Uuid::new_v4().simple());
-    crate::owner::owner_value(&attempt, &extra).into_bytes()
+    crate::api::owner::owner_value(&attempt, &extra).into_bytes()
 }
 
 /// An entry of the line, as read.
@@ -262,7 +262,7 @@ impl Departure {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shared::Share::{Read, Write};
+    use crate::semantics::admission::Share::{Read, Write};
 
     #[allow(non_snake_case)]
     fn Permit(limit: u32) -> Share {

@@ -131,7 +131,7 @@
 //! the line is a count of permits; `i = 0` is the call's main key, told,
 //! watched and fenced; departures walk main keys only, each weighing
 //! `m`), and the key's line is its entries by create revision. Who holds
-//! is a function of the line (`crate::shared`): a writer once nobody is
+//! is a function of the line (`crate::semantics::admission`): a writer once nobody is
 //! ahead, a reader once no writer is, `m` permits once the permits ahead
 //! and its own are at most `L`.
 //! An entry's mod revision is its **token**: its create revision when it

@@ -5,7 +5,7 @@ use etcd_client::{GetOptions, GetResponse, KeyValue, SortOrder, SortTarget, Txn,
 
 use super::keys::{LockKeys, Successor, is_waiter, passed_along};
 use super::ops::{Repeatable, range_at};
-use crate::fairness::Fairness;
+use crate::semantics::fairness::Fairness;
 
 /// How many waiters one successor read returns (the successor and the ones
 /// a fair grant passes along to it).

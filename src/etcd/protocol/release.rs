@@ -7,7 +7,7 @@ use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnRes
 use super::keys::{LockKeys, Successor, pass_along, waiter_mode};
 use super::ops::{lock_absent, no_line, put_leased, range_at, still_held, touch};
 use super::queue::{successor_query, successors};
-use crate::fairness::Fairness;
+use crate::semantics::fairness::Fairness;
 
 /// A holder of the lock, as its release txns see it.
 #[derive(Clone, Copy)]

@@ -8,7 +8,7 @@ use etcd_client::{
 
 use super::line::{Entry, LineKeys, Range};
 use super::ops::{Repeatable, put_leased, range_at, touch};
-use crate::shared::{Share, may_share_a_key};
+use crate::semantics::admission::{Share, may_share_a_key};
 
 /// How many entries of the line one departure reads at once.
 pub(crate) const BATCH: i64 = 16;

@@ -5,7 +5,7 @@ use etcd_client::{Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, Tx
 
 use super::keys::{LockKeys, is_waiter};
 use super::ops::{Repeatable, count_line, lock_absent, no_line, put_leased, range_at};
-use crate::fairness::Fairness;
+use crate::semantics::fairness::Fairness;
 
 /// How many queue entries a fair `try_lock` looks at when the lock is free
 /// but the queue is not empty (to tell entries fairlock did not write from

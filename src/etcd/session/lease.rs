@@ -11,9 +11,9 @@ use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::Expiry;
-use crate::backoff::Backoff;
+use crate::api::loss::LossCell;
 use crate::etcd::client::error::EtcdError;
-use crate::loss::LossCell;
+use crate::util::backoff::Backoff;
 
 /// A granted lease and the task renewing it; its state ([`LeaseState`],
 /// which it derefs to) is shared with that task.

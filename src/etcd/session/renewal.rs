@@ -12,7 +12,8 @@ use super::lease::LeaseState;
 use crate::etcd::client::error::{EtcdError, EtcdResult};
 use crate::etcd::client::request::{hedged, request};
 use crate::etcd::client::secure::token_refused;
-use crate::{Expiry, LossCause, observe};
+use crate::util::observe;
+use crate::{Expiry, LossCause};
 
 /// What the keepalive task needs to renew one lease.
 pub(crate) struct Renewal {

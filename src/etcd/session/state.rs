@@ -16,7 +16,7 @@ use crate::etcd::client::watch::WatchHub;
 use crate::etcd::config::EtcdConfig;
 use crate::etcd::protocol::keys::LockKeys;
 use crate::etcd::protocol::ops::Repeatable;
-use crate::fairness::Fairness;
+use crate::semantics::fairness::Fairness;
 use crate::{Error, Key};
 
 /// How a txn travels to etcd (see [`LockerState::send`]).

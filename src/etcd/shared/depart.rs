@@ -7,7 +7,7 @@ use crate::etcd::client::error::EtcdResult;
 use crate::etcd::protocol::line::{Departure, LineKeys};
 use crate::etcd::protocol::shared::{admit, head_more, leave, read_head};
 use crate::etcd::session::state::LockerState;
-use crate::shared::Share;
+use crate::semantics::admission::Share;
 
 /// An entry leaving its line.
 pub(crate) struct Leaving<'a> {

@@ -8,6 +8,7 @@ use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::depart::{Leaving, depart};
+use crate::api::loss::LossCell;
 use crate::etcd::client::error::{EtcdError, EtcdResult};
 use crate::etcd::client::request::retry_backoff;
 use crate::etcd::protocol::line::LineKeys;
@@ -17,8 +18,7 @@ use crate::etcd::session::held_key::until_changed;
 use crate::etcd::session::revival::Holding;
 use crate::etcd::session::slots::Slot;
 use crate::etcd::session::state::LockerState;
-use crate::loss::LossCell;
-use crate::shared::Share;
+use crate::semantics::admission::Share;
 use crate::{Error, GuardRelease, Key, LossCause, Result};
 
 /// A held entry of a line: what a guard releases.

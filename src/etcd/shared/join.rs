@@ -22,11 +22,11 @@ use crate::etcd::protocol::line::{LineKeys, owner_value};
 use crate::etcd::protocol::shared::{holds_at_join, join, read_conflict, try_join, try_refused};
 use crate::etcd::session::handout::LeaseEnd;
 use crate::etcd::session::state::LockerState;
-use crate::observe::Site;
-use crate::shared::Share;
+use crate::semantics::admission::Share;
+use crate::util::observe::Site;
 use crate::{Context, Key, LockGuard, Result};
 
-/// Waits until `key` is held as `share` (see `crate::shared`), retrying
+/// Waits until `key` is held as `share` (see `crate::semantics::admission`), retrying
 /// attempts that fail in ways that may pass, as `lock` does.
 pub(crate) async fn acquire(
     state: &Arc<LockerState>,
@@ -189,7 +189,7 @@ async fn wait_in_line(
     mut waiting: Waiting,
     own: Option<Listener>,
 ) -> std::result::Result<LockGuard, Failed> {
-    crate::observe::queued(None);
+    crate::util::observe::queued(None);
     let key = waiting.key.clone();
     let outcome = tokio::select! {
         told = wait(&waiting, own) => told,
@@ -214,7 +214,7 @@ async fn wait_in_line(
 /// (a write stands for the mutex of the same name when nothing in the
 /// line conflicts).
 fn refusal(key: &Key, want: Share, present: Share) -> EtcdError {
-    let error = crate::shared::conflict(key, want, present)
-        .unwrap_or_else(|| crate::shared::in_use_as_mutex(key.as_str(), want));
+    let error = crate::semantics::admission::conflict(key, want, present)
+        .unwrap_or_else(|| crate::semantics::admission::in_use_as_mutex(key.as_str(), want));
     EtcdError::Public(error)
 }

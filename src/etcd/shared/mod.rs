@@ -1,6 +1,6 @@
 //! Read/write locks and semaphores on etcd ([`crate::Locker::read_lock`],
 //! [`crate::Locker::acquire_permits`]): a line per key, granted in arrival order
-//! by the rule of `crate::shared`; its keys and txns are specified in
+//! by the rule of `crate::semantics::admission`; its keys and txns are specified in
 //! `protocol/mod.rs` and built in `protocol/line.rs` and
 //! `protocol/shared.rs`.
 //!

@@ -15,7 +15,7 @@ use crate::etcd::protocol::line::LineKeys;
 use crate::etcd::protocol::shared::queued_at;
 use crate::etcd::session::handout::{Lease, LeaseEnd};
 use crate::etcd::session::state::LockerState;
-use crate::shared::Share;
+use crate::semantics::admission::Share;
 
 /// The join txn on its way. Polled in the caller's task; if the caller
 /// drops it before the answer (a deadline, a cancel, an aborted task), the

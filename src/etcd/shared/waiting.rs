@@ -18,7 +18,7 @@ use crate::etcd::protocol::shared::{
 use crate::etcd::session::handout::{Lease, margin};
 use crate::etcd::session::slots::Slot;
 use crate::etcd::session::state::LockerState;
-use crate::shared::Share;
+use crate::semantics::admission::Share;
 use crate::{Error, Key, LockGuard};
 
 /// A caller in line: leaves the line when dropped while armed.

@@ -37,9 +37,9 @@ use self::record::RedisRecord;
 use super::core::Core;
 use super::shared::check_single;
 use super::wire::LockKeys;
-use crate::backoff::Backoff;
-use crate::leader::check_value;
-use crate::leadership::Office;
+use crate::election::leader::check_value;
+use crate::election::leadership::Office;
+use crate::util::backoff::Backoff;
 use crate::{Context, Elector, Key, Leader, LeaderWatch, Leadership, Locker, Result};
 
 /// Leader election on Redis: one instance, a Redis Cluster or the master
@@ -107,7 +107,7 @@ impl Elector for RedisElector {
         check_value(value)?;
         let keys = self.keys(name)?;
         let attempt = format!("e{}", uuid::Uuid::new_v4().simple());
-        let owner = crate::owner::owner_value(&attempt, "");
+        let owner = crate::api::owner::owner_value(&attempt, "");
         let guard = self.locker.lock(ctx, name).await?;
         let record = RedisRecord::new(
             Arc::clone(self.core()),

@@ -11,11 +11,11 @@ use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::protocol::{ElectionKeys, PROCLAIM, REFRESH, RETRACT, padded, record_tail};
-use crate::backoff::Backoff;
 use crate::redis::core::Core;
 use crate::redis::error::FailedOp;
 use crate::redis::held_share::node;
 use crate::redis::node::Reach;
+use crate::util::backoff::Backoff;
 use crate::{Error, Key, LeaderRecord, Result};
 
 /// What a leader's scripts need.

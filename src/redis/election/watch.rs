@@ -12,11 +12,11 @@ use futures_util::StreamExt;
 use redis::aio::PubSubStream;
 
 use super::protocol::{ElectionKeys, READ, Read, State, announced};
-use crate::backoff::Backoff;
 use crate::redis::core::Core;
 use crate::redis::error::FailedOp;
 use crate::redis::held_share::node;
 use crate::redis::node::Reach;
+use crate::util::backoff::Backoff;
 use crate::{ChangeSender, Key, LeaderWatch, Result};
 
 /// Reads the election's state at one point.

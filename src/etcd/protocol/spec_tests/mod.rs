@@ -11,8 +11,8 @@ use super::line::{Entry, LineKeys};
 use super::release::{Holder, release_round};
 use super::{abandon, election, fence, queue, release, shared, take};
 use crate::Key;
-use crate::fairness::Fairness::{Fair, Unfair};
-use crate::shared::Share;
+use crate::semantics::admission::Share;
+use crate::semantics::fairness::Fairness::{Fair, Unfair};
 
 fn keys() -> LockKeys {
     LockKeys::new("/p/", &Key::from("k"))

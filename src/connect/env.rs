@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::{BackendConfig, DEFAULT_ENDPOINT};
+use crate::connect::backend_config::{BackendConfig, DEFAULT_ENDPOINT};
 use crate::{Error, Locker, Result, parse_duration};
 
 impl BackendConfig {

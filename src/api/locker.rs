@@ -263,7 +263,7 @@ pub trait Locker: Send + Sync + 'static {
     /// Follows `election`: the stream yields its state when it starts
     /// (`None` for an empty seat), then every change (a new leader, a
     /// proclaimed value, an empty seat) in order. A consumer that falls
-    /// behind by more than [`crate::election::BACKLOG`] changes skips the
+    /// behind by more than [`crate::election::elector::BACKLOG`] changes skips the
     /// oldest: it gets the latest state, not an unbounded backlog. Nothing
     /// is read until the stream is first polled; dropping it stops it.
     ///
@@ -292,7 +292,7 @@ pub trait Locker: Send + Sync + 'static {
     /// elections. Passing outages do not end it.
     fn observe(&self, election: &Key) -> LeaderStream {
         let _ = election;
-        crate::election::failed_stream(unsupported("leader elections"))
+        crate::election::elector::failed_stream(unsupported("leader elections"))
     }
 
     /// `true` if this locker grants in arrival order.

@@ -9,9 +9,9 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::loss::LossCell;
-use crate::observe::{self, Granted, Holding, Site};
-use crate::unstoppable::Unstoppable;
+use crate::api::loss::LossCell;
+use crate::util::observe::{self, Granted, Holding, Site};
+use crate::util::unstoppable::Unstoppable;
 use crate::{Expiry, Key, LossCause, Result};
 
 /// What a backend does to release one held lock; the inside of a [`LockGuard`].
@@ -45,7 +45,7 @@ impl Granted for LockGuard {
     }
 
     /// Counts the guard as held from now on, for the metrics and events
-    /// of `site` (see `observe.rs`).
+    /// of `site` (see `util/observe.rs`).
     fn observed(mut self, site: Site) -> Self {
         self.holding = Some(Holding::start(
             site,

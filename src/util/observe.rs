@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Level, Span, debug, warn};
 
-use crate::fairness::Fairness;
+use crate::semantics::fairness::Fairness;
 use crate::{Error, Expiry, Key, Result};
 
 /// Which backend and mode an operation runs on: the labels of every metric

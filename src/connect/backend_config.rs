@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::scheme::{Kind, is_redis_deployment, kind};
+use crate::connect::scheme::{Kind, is_redis_deployment, kind};
 use crate::{Error, Locker, Result};
 
 /// A backend and its configuration, chosen by the endpoints' scheme.

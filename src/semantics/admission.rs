@@ -248,7 +248,7 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = crate::Result<T>>,
 {
-    let mut backoff = crate::backoff::Backoff::new(
+    let mut backoff = crate::util::backoff::Backoff::new(
         std::time::Duration::from_millis(10),
         std::time::Duration::from_millis(500),
     );

@@ -8,7 +8,7 @@ use std::time::Instant;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
-use crate::leader::check_value;
+use crate::election::leader::check_value;
 use crate::{Error, Key, LockGuard, LossCause, Result};
 
 /// What a backend does with the value of one leadership: the inside of a
@@ -72,7 +72,7 @@ pub(crate) struct Office {
     /// How long backend errors are retried.
     pub patience: std::time::Duration,
     /// The pauses between tries.
-    pub backoff: crate::backoff::Backoff,
+    pub backoff: crate::util::backoff::Backoff,
     /// How long the resignation after a failure may take before it goes
     /// on in the background.
     pub resign_within: std::time::Duration,
