@@ -1,5 +1,5 @@
 //! Lockers on one connection send the writes they make at the same time
-//! together, as the branches of one etcd txn (`src/etcd/batch.rs`). Each
+//! together, as the branches of one etcd txn (`src/etcd/client/batch.rs`). Each
 //! test has an etcd of its own: every txn that writes adds one to its
 //! revision, so the revision counts the requests that wrote.
 

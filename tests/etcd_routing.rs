@@ -114,7 +114,7 @@ async fn requests_pass_over_a_member_that_never_answers() {
     }
 }
 
-/// The same with writes made together (`src/etcd/batch.rs`): 32 lockers
+/// The same with writes made together (`src/etcd/client/batch.rs`): 32 lockers
 /// on one connection lock and unlock their own keys at once. A batch that
 /// goes to the black hole holds up every write in it until its timeout:
 /// each must then be retried and succeed, and the black hole must still

@@ -198,7 +198,7 @@ pub async fn raw_cycles(ep: &str, release: Release, tasks: usize, dur: Duration)
 /// [`Release::FairlockShape`].
 const OWNER: &str = "f0123456789abcdef0123456789abcdef pid=12345 host=bench-host at=1763950000000";
 
-/// fairlock fair's take of a free lock key (`src/etcd/queue.rs`,
+/// fairlock fair's take of a free lock key (`src/etcd/protocol/take.rs`,
 /// `enqueue`): free and nobody queued, else queue.
 fn fairlock_take(key: &str, leased: Option<etcd_client::PutOptions>) -> etcd_client::Txn {
     use etcd_client::{Compare, CompareOp, Txn, TxnOp};
@@ -216,7 +216,7 @@ fn fairlock_take(key: &str, leased: Option<etcd_client::PutOptions>) -> etcd_cli
         )])
 }
 
-/// fairlock fair's release when nobody waits (`src/etcd/release.rs`,
+/// fairlock fair's release when nobody waits (`src/etcd/lock/release.rs`,
 /// `release_once`): still ours and nobody queued, else read the lock key
 /// and the queue head.
 fn fairlock_release(key: &str, token: i64) -> etcd_client::Txn {

@@ -260,7 +260,7 @@ impl RedisPhase<'_> {
             // The fence counter and the epoch stay by design (one server:
             // one of each under the prefix): tokens must keep growing
             // across every holder the key will ever have, and a server
-            // that lost them must be told apart (`src/redis/epoch.rs`).
+            // that lost them must be told apart (`src/redis/protocol/epoch.rs`).
             let kept = [
                 format!("{prefix}locks:_OWNERS_/fence"),
                 format!("{prefix}locks:_OWNERS_/epoch"),

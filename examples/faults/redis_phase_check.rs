@@ -163,7 +163,7 @@ fn violation(text: String) -> Violation {
     }
 }
 
-/// Keys the library leaves by design (`src/redis/wire.rs`), under the
+/// Keys the library leaves by design (`src/redis/protocol/keys.rs`), under the
 /// workers' lock prefix `locks`: the fencing counter, so that tokens keep
 /// growing across every holder a key will ever have (one per prefix,
 /// `_OWNERS_/fence`, or on a cluster one per lock, `{<key>}/_OWNERS_/fence`

@@ -1,18 +1,18 @@
 //! The arguments of the two scripts of the uncontended cycle, built in one
-//! place for the locker (`attempt.rs`, `watchdog.rs`) and for the bench's
+//! place for the locker (`attempt.rs`, `held_lock.rs`) and for the bench's
 //! floor row, "fairlock's scripts by hand" ([`HandCycle`]): the same
 //! scripts with the same `KEYS` and `ARGV`, sent from a bare connection.
 
 use redis::ScriptInvocation;
 
-use super::core::Core;
-use super::node::invocation;
-use super::scripts::{ACQUIRE_SCRIPT, RELEASE_SCRIPT};
-use super::wire::{LockKeys, mode_tag, owner_value, waiter_id};
 use crate::Key;
+use crate::redis::connect::node::invocation;
+use crate::redis::protocol::keys::{LockKeys, mode_tag, owner_value, waiter_id};
+use crate::redis::protocol::lock_lua::{ACQUIRE_SCRIPT, RELEASE_SCRIPT};
+use crate::redis::state::Core;
 use crate::semantics::fairness::Fairness;
 
-/// The acquire script's `ARGV` (see `scripts.rs`): `[owner, ttl ms, f|u,
+/// The acquire script's `ARGV` (see `lock_lua.rs`): `[owner, ttl ms, f|u,
 /// id or "", waiters, wake, hub, record ttl ms, joined, data loss wait ms]`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn acquire_args(
@@ -118,7 +118,7 @@ impl HandCycle {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::redis::wire::Layout;
+    use crate::redis::protocol::keys::Layout;
 
     #[test]
     fn the_hand_cycle_sends_the_lockers_scripts() {

@@ -148,103 +148,103 @@
 //! `<prefix>_OWNERS_/epoch/{<n>}`.
 //!
 //! # Layout
-//! Each file imports only from the files listed before it.
-//! - `url.rs`: checking URLs (and naming what a mistyped one meant), the
-//!   default port, redacting passwords.
-//! - `topology.rs`: [`Deployment`], [`ReplicaAcks`], and reading
-//!   `redis+cluster://` and `redis+sentinel://` URLs.
-//! - `config.rs`: [`RedisConfig`]; `deployments.rs`: its constructors for a
-//!   cluster and sentinels; `durability.rs`: replica acknowledgements and
-//!   the data loss wait; `validate.rs`: its checks.
-//! - `slots.rs`: a cluster's hash slot of a key; `epoch.rs`: the epoch's
-//!   spec and Lua.
-//! - `wire.rs`: every key name and value format written to Redis (flat, or
-//!   hash-tagged on a cluster), with round-trip tests; `scripts.rs`: the
-//!   Lua scripts that write them.
-//! - `line.rs`: the line of a read/write lock or semaphore: its spec, key
-//!   names and replies; `line_lua.rs`: its Lua scripts' text.
-//! - `error.rs`: one failed request to one node, classified by the Redis
-//!   error kind and code, and its mapping into [`crate::Error`].
-//! - `secure.rs`: the client of one URL (TLS, credentials), and telling a
-//!   failed TLS connection apart; `connect.rs`: what a failed connect says.
-//! - `lanes.rs`: a node's two connections, one for the scripts followed
-//!   by `WAIT`.
-//! - `sentinel.rs`: the master behind sentinels, found again after a
-//!   failover, as soon as the sentinels announce it.
-//! - `link.rs`: the connection of one node by deployment (one master, a
-//!   cluster, the master behind sentinels), a script followed by `WAIT`,
-//!   and where its subscriber connects.
-//! - `replicas.rs`: how many replicas a grant or extend must reach.
-//! - `wake.rs`: wake-ups by pub/sub, one subscriber per node.
-//! - `node.rs`: the masters (or the one cluster or sentinel-watched
-//!   master), the one request helper (timeout, error mapping, replica
-//!   acknowledgements), and fan-out to all nodes.
-//! - `deferred.rs`: watchdogs that start when their first extend is due,
-//!   by one timer task per locker (a lock released before then never has
-//!   a task of its own).
-//! - `core.rs`: what a locker's operations share (nodes, configuration,
-//!   mode, id, the watchdogs' starter) and the poll and waiter-record
-//!   times.
-//! - `hand.rs`: the arguments of the uncontended cycle's two scripts, for
-//!   the locker and for the bench's floor row (`HandCycle`, not API).
-//! - `watchdog.rs`: the guard of a grant, extending it every TTL/3, loss
-//!   signals, release.
-//! - `held_share.rs`: the guard of a read lock, write lock or permit, its
-//!   watchdog and release.
-//! - `shared.rs`: one read/write lock or semaphore call: entering the
-//!   line, waiting in it, leaving it when giving up.
-//! - `attempt.rs`: one `lock`/`try_lock` call: a round on every node
-//!   decided by quorum, and leaving the queue when giving up.
-//! - `election/`: [`RedisElector`]: its protocol (names, record, scripts,
-//!   versions), a leader's record, observers.
-//! - `locker.rs`: [`RedisLocker`], connect, `try_lock`, and the wait loop
-//!   of `lock`.
-//! - `status.rs`: [`RedisLocker::status`], who holds and who waits.
+//! A folder per concern, each importing only from the ones before it:
+//! - `config/`: `url.rs` (checking URLs, redacting passwords),
+//!   `topology.rs` ([`Deployment`], [`ReplicaAcks`], cluster and sentinel
+//!   URLs), `redis_config.rs` ([`RedisConfig`]), `deployments.rs` (its
+//!   cluster and sentinel constructors), `url_options.rs` and
+//!   `durability.rs` (replica acknowledgements, the data loss wait),
+//!   `validate.rs`.
+//! - `protocol/`: what is written to Redis. `keys.rs` (every key name and
+//!   value format, flat or hash-tagged on a cluster), `lock_lua.rs` (the
+//!   mutex's scripts), `line.rs` and `line_lua.rs` (the line of a
+//!   read/write lock or semaphore: spec, keys, replies, scripts),
+//!   `epoch.rs` (the dataset epoch), `slots.rs` (a cluster's hash slots).
+//! - `connect/`: reaching the servers. `node_error.rs` (one failed request,
+//!   classified by error kind and code, mapped into [`crate::Error`]),
+//!   `secure.rs` and `connect_error.rs` (the client of one URL, what a
+//!   failed connect says), `lanes.rs` (a node's two connections),
+//!   `sentinel.rs` and `listing.rs` (the master behind sentinels, found
+//!   again at once after a failover), `link.rs` (a node's connection by
+//!   deployment), `replicas.rs` (how many replicas a write must reach),
+//!   `wake.rs` (wake-ups by pub/sub), `node.rs` (the masters, the one
+//!   request helper, fan-out).
+//! - `lock/`: the mutex. `deferred.rs` (watchdogs started when their first
+//!   extend is due), `held_lock.rs` (a held lock: extend every TTL/3, loss
+//!   signals, release), `attempt.rs` (one `lock`/`try_lock` call: a round
+//!   on every node decided by quorum, leaving the queue on giving up).
+//! - `line/`: read/write locks and semaphores. `held_entry.rs` (a held
+//!   entry, its watchdog and release), `in_line.rs` (one call: entering
+//!   the line, waiting in it, leaving it on giving up).
+//! - `election/`: [`RedisElector`]: its protocol, a leader's record,
+//!   observers.
+//! - `state.rs` (what a locker's calls share: nodes, configuration, mode,
+//!   id, the watchdogs' starter), `hand.rs` (the uncontended cycle's script
+//!   arguments, also the bench's floor row), `redis_locker.rs`
+//!   ([`RedisLocker`], connect, the wait loop of `lock`), `status.rs`
+//!   ([`RedisLocker::status`]).
 
-mod attempt;
-mod config;
-mod connect;
-mod core;
-mod deferred;
-mod deployments;
-mod durability;
+// Configuration: URLs, deployments, replica acknowledgements.
+mod config {
+    pub(crate) mod deployments;
+    pub(crate) mod durability;
+    pub(crate) mod redis_config;
+    pub(crate) mod topology;
+    pub(crate) mod url;
+    pub(crate) mod url_options;
+    pub(crate) mod validate;
+}
+// What is written to Redis: key names, value formats, Lua.
+mod protocol {
+    pub(crate) mod epoch;
+    pub(crate) mod keys;
+    pub(crate) mod line;
+    pub(crate) mod line_lua;
+    pub(crate) mod lock_lua;
+    pub(crate) mod slots;
+}
+// Reaching the servers: connections, sentinels, replicas, wake-ups.
+mod connect {
+    pub(crate) mod connect_error;
+    pub(crate) mod lanes;
+    pub(crate) mod link;
+    pub(crate) mod listing;
+    pub(crate) mod node;
+    pub(crate) mod node_error;
+    pub(crate) mod replicas;
+    pub(crate) mod secure;
+    pub(crate) mod sentinel;
+    pub(crate) mod wake;
+}
+// The mutex: one call's rounds, the held lock and its watchdog.
+mod lock {
+    pub(crate) mod attempt;
+    pub(crate) mod deferred;
+    pub(crate) mod held_lock;
+}
+// Read/write locks and semaphores: one line call, a held entry.
+mod line {
+    pub(crate) mod held_entry;
+    pub(crate) mod in_line;
+}
 mod election;
-mod epoch;
-mod error;
 mod hand;
-mod held_share;
-mod lanes;
-mod line;
-mod line_lua;
-mod link;
-mod listing;
-mod locker;
-mod node;
-mod replicas;
-mod scripts;
-mod secure;
-mod sentinel;
-mod shared;
-mod slots;
+mod redis_locker;
+mod state;
 mod status;
-mod topology;
-mod url;
-mod url_options;
-mod validate;
-mod wake;
-mod watchdog;
-mod wire;
 
 use std::sync::Arc;
 
 /// Who asked for a lock, as [`crate::LockStatus`] shows it.
 pub use crate::Owner;
-pub use config::{DEFAULT_DRIFT_FACTOR, DEFAULT_PREFIX, MAX_TTL, MIN_TTL, RedisConfig};
+pub use config::redis_config::{
+    DEFAULT_DRIFT_FACTOR, DEFAULT_PREFIX, MAX_TTL, MIN_TTL, RedisConfig,
+};
+pub use config::topology::{Deployment, ReplicaAcks};
 pub use election::RedisElector;
 #[doc(hidden)]
 pub use hand::HandCycle;
-pub use locker::RedisLocker;
-pub use topology::{Deployment, ReplicaAcks};
+pub use redis_locker::RedisLocker;
 
 use crate::semantics::fairness::Fairness;
 use crate::{Locker, Result};
@@ -276,7 +276,7 @@ use crate::{Locker, Result};
 /// Cancel safe: nothing is registered until the connections are up.
 pub async fn register(config: RedisConfig) -> Result<()> {
     let config = config.with_url_options()?;
-    let nodes = node::Nodes::connect(&config).await?;
+    let nodes = connect::node::Nodes::connect(&config).await?;
     let locker =
         move |fairness| RedisLocker::from_nodes(Arc::clone(&nodes), config.clone(), fairness);
     let elector = locker.clone();

@@ -4,14 +4,14 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
-use super::error::NodeError;
-use super::line::{LineKeys, parse_entry};
-use super::line_lua::STATUS_SCRIPT as LINE_STATUS_SCRIPT;
-use super::locker::RedisLocker;
-use super::node::Node;
-use super::node::{Call, Reach};
-use super::scripts::STATUS_SCRIPT;
-use super::wire::{Layout as Naming, LockKeys as Layout};
+use crate::redis::connect::node::Node;
+use crate::redis::connect::node::{Call, Reach};
+use crate::redis::connect::node_error::NodeError;
+use crate::redis::protocol::keys::{Layout as Naming, LockKeys as Layout};
+use crate::redis::protocol::line::{LineKeys, parse_entry};
+use crate::redis::protocol::line_lua::STATUS_SCRIPT as LINE_STATUS_SCRIPT;
+use crate::redis::protocol::lock_lua::STATUS_SCRIPT;
+use crate::redis::redis_locker::RedisLocker;
 use crate::semantics::admission::Share;
 use crate::{Elector, Key, LockHolder, LockKind, LockStatus, LockWaiter, NodeCount, Owner, Result};
 
@@ -258,7 +258,7 @@ async fn scan_masters(
     Ok(())
 }
 
-/// Reads the status script's answer (see `scripts.rs`).
+/// Reads the status script's answer (see `lock_lua.rs`).
 fn parse_view(layout: &Layout, values: &[redis::Value]) -> NodeView {
     let text = |v: Option<&redis::Value>| -> String {
         v.and_then(|v| redis::from_redis_value_ref::<Vec<u8>>(v).ok())

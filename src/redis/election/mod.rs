@@ -34,11 +34,11 @@ use async_trait::async_trait;
 
 use self::protocol::ElectionKeys;
 use self::record::RedisRecord;
-use super::core::Core;
-use super::shared::check_single;
-use super::wire::LockKeys;
 use crate::election::leader::check_value;
 use crate::election::leadership::Office;
+use crate::redis::line::in_line::check_single;
+use crate::redis::protocol::keys::LockKeys;
+use crate::redis::state::Core;
 use crate::util::backoff::Backoff;
 use crate::{Context, Elector, Key, Leader, LeaderWatch, Leadership, Locker, Result};
 

@@ -36,7 +36,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use redis::Script;
 use std::sync::LazyLock;
 
-use crate::redis::wire::{LockKeys, LockValue, leader_record};
+use crate::redis::protocol::keys::{LockKeys, LockValue, leader_record};
 use crate::{Key, Leader, Owner};
 
 /// How many digits a term takes at the head of a record.
@@ -359,10 +359,16 @@ mod tests {
 
     #[test]
     fn record_names_are_recognised() {
-        let keys = LockKeys::new(crate::redis::wire::Layout::Tagged, "p:", &Key::from("e"));
+        let keys = LockKeys::new(
+            crate::redis::protocol::keys::Layout::Tagged,
+            "p:",
+            &Key::from("e"),
+        );
         let names = ElectionKeys::new(&keys);
         assert_eq!(names.record, "p:{e}/_OWNERS_/leader");
-        assert!(crate::redis::wire::is_leader_record(&names.record));
-        assert!(!crate::redis::wire::is_leader_record(&keys.queue));
+        assert!(crate::redis::protocol::keys::is_leader_record(
+            &names.record
+        ));
+        assert!(!crate::redis::protocol::keys::is_leader_record(&keys.queue));
     }
 }

@@ -11,10 +11,10 @@ use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::protocol::{ElectionKeys, PROCLAIM, REFRESH, RETRACT, padded, record_tail};
-use crate::redis::core::Core;
-use crate::redis::error::FailedOp;
-use crate::redis::held_share::node;
-use crate::redis::node::Reach;
+use crate::redis::connect::node::Reach;
+use crate::redis::connect::node_error::FailedOp;
+use crate::redis::line::held_entry::node;
+use crate::redis::state::Core;
 use crate::util::backoff::Backoff;
 use crate::{Error, Key, LeaderRecord, Result};
 
@@ -29,7 +29,7 @@ struct Term {
 
 impl Term {
     /// The error of a script that `op` sent and Redis did not run.
-    fn failed(&self, op: &'static str, e: crate::redis::error::NodeError) -> Error {
+    fn failed(&self, op: &'static str, e: crate::redis::connect::node_error::NodeError) -> Error {
         Error::from(FailedOp {
             op,
             total: 1,

@@ -12,10 +12,10 @@ use futures_util::StreamExt;
 use redis::aio::PubSubStream;
 
 use super::protocol::{ElectionKeys, READ, Read, State, announced};
-use crate::redis::core::Core;
-use crate::redis::error::FailedOp;
-use crate::redis::held_share::node;
-use crate::redis::node::Reach;
+use crate::redis::connect::node::Reach;
+use crate::redis::connect::node_error::FailedOp;
+use crate::redis::line::held_entry::node;
+use crate::redis::state::Core;
 use crate::util::backoff::Backoff;
 use crate::{ChangeSender, Key, LeaderWatch, Result};
 

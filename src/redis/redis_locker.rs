@@ -8,16 +8,16 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
-use super::attempt::{AttemptKind, LockAttempt, Round};
-use super::config::RedisConfig;
-use super::core::{Core, fair_redlock_unsupported};
 use super::election::RedisElector;
-use super::error::is_in_use_as_line;
-use super::hand::HandCycle;
-use super::line::in_use_as_line;
-use super::node::Nodes;
-use super::shared::{check_single, try_shared, wait_shared};
 use crate::election::elector::leader_stream;
+use crate::redis::config::redis_config::RedisConfig;
+use crate::redis::connect::node::Nodes;
+use crate::redis::connect::node_error::is_in_use_as_line;
+use crate::redis::hand::HandCycle;
+use crate::redis::line::in_line::{check_single, try_shared, wait_shared};
+use crate::redis::lock::attempt::{AttemptKind, LockAttempt, Round};
+use crate::redis::protocol::line::in_use_as_line;
+use crate::redis::state::{Core, fair_redlock_unsupported};
 use crate::semantics::admission::{Share, after_the_mutex, none_while_the_mutex, or_write_lock};
 use crate::semantics::fairness::Fairness;
 use crate::util::backoff::{Backoff, jitter};

@@ -5,7 +5,7 @@
 //! reading the `redis+cluster://` and `redis+sentinel://` URLs that name
 //! the last two.
 
-use super::url::{DEFAULT_PORT, check_url, redact};
+use crate::redis::config::url::{DEFAULT_PORT, check_url, redact};
 use crate::{Error, Result};
 
 /// The port of a sentinel URL that names none.
@@ -41,7 +41,7 @@ impl Deployment {
 }
 
 /// How many replicas must acknowledge a grant or an extend before it
-/// counts (see [`RedisConfig::with_replica_acks`](super::RedisConfig::with_replica_acks)).
+/// counts (see [`RedisConfig::with_replica_acks`](crate::redis::RedisConfig::with_replica_acks)).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ReplicaAcks {

@@ -10,11 +10,11 @@ use async_trait::async_trait;
 use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::core::Core;
-use super::line::{Left, LineKeys};
-use super::line_lua::{EXTEND_SCRIPT, LEAVE_SCRIPT};
-use super::node::{Call, Node, Reach};
 use crate::api::loss::LossCell;
+use crate::redis::connect::node::{Call, Node, Reach};
+use crate::redis::protocol::line::{Left, LineKeys};
+use crate::redis::protocol::line_lua::{EXTEND_SCRIPT, LEAVE_SCRIPT};
+use crate::redis::state::Core;
 use crate::util::backoff::{Backoff, jitter};
 use crate::util::observe;
 use crate::{Error, Expiry, GuardRelease, Key, LockGuard, LossCause, Result};
@@ -27,7 +27,7 @@ pub(crate) fn node(core: &Core) -> &Node {
 
 /// Builds the guard of entry `id`, granted `token` by a request sent at
 /// `started`, and starts its watchdog. Its local deadline counts from
-/// `started`, as the mutex's does (see `watchdog.rs`).
+/// `started`, as the mutex's does (see `held_lock.rs`).
 pub(crate) fn guard(
     core: Arc<Core>,
     key: Key,

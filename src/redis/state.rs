@@ -6,10 +6,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::config::RedisConfig;
-use super::deferred::Starter;
-use super::node::Nodes;
 use crate::Error;
+use crate::redis::config::redis_config::RedisConfig;
+use crate::redis::connect::node::Nodes;
+use crate::redis::lock::deferred::Starter;
 use crate::semantics::fairness::Fairness;
 use crate::util::backoff::Backoff;
 use crate::util::observe::Site;
@@ -38,7 +38,7 @@ impl Core {
         backoff: &mut Backoff,
     ) -> Result<Duration, Error> {
         match last_ok {
-            _ if super::error::is_refusal(&e) => Err(e),
+            _ if crate::redis::connect::node_error::is_refusal(&e) => Err(e),
             Some(at) if at.elapsed() < self.config.ttl() => {
                 let wait = backoff.next_pause().min(self.poll());
                 crate::util::observe::retrying(self.site(), &e, wait);
@@ -82,7 +82,8 @@ impl Core {
         loop {
             match attempt().await {
                 Err(e)
-                    if super::error::is_replication_shortfall(&e) && Instant::now() < give_up =>
+                    if crate::redis::connect::node_error::is_replication_shortfall(&e)
+                        && Instant::now() < give_up =>
                 {
                     backoff.sleep().await;
                 }

@@ -5,7 +5,7 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use super::epoch::{EPOCH_READ_LUA, EPOCH_START_LUA};
+use crate::redis::protocol::epoch::{EPOCH_READ_LUA, EPOCH_START_LUA};
 
 /// The keys, first in every script (the epoch, `KEYS[5]`, is read by
 /// the epoch's helpers, `epoch.rs`).
@@ -26,7 +26,7 @@ end
 -- Whether the line is absent or a sorted set.
 local function line_ok() return not failed(redis.pcall('ZSCORE', line, '')) end
 
--- Whether INCR on the fencing counter gives a next token (as scripts.rs).
+-- Whether INCR on the fencing counter gives a next token (as lock_lua.rs).
 local function fence_ok()
   local v = redis.pcall('GET', fence)
   if failed(v) then return false end

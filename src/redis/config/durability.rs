@@ -14,9 +14,9 @@
 
 use std::time::Duration;
 
-use super::config::RedisConfig;
-use super::topology::ReplicaAcks;
-use super::url_options::{self, DATA_LOSS_WAIT, REPLICA_ACKS};
+use crate::redis::config::redis_config::RedisConfig;
+use crate::redis::config::topology::ReplicaAcks;
+use crate::redis::config::url_options::{self, DATA_LOSS_WAIT, REPLICA_ACKS};
 use crate::{Error, Result, parse_duration};
 
 impl RedisConfig {

@@ -7,13 +7,13 @@ use std::time::Instant;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
-use super::core::Core;
-use super::deferred::Watchdog;
-use super::hand::release_args;
-use super::node::{Call, Reach};
-use super::scripts::{EXTEND_SCRIPT, RELEASE_SCRIPT, Released};
-use super::wire::LockKeys;
 use crate::api::loss::LossCell;
+use crate::redis::connect::node::{Call, Reach};
+use crate::redis::hand::release_args;
+use crate::redis::lock::deferred::Watchdog;
+use crate::redis::protocol::keys::LockKeys;
+use crate::redis::protocol::lock_lua::{EXTEND_SCRIPT, RELEASE_SCRIPT, Released};
+use crate::redis::state::Core;
 use crate::util::backoff::{Backoff, jitter};
 use crate::util::observe;
 use crate::{Error, Expiry, GuardRelease, Key, LockGuard, LossCause, Result};
@@ -22,7 +22,7 @@ use crate::{Error, Expiry, GuardRelease, Key, LockGuard, LossCause, Result};
 /// `started`, given on the nodes of `granted` with their own tokens, and
 /// queues its watchdog, which starts when its first extend is due (see
 /// `deferred.rs`). The local deadline (see
-/// [`RedisConfig::validity_left`](super::config::RedisConfig)) and the
+/// [`RedisConfig::validity_left`](crate::redis::config::redis_config::RedisConfig)) and the
 /// first extend both count from `started`.
 pub(crate) fn guard(
     core: Arc<Core>,

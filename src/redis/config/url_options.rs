@@ -7,8 +7,8 @@
 //! redis://127.0.0.1:6379?data_loss_wait=0
 //! ```
 //!
-//! - `replica_acks=all|off|N`: [`RedisConfig::with_replica_acks`](super::RedisConfig::with_replica_acks);
-//! - `data_loss_wait=DURATION`: [`RedisConfig::with_data_loss_wait`](super::RedisConfig::with_data_loss_wait).
+//! - `replica_acks=all|off|N`: [`RedisConfig::with_replica_acks`](crate::redis::RedisConfig::with_replica_acks);
+//! - `data_loss_wait=DURATION`: [`RedisConfig::with_data_loss_wait`](crate::redis::RedisConfig::with_data_loss_wait).
 //!
 //! They are taken off the URL before it is used (`split`; the locker
 //! applies them at connect, `durability.rs`). A plain `redis://` URL
@@ -19,13 +19,13 @@
 
 use std::time::Duration;
 
-use super::topology::{ReplicaAcks, is_deployment_url};
-use super::url::redact;
+use crate::redis::config::topology::{ReplicaAcks, is_deployment_url};
+use crate::redis::config::url::redact;
 use crate::{Error, Result, parse_duration};
 
-/// The query option for [`RedisConfig::with_replica_acks`](super::RedisConfig::with_replica_acks).
+/// The query option for [`RedisConfig::with_replica_acks`](crate::redis::RedisConfig::with_replica_acks).
 pub(crate) const REPLICA_ACKS: &str = "replica_acks";
-/// The query option for [`RedisConfig::with_data_loss_wait`](super::RedisConfig::with_data_loss_wait).
+/// The query option for [`RedisConfig::with_data_loss_wait`](crate::redis::RedisConfig::with_data_loss_wait).
 pub(crate) const DATA_LOSS_WAIT: &str = "data_loss_wait";
 
 /// The options the URLs gave.

@@ -15,13 +15,13 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use super::core::Core;
-use super::error::NodeError;
-use super::held_share::{self, node};
-use super::line::{Entered, LineKeys, Mode, in_use_as_mutex, spell};
-use super::line_lua::{ENTER_SCRIPT, LEAVE_SCRIPT};
-use super::node::{Call, Reach};
-use super::wire::{LockKeys, owner_value};
+use crate::redis::connect::node::{Call, Reach};
+use crate::redis::connect::node_error::NodeError;
+use crate::redis::line::held_entry::{self, node};
+use crate::redis::protocol::keys::{LockKeys, owner_value};
+use crate::redis::protocol::line::{Entered, LineKeys, Mode, in_use_as_mutex, spell};
+use crate::redis::protocol::line_lua::{ENTER_SCRIPT, LEAVE_SCRIPT};
+use crate::redis::state::Core;
 use crate::semantics::admission::{Share, conflict};
 use crate::util::backoff::Backoff;
 use crate::util::observe;
@@ -236,7 +236,7 @@ impl Entry {
     /// The guard of a grant answered to a request sent at `sent`.
     fn granted(&mut self, token: u64, sent: Instant) -> LockGuard {
         self.armed = false;
-        held_share::guard(
+        held_entry::guard(
             Arc::clone(&self.core),
             self.key.clone(),
             self.keys.clone(),

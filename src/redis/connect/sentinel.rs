@@ -36,11 +36,11 @@ use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType}
 use redis::{AsyncConnectionConfig, TlsMode};
 use tokio::task::AbortHandle;
 
-use super::config::RedisConfig;
-use super::lanes::{Lane, Lanes};
-use super::listing::{Listing, Master, Replica};
-use super::secure::{certificates, connection_info, invalid};
 use crate::Result;
+use crate::redis::config::redis_config::RedisConfig;
+use crate::redis::connect::lanes::{Lane, Lanes};
+use crate::redis::connect::listing::{Listing, Master, Replica};
+use crate::redis::connect::secure::{certificates, connection_info, invalid};
 use crate::util::backoff::Backoff;
 
 /// The sentinels' channel of completed failovers.

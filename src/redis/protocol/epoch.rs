@@ -19,7 +19,7 @@
 //!   until then.
 //! - **A missing epoch is created by the next acquire or line entry**:
 //!   as the server time plus the data loss wait
-//!   ([`RedisConfig::with_data_loss_wait`](super::RedisConfig::with_data_loss_wait))
+//!   ([`RedisConfig::with_data_loss_wait`](crate::redis::RedisConfig::with_data_loss_wait))
 //!   when the fencing counter is missing too: the dataset is new, or lost
 //!   its data (a restart without persistence, `FLUSHALL`, a failover to a
 //!   replica that lacked them) while locks granted before may still be

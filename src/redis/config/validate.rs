@@ -1,9 +1,9 @@
 //! Checking a [`RedisConfig`] before anything is sent, with messages that
 //! say what to change.
 
-use super::config::{MAX_TTL, MIN_TTL, RedisConfig};
-use super::topology::Deployment;
-use super::url::{check_url, redact};
+use crate::redis::config::redis_config::{MAX_TTL, MIN_TTL, RedisConfig};
+use crate::redis::config::topology::Deployment;
+use crate::redis::config::url::{check_url, redact};
 use crate::{Error, Result};
 
 impl RedisConfig {

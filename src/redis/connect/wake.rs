@@ -16,8 +16,8 @@ use futures_util::StreamExt;
 use tokio::sync::{Notify, watch};
 use tokio::task::AbortHandle;
 
-use super::link::Subscribe;
-use super::wire::wake_channel;
+use crate::redis::connect::link::Subscribe;
+use crate::redis::protocol::keys::wake_channel;
 use crate::util::backoff::Backoff;
 
 /// The wake-up side of one node.

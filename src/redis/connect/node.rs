@@ -15,18 +15,18 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use redis::{Cmd, FromRedisValue, Script, ScriptInvocation};
 
-use super::config::RedisConfig;
-use super::connect;
-use super::error::{FailedOp, Failure, NodeError};
-use super::lanes::Lanes;
-use super::line_lua::{self, ENTER_SCRIPT};
-use super::link::{Link, Subscribe};
-use super::replicas::Replicas;
-use super::scripts::{self, ACQUIRE_SCRIPT, RELEASE_SCRIPT};
-use super::topology::{Deployment, Topology};
-use super::url::{redact, with_port};
-use super::wake::Hub;
-use super::wire::{Layout, wake_prefix};
+use crate::redis::config::redis_config::RedisConfig;
+use crate::redis::config::topology::{Deployment, Topology};
+use crate::redis::config::url::{redact, with_port};
+use crate::redis::connect::connect_error;
+use crate::redis::connect::lanes::Lanes;
+use crate::redis::connect::link::{Link, Subscribe};
+use crate::redis::connect::node_error::{FailedOp, Failure, NodeError};
+use crate::redis::connect::replicas::Replicas;
+use crate::redis::connect::wake::Hub;
+use crate::redis::protocol::keys::{Layout, wake_prefix};
+use crate::redis::protocol::line_lua::{self, ENTER_SCRIPT};
+use crate::redis::protocol::lock_lua::{self, ACQUIRE_SCRIPT, RELEASE_SCRIPT};
 use crate::{Error, Result};
 
 /// One Redis master (or a whole cluster, or the master behind sentinels).
@@ -244,11 +244,14 @@ impl Nodes {
                     Ok(Ok(conn)) => Ok(conn),
                     Ok(Err(e)) => {
                         let error = NodeError::new(&name, Failure::classify(e));
-                        Err(connect::failed(config, error))
+                        Err(connect_error::failed(config, error))
                     }
                     Err(_) => {
                         let timeout = Failure::NoAnswer(config.connect_timeout());
-                        Err(connect::failed(config, NodeError::new(&name, timeout)))
+                        Err(connect_error::failed(
+                            config,
+                            NodeError::new(&name, timeout),
+                        ))
                     }
                 };
                 let lanes = Lanes {
@@ -274,7 +277,7 @@ impl Nodes {
         };
         let pings = join_all(nodes.list.iter().map(|n| n.ping(config.connect_timeout()))).await;
         let errors: Vec<NodeError> = pings.into_iter().filter_map(Result::err).collect();
-        connect::check(config, nodes.list.len(), nodes.quorum, errors)?;
+        connect_error::check(config, nodes.list.len(), nodes.quorum, errors)?;
         // The lock path's scripts, so that a first lock does not spend its
         // per-node timeout on NOSCRIPT and a load (on a cluster, on every
         // node); a node that lacks them later still gets them on NOSCRIPT.
@@ -282,8 +285,8 @@ impl Nodes {
             let scripts = [
                 &*ACQUIRE_SCRIPT,
                 &*RELEASE_SCRIPT,
-                &*scripts::LEAVE_SCRIPT,
-                &*scripts::EXTEND_SCRIPT,
+                &*lock_lua::LEAVE_SCRIPT,
+                &*lock_lua::EXTEND_SCRIPT,
                 &*ENTER_SCRIPT,
                 &*line_lua::LEAVE_SCRIPT,
                 &*line_lua::EXTEND_SCRIPT,
@@ -301,7 +304,10 @@ impl Nodes {
                 Err(_) => Some(Failure::NoAnswer(config.connect_timeout())),
             };
             if let Some(failure) = failure {
-                return Err(connect::failed(config, NodeError::new(&node.name, failure)));
+                return Err(connect_error::failed(
+                    config,
+                    NodeError::new(&node.name, failure),
+                ));
             }
         }
         Ok(Arc::new(nodes))

@@ -1,13 +1,13 @@
 //! The Lua scripts: every change to a lock is one of these, run atomically
 //! by Redis. Each takes `KEYS = [lock, queue, fence, epoch]`; the formats they write are
-//! built and read on the Rust side in `wire.rs`, the epoch's rules are
+//! built and read on the Rust side in `keys.rs`, the epoch's rules are
 //! `epoch.rs`'s.
 //!
 //! - lock key: `"<token> <owner>"`, with `PX ttl`;
 //! - queue: a sorted set of waiter ids, scored by arrival (last score + 1);
 //! - waiter record `<waiters><id>`: `"<hub> <f|u> <record ttl ms> <owner>"`
 //!   with `PX <record ttl>`, a short TTL (three of the waiter's polls, see
-//!   `core.rs`) refreshed at every poll; a waiter whose record expired is
+//!   `state.rs`) refreshed at every poll; a waiter whose record expired is
 //!   dead and is dropped when it reaches the head. A fair handoff grants the
 //!   lock for the record TTL only: the grantee's confirming acquire renews it
 //!   to the full TTL, so a handoff to a waiter that died since its last poll
@@ -36,7 +36,7 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use super::epoch::{EPOCH_READ_LUA, EPOCH_START_LUA};
+use crate::redis::protocol::epoch::{EPOCH_READ_LUA, EPOCH_START_LUA};
 
 /// What every script starts with: the keys, and the helpers that the fast
 /// paths (see [`script`]) use too.

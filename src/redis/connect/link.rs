@@ -16,11 +16,11 @@ use redis::{
     Cmd, ErrorKind, FromRedisValue, Pipeline, Script, ScriptInvocation, ServerErrorKind, Value,
 };
 
-use super::config::RedisConfig;
-use super::lanes::{Lane, Lanes};
-use super::secure::{certificates, client, connection_info, invalid};
-use super::sentinel::Primary;
 use crate::Result;
+use crate::redis::config::redis_config::RedisConfig;
+use crate::redis::connect::lanes::{Lane, Lanes};
+use crate::redis::connect::secure::{certificates, client, connection_info, invalid};
+use crate::redis::connect::sentinel::Primary;
 
 /// Requests to one node, by deployment.
 #[derive(Clone)]

@@ -1,6 +1,6 @@
 //! Everything fairlock writes to Redis, by name and by format: the keys of
 //! a lock, the lock value, the waiter ids and records, and the wake-up
-//! messages. The Lua scripts (`scripts.rs`) write the same formats; the
+//! messages. The Lua scripts (`lock_lua.rs`) write the same formats; the
 //! functions here build and read them on the Rust side.
 //!
 //! For prefix `fairlock:` and key `jobs/export`:
@@ -29,8 +29,8 @@
 //! Keys may not contain a `_OWNERS_` segment, so none of these names can be
 //! another lock's key.
 
-use super::slots::slot_tag;
-use super::topology::Deployment;
+use crate::redis::config::topology::Deployment;
+use crate::redis::protocol::slots::slot_tag;
 use crate::semantics::fairness::Fairness;
 use crate::{Error, Key, RESERVED_SEGMENT, Result};
 

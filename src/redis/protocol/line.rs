@@ -14,7 +14,7 @@
 //!   `PX`: what the entry asks for (`limit` 0 for reads and writes, `n`
 //!   the permits it takes, 1 so far), the wake-up channel it listens on,
 //!   its fencing token (0 while it waits);
-//! - the fencing counter of the mutex (`wire.rs`): every grant of either
+//! - the fencing counter of the mutex (`keys.rs`): every grant of either
 //!   kind increments it, so tokens of a key never go back;
 //! - the epoch (`epoch.rs`): `walk` grants nothing before it, and `ENTER`
 //!   creates it where it is missing.
@@ -83,13 +83,13 @@
 //! A mutex ([`crate::Locker::lock`]) and a line never share a key: `ENTER`
 //! answers MUTEX while the mutex's lock or queue key exists, and the
 //! mutex's acquire script fails with `FAIRLOCK_SHARED` while the line
-//! exists (see `scripts.rs`); both are [`crate::Error::InvalidKey`].
+//! exists (see `lock_lua.rs`); both are [`crate::Error::InvalidKey`].
 
-use super::wire::LockKeys;
+use crate::redis::protocol::keys::LockKeys;
 use crate::semantics::admission::Share;
 use crate::{Error, Key, RESERVED_SEGMENT};
 
-/// The Redis keys of one line (beside the mutex's, `wire.rs`).
+/// The Redis keys of one line (beside the mutex's, `keys.rs`).
 #[derive(Clone, Debug)]
 pub(crate) struct LineKeys {
     pub lock: LockKeys,
@@ -262,7 +262,7 @@ mod tests {
     }
 
     use super::*;
-    use crate::redis::wire::Layout;
+    use crate::redis::protocol::keys::Layout;
 
     #[test]
     fn line_keys_share_the_lock_keys_name() {

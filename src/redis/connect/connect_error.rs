@@ -1,9 +1,9 @@
 //! What a failed connect says: wrong TLS settings, refused credentials,
 //! nothing listening, or too few nodes answering.
 
-use super::config::RedisConfig;
-use super::error::{FailedOp, NodeError};
-use super::secure::tls_failure;
+use crate::redis::config::redis_config::RedisConfig;
+use crate::redis::connect::node_error::{FailedOp, NodeError};
+use crate::redis::connect::secure::tls_failure;
 use crate::{BoxError, Error, Result};
 
 /// The error for nodes that could not be reached.

@@ -3,9 +3,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::topology::{Deployment, ReplicaAcks, Topology, resolve};
-use super::url::redact;
-use super::url_options::split;
+use crate::redis::config::topology::{Deployment, ReplicaAcks, Topology, resolve};
+use crate::redis::config::url::redact;
+use crate::redis::config::url_options::split;
 use crate::{Result, TlsConfig};
 
 /// The smallest TTL accepted: the watchdog extends every TTL/3 and each

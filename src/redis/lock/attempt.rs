@@ -7,12 +7,14 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use super::core::Core;
-use super::hand::{acquire_args, release_args};
-use super::node::{Call, Reach};
-use super::scripts::{ACQUIRE_SCRIPT, LEAVE_SCRIPT, RAISE_SCRIPT, RELEASE_SCRIPT};
-use super::watchdog;
-use super::wire::{LockKeys, owner_value, waiter_id};
+use crate::redis::connect::node::{Call, Reach};
+use crate::redis::hand::{acquire_args, release_args};
+use crate::redis::lock::held_lock;
+use crate::redis::protocol::keys::{LockKeys, owner_value, waiter_id};
+use crate::redis::protocol::lock_lua::{
+    ACQUIRE_SCRIPT, LEAVE_SCRIPT, RAISE_SCRIPT, RELEASE_SCRIPT,
+};
+use crate::redis::state::Core;
 use crate::util::backoff::Backoff;
 use crate::{Key, LockGuard, Result};
 
@@ -219,7 +221,7 @@ impl LockAttempt {
                 self.spawn_leave(Leave::QueueOnly, others);
             }
         }
-        watchdog::guard(
+        held_lock::guard(
             Arc::clone(&self.core),
             self.key.clone(),
             self.keys.clone(),

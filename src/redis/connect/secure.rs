@@ -3,9 +3,9 @@
 
 use redis::{ClientTlsConfig, ConnectionInfo, IntoConnectionInfo, TlsCertificates};
 
-use super::config::RedisConfig;
-use super::error::NodeError;
-use super::url::{redact, with_port};
+use crate::redis::config::redis_config::RedisConfig;
+use crate::redis::config::url::{redact, with_port};
+use crate::redis::connect::node_error::NodeError;
 use crate::{Error, Result};
 
 /// A client for `url`: TLS for `rediss://` (the configured CA and client

@@ -28,11 +28,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::link::Link;
-use super::listing::Listing;
-use super::sentinel::Primary;
-use super::slots::{SLOTS, slot};
-use super::topology::ReplicaAcks;
+use crate::redis::config::topology::ReplicaAcks;
+use crate::redis::connect::link::Link;
+use crate::redis::connect::listing::Listing;
+use crate::redis::connect::sentinel::Primary;
+use crate::redis::protocol::slots::{SLOTS, slot};
 
 /// How old a listing may get while requests come.
 const FRESH: Duration = Duration::from_secs(1);

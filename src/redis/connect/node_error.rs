@@ -5,8 +5,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::epoch::is_epoch_key;
-use super::wire::is_leader_record;
+use crate::redis::protocol::epoch::is_epoch_key;
+use crate::redis::protocol::keys::is_leader_record;
 use crate::{BoxError, Error};
 
 /// What went wrong with one request to one node.
@@ -21,7 +21,7 @@ pub(crate) enum Failure {
     /// not write.
     WrongType(redis::RedisError),
     /// A script found data fairlock did not write in one of its keys
-    /// (`FAIRLOCK_FOREIGN <slot> <other|string>`, see `scripts.rs`): `key`
+    /// (`FAIRLOCK_FOREIGN <slot> <other|string>`, see `lock_lua.rs`): `key`
     /// is `KEYS[slot]`, filled in by the node that ran the script.
     Foreign {
         slot: usize,

@@ -1,8 +1,8 @@
 //! [`RedisConfig`] for a Redis Cluster or a master behind Redis Sentinel,
 //! and the sentinels' own credentials.
 
-use super::config::RedisConfig;
-use super::topology::Deployment;
+use crate::redis::config::redis_config::RedisConfig;
+use crate::redis::config::topology::Deployment;
 
 impl RedisConfig {
     /// A Redis Cluster reached through `seeds` (`redis://host:port` URLs of
