@@ -156,9 +156,10 @@
 //!   `durability.rs` (replica acknowledgements, the data loss wait),
 //!   `validate.rs`.
 //! - `protocol/`: what is written to Redis. `keys.rs` (every key name and
-//!   value format, flat or hash-tagged on a cluster), `lock_lua.rs` (the
-//!   mutex's scripts), `line.rs` and `line_lua.rs` (the line of a
-//!   read/write lock or semaphore: spec, keys, replies, scripts),
+//!   value format, flat or hash-tagged on a cluster), `lock_lua.rs` and
+//!   `lock_args.rs` (the mutex's scripts, their `ARGV`), `line.rs` and
+//!   `line_lua.rs` (the line of a read/write lock or semaphore: spec,
+//!   keys, replies, scripts),
 //!   `epoch.rs` (the dataset epoch), `slots.rs` (a cluster's hash slots).
 //! - `connect/`: reaching the servers. `node_error.rs` (one failed request,
 //!   classified by error kind and code, mapped into [`crate::Error`]),
@@ -179,8 +180,8 @@
 //! - `election/`: [`RedisElector`]: its protocol, a leader's record,
 //!   observers.
 //! - `state.rs` (what a locker's calls share: nodes, configuration, mode,
-//!   id, the watchdogs' starter), `hand.rs` (the uncontended cycle's script
-//!   arguments, also the bench's floor row), `redis_locker.rs`
+//!   id, the watchdogs' starter), `hand_cycle.rs` (the bench's floor row,
+//!   not API), `redis_locker.rs`
 //!   ([`RedisLocker`], connect, the wait loop of `lock`), `status.rs`
 //!   ([`RedisLocker::status`]).
 
@@ -200,6 +201,7 @@ mod protocol {
     pub(crate) mod keys;
     pub(crate) mod line;
     pub(crate) mod line_lua;
+    pub(crate) mod lock_args;
     pub(crate) mod lock_lua;
     pub(crate) mod slots;
 }
@@ -228,7 +230,7 @@ mod line {
     pub(crate) mod in_line;
 }
 mod election;
-mod hand;
+mod hand_cycle;
 mod redis_locker;
 mod state;
 mod status;
@@ -243,7 +245,7 @@ pub use config::redis_config::{
 pub use config::topology::{Deployment, ReplicaAcks};
 pub use election::RedisElector;
 #[doc(hidden)]
-pub use hand::HandCycle;
+pub use hand_cycle::HandCycle;
 pub use redis_locker::RedisLocker;
 
 use crate::semantics::fairness::Fairness;

@@ -13,8 +13,8 @@ use crate::election::elector::leader_stream;
 use crate::redis::config::redis_config::RedisConfig;
 use crate::redis::connect::node::Nodes;
 use crate::redis::connect::node_error::is_in_use_as_line;
-use crate::redis::hand::HandCycle;
-use crate::redis::line::in_line::{check_single, try_shared, wait_shared};
+use crate::redis::hand_cycle::HandCycle;
+use crate::redis::line::in_line::{try_shared, wait_shared};
 use crate::redis::lock::attempt::{AttemptKind, LockAttempt, Round};
 use crate::redis::protocol::line::in_use_as_line;
 use crate::redis::state::{Core, fair_redlock_unsupported};
@@ -356,7 +356,7 @@ impl RedisLocker {
             Ok(Share::Read | Share::Write) => "read/write locks",
             _ => "semaphores",
         };
-        check_single(&self.core, what)?;
+        self.core.check_single(what)?;
         let share = share?;
         key.validate()?;
         self.core.nodes.layout.check(key)?;

@@ -6,13 +6,13 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::Error;
 use crate::redis::config::redis_config::RedisConfig;
-use crate::redis::connect::node::Nodes;
+use crate::redis::connect::node::{Node, Nodes};
 use crate::redis::lock::deferred::Starter;
 use crate::semantics::fairness::Fairness;
 use crate::util::backoff::Backoff;
 use crate::util::observe::Site;
+use crate::{Error, Result};
 
 /// Everything a locker's operations share.
 pub(crate) struct Core {
@@ -26,6 +26,27 @@ pub(crate) struct Core {
 }
 
 impl Core {
+    /// The node a line or an election lives on: both are refused on
+    /// Redlock ([`Core::check_single`]), so there is exactly one.
+    pub(crate) fn single_node(&self) -> &Node {
+        &self.nodes.list[0]
+    }
+
+    /// Refuses read/write locks, semaphores and elections on Redlock: a
+    /// line on N independent masters would have no single arrival order
+    /// (see the module docs of `redis`), so `what` needs one Redis
+    /// instance (or a cluster, or sentinels) or etcd.
+    pub(crate) fn check_single(&self, what: &str) -> Result<()> {
+        if self.nodes.is_redlock() {
+            return Err(Error::Unsupported(format!(
+                "{what} on Redlock (several redis:// URLs): independent masters cannot agree on \
+                 one line of holders and waiters; use a single Redis instance (or a Redis \
+                 Cluster or Sentinel deployment) or etcd"
+            )));
+        }
+        Ok(())
+    }
+
     /// The pause before a waiter's next round after round `e` failed, its
     /// record last refreshed at `last_ok`: a backoff while the record has
     /// not expired, unless `e` is a refusal (wrong credentials, data

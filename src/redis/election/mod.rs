@@ -36,7 +36,6 @@ use self::protocol::ElectionKeys;
 use self::record::RedisRecord;
 use crate::election::leader::check_value;
 use crate::election::leadership::Office;
-use crate::redis::line::in_line::check_single;
 use crate::redis::protocol::keys::LockKeys;
 use crate::redis::state::Core;
 use crate::util::backoff::Backoff;
@@ -93,7 +92,7 @@ impl RedisElector {
     /// The election's names, once `name` and the deployment are checked.
     fn keys(&self, name: &Key) -> Result<ElectionKeys> {
         name.validate()?;
-        check_single(self.core(), "leader elections")?;
+        self.core().check_single("leader elections")?;
         let core = self.core();
         core.nodes.layout.check(name)?;
         let keys = LockKeys::new(core.nodes.layout, core.config.prefix(), name);

@@ -13,7 +13,6 @@ use tokio_util::sync::CancellationToken;
 use super::protocol::{ElectionKeys, PROCLAIM, REFRESH, RETRACT, padded, record_tail};
 use crate::redis::connect::node::Reach;
 use crate::redis::connect::node_error::FailedOp;
-use crate::redis::line::held_entry::node;
 use crate::redis::state::Core;
 use crate::util::backoff::Backoff;
 use crate::{Error, Key, LeaderRecord, Result};
@@ -48,7 +47,9 @@ impl Term {
             ttl.as_bytes(),
             self.keys.channel.as_bytes(),
         ];
-        let renewed: i64 = node(&self.core)
+        let renewed: i64 = self
+            .core
+            .single_node()
             .run_bytes(&REFRESH, &self.keys.script_keys(), &args, Reach::Replicas)
             .await
             .map_err(|e| self.failed("renew the leader's record", e))?;
@@ -63,7 +64,9 @@ impl Term {
         let args = [term.as_bytes(), self.keys.channel.as_bytes()];
         let mut backoff = Backoff::new(std::time::Duration::from_millis(20), self.core.poll());
         loop {
-            let sent: std::result::Result<i64, _> = node(&self.core)
+            let sent: std::result::Result<i64, _> = self
+                .core
+                .single_node()
                 .run_bytes(&RETRACT, &self.keys.script_keys(), &args, Reach::Master)
                 .await;
             match sent {
@@ -150,7 +153,8 @@ impl LeaderRecord for RedisRecord {
             ttl.as_bytes(),
             keys.channel.as_bytes(),
         ];
-        let written: i64 = node(core)
+        let written: i64 = core
+            .single_node()
             .run_bytes(&PROCLAIM, &keys.script_keys(), &args, Reach::Replicas)
             .await
             .map_err(|e| self.term.failed("proclaim", e))?;

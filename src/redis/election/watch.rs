@@ -14,7 +14,6 @@ use redis::aio::PubSubStream;
 use super::protocol::{ElectionKeys, READ, Read, State, announced};
 use crate::redis::connect::node::Reach;
 use crate::redis::connect::node_error::FailedOp;
-use crate::redis::line::held_entry::node;
 use crate::redis::state::Core;
 use crate::util::backoff::Backoff;
 use crate::{ChangeSender, Key, LeaderWatch, Result};
@@ -29,7 +28,8 @@ async fn read_raw(core: &Core, keys: &ElectionKeys) -> Result<Read> {
     // Bytes, not text: a lock key or counter someone else wrote need not
     // be UTF-8 (then it is nobody's lock, or no counter).
     type Reply = (Option<Vec<u8>>, i64, Option<Vec<u8>>, Option<Vec<u8>>);
-    let (lock, pttl, record, fence): Reply = node(core)
+    let (lock, pttl, record, fence): Reply = core
+        .single_node()
         .run_bytes(&READ, &keys.script_keys(), &[], Reach::Master)
         .await
         .map_err(|e| {
@@ -54,7 +54,7 @@ async fn read_raw(core: &Core, keys: &ElectionKeys) -> Result<Read> {
 async fn subscribe(core: &Core, channel: &str, n: usize) -> Option<PubSubStream> {
     let limit = core.config.node_timeout();
     let open = async {
-        let client = node(core).subscribe.client(n).await.ok()?;
+        let client = core.single_node().subscribe.client(n).await.ok()?;
         let mut pubsub = client.get_async_pubsub().await.ok()?;
         pubsub.subscribe(channel).await.ok()?;
         Some(pubsub.into_on_message())

@@ -11,19 +11,13 @@ use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::loss::LossCell;
-use crate::redis::connect::node::{Call, Node, Reach};
+use crate::redis::connect::node::{Call, Reach};
 use crate::redis::protocol::line::{Left, LineKeys};
 use crate::redis::protocol::line_lua::{EXTEND_SCRIPT, LEAVE_SCRIPT};
 use crate::redis::state::Core;
 use crate::util::backoff::{Backoff, jitter};
 use crate::util::observe;
 use crate::{Error, Expiry, GuardRelease, Key, LockGuard, LossCause, Result};
-
-/// The node a line lives on: read/write locks and semaphores are refused
-/// on Redlock, so there is exactly one.
-pub(crate) fn node(core: &Core) -> &Node {
-    &core.nodes.list[0]
-}
 
 /// Builds the guard of entry `id`, granted `token` by a request sent at
 /// `started`, and starts its watchdog. Its local deadline counts from
@@ -89,7 +83,8 @@ async fn extend_loop(core: &Core, keys: &LineKeys, id: &str, started: Instant, e
     loop {
         tokio::time::sleep_until(next.into()).await;
         let sent = Instant::now();
-        let answer = node(core)
+        let answer = core
+            .single_node()
             .run::<i64>(Call {
                 script: &EXTEND_SCRIPT,
                 keys: &script_keys,
@@ -163,7 +158,9 @@ impl GuardRelease for HeldShare {
         let give_up = Instant::now() + self.core.config.ttl();
         let mut unanswered = false;
         let left = loop {
-            let answer = node(&self.core)
+            let answer = self
+                .core
+                .single_node()
                 .run::<i64>(Call {
                     script: &LEAVE_SCRIPT,
                     keys: &script_keys,

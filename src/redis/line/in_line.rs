@@ -17,7 +17,7 @@ use tokio::sync::Notify;
 
 use crate::redis::connect::node::{Call, Reach};
 use crate::redis::connect::node_error::NodeError;
-use crate::redis::line::held_entry::{self, node};
+use crate::redis::line::held_entry;
 use crate::redis::protocol::keys::{LockKeys, owner_value};
 use crate::redis::protocol::line::{Entered, LineKeys, Mode, in_use_as_mutex, spell};
 use crate::redis::protocol::line_lua::{ENTER_SCRIPT, LEAVE_SCRIPT};
@@ -26,21 +26,6 @@ use crate::semantics::admission::{Share, conflict};
 use crate::util::backoff::Backoff;
 use crate::util::observe;
 use crate::{Context, Error, Key, LockGuard, Result};
-
-/// Refuses read/write locks and semaphores on Redlock: a line on N
-/// independent masters would have no single arrival order (see the
-/// module docs of `redis`), so `what` needs one Redis instance (or a
-/// cluster, or sentinels) or etcd.
-pub(crate) fn check_single(core: &Core, what: &str) -> Result<()> {
-    if core.nodes.is_redlock() {
-        return Err(Error::Unsupported(format!(
-            "{what} on Redlock (several redis:// URLs): independent masters cannot agree on one \
-             line of holders and waiters; use a single Redis instance (or a Redis Cluster or \
-             Sentinel deployment) or etcd"
-        )));
-    }
-    Ok(())
-}
 
 /// Takes `share` of `key` if that needs no wait.
 pub(crate) async fn try_shared(
@@ -78,7 +63,10 @@ pub(crate) async fn wait_shared(
     let mut entry = Entry::new(core, key, share, Wakes::OnGrant);
     let notify = Arc::clone(&entry.notify);
     let waited = async {
-        node(core).hub.ready(core.config.node_timeout()).await;
+        core.single_node()
+            .hub
+            .ready(core.config.node_timeout())
+            .await;
         // Join until a round is answered: an unanswered one may or may
         // not have put the entry in line, and `join` finds it if it did.
         let mut mode = Mode::Join;
@@ -157,7 +145,7 @@ impl Entry {
         let id = format!("{kind}{}", uuid::Uuid::new_v4().simple());
         let notify = Arc::new(Notify::new());
         if wakes == Wakes::OnGrant {
-            node(core).hub.register(&id, &notify);
+            core.single_node().hub.register(&id, &notify);
         }
         Entry {
             owner: owner_value(&id, &core.id),
@@ -177,10 +165,12 @@ impl Entry {
         let (kind, limit, n) = spell(self.share);
         let config = &self.core.config;
         let hub = match self.wakes {
-            Wakes::OnGrant => node(&self.core).hub.id.clone(),
+            Wakes::OnGrant => self.core.single_node().hub.id.clone(),
             Wakes::Never => "-".to_owned(),
         };
-        let reply: Vec<i64> = node(&self.core)
+        let reply: Vec<i64> = self
+            .core
+            .single_node()
             .run(Call {
                 script: &ENTER_SCRIPT,
                 keys: &self.keys.script_keys(),
@@ -273,7 +263,7 @@ impl Entry {
 
 /// Sends `LEAVE` for entry `id` once.
 async fn send_leave(core: &Core, keys: &LineKeys, id: &str) -> Result<i64, NodeError> {
-    node(core)
+    core.single_node()
         .run::<i64>(Call {
             script: &LEAVE_SCRIPT,
             keys: &keys.script_keys(),
@@ -286,7 +276,7 @@ async fn send_leave(core: &Core, keys: &LineKeys, id: &str) -> Result<i64, NodeE
 impl Drop for Entry {
     fn drop(&mut self) {
         if self.wakes == Wakes::OnGrant {
-            node(&self.core).hub.deregister(&self.id);
+            self.core.single_node().hub.deregister(&self.id);
         }
         if std::mem::take(&mut self.armed) {
             self.spawn_leave();

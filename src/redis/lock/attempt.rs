@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 use crate::redis::connect::node::{Call, Reach};
-use crate::redis::hand::{acquire_args, release_args};
 use crate::redis::lock::held_lock;
 use crate::redis::protocol::keys::{LockKeys, owner_value, waiter_id};
+use crate::redis::protocol::lock_args::{acquire_args, release_args};
 use crate::redis::protocol::lock_lua::{
     ACQUIRE_SCRIPT, LEAVE_SCRIPT, RAISE_SCRIPT, RELEASE_SCRIPT,
 };

@@ -9,9 +9,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::loss::LossCell;
 use crate::redis::connect::node::{Call, Reach};
-use crate::redis::hand::release_args;
 use crate::redis::lock::deferred::Watchdog;
 use crate::redis::protocol::keys::LockKeys;
+use crate::redis::protocol::lock_args::release_args;
 use crate::redis::protocol::lock_lua::{EXTEND_SCRIPT, RELEASE_SCRIPT, Released};
 use crate::redis::state::Core;
 use crate::util::backoff::{Backoff, jitter};

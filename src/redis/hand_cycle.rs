@@ -1,55 +1,15 @@
-//! The arguments of the two scripts of the uncontended cycle, built in one
-//! place for the locker (`attempt.rs`, `held_lock.rs`) and for the bench's
-//! floor row, "fairlock's scripts by hand" ([`HandCycle`]): the same
-//! scripts with the same `KEYS` and `ARGV`, sent from a bare connection.
+//! The bench's floor row, "fairlock's scripts by hand" ([`HandCycle`]):
+//! the locker's uncontended cycle, the same scripts with the same `KEYS`
+//! and `ARGV` (`protocol/lock_args.rs`), sent from a bare connection.
 
 use redis::ScriptInvocation;
 
 use crate::Key;
 use crate::redis::connect::node::invocation;
-use crate::redis::protocol::keys::{LockKeys, mode_tag, owner_value, waiter_id};
+use crate::redis::protocol::keys::{LockKeys, owner_value, waiter_id};
+use crate::redis::protocol::lock_args::{acquire_args, release_args};
 use crate::redis::protocol::lock_lua::{ACQUIRE_SCRIPT, RELEASE_SCRIPT};
 use crate::redis::state::Core;
-use crate::semantics::fairness::Fairness;
-
-/// The acquire script's `ARGV` (see `lock_lua.rs`): `[owner, ttl ms, f|u,
-/// id or "", waiters, wake, hub, record ttl ms, joined, data loss wait ms]`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn acquire_args(
-    owner: &str,
-    ttl_ms: &str,
-    fairness: Fairness,
-    id: &str,
-    keys: &LockKeys,
-    hub: &str,
-    record_ms: &str,
-    joined: bool,
-    loss_wait_ms: &str,
-) -> Vec<String> {
-    vec![
-        owner.to_owned(),
-        ttl_ms.to_owned(),
-        mode_tag(fairness).into(),
-        id.to_owned(),
-        keys.waiters.clone(),
-        keys.wake.clone(),
-        hub.to_owned(),
-        record_ms.to_owned(),
-        if joined { "1" } else { "0" }.into(),
-        loss_wait_ms.to_owned(),
-    ]
-}
-
-/// The release script's `ARGV`: `[owner, waiters, wake, token]`, `token`
-/// the one the node gave `owner` (`""` for none).
-pub(crate) fn release_args(owner: &str, keys: &LockKeys, token: &str) -> Vec<String> {
-    vec![
-        owner.to_owned(),
-        keys.waiters.clone(),
-        keys.wake.clone(),
-        token.to_owned(),
-    ]
-}
 
 /// For the bench's floor row; not API. The acquire and release scripts of
 /// one locker's uncontended `lock` + `unlock` on one key of a single node
@@ -119,6 +79,7 @@ impl HandCycle {
 mod tests {
     use super::*;
     use crate::redis::protocol::keys::Layout;
+    use crate::semantics::fairness::Fairness;
 
     #[test]
     fn the_hand_cycle_sends_the_lockers_scripts() {
