@@ -29,7 +29,7 @@ use crate::support::Etcd;
 /// How long one set of keys is used before the next takes over.
 const ROTATE: Duration = Duration::from_secs(5);
 /// Growth is judged after this: the locker keeps a watch per key it waited
-/// on until it has been idle for 30 s (`shared_watch.rs`), so watches and
+/// on until it has been idle for 30 s (`own_watch.rs`), so watches and
 /// memory climb for that long before old keys' watches start to close.
 const WARMUP: Duration = Duration::from_secs(40);
 

@@ -131,9 +131,9 @@ mod election;
 mod election_watch;
 mod entry_points;
 mod exclusion;
+mod lines;
 mod mixed;
 mod permits;
-mod shared;
 mod suite;
 
 pub use backend::Backend;
@@ -151,6 +151,6 @@ pub use election_watch::{
 };
 pub use entry_points::{bad_input, try_lock};
 pub use exclusion::{fair_order, key_isolation, mutual_exclusion};
+pub use lines::{read_write_lock, semaphore, shared_bad_input, shared_giving_up_leaves_nothing};
 pub use mixed::{lock_is_the_write_lock_of_a_read_key, read_lock_waits_for_the_mutex};
-pub use shared::{read_write_lock, semaphore, shared_bad_input, shared_giving_up_leaves_nothing};
 pub use suite::run;

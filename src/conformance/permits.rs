@@ -1,5 +1,5 @@
 //! Semaphore checks of calls that take several permits, and the load
-//! that counts how many permits are held at once (`shared.rs` runs them).
+//! that counts how many permits are held at once (`lines.rs` runs them).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -42,7 +42,7 @@
 //! - `session/`: a locker's session lease: granted, renewed (a renewal
 //!   counts only when a read confirms it), revived after it lapsed here only,
 //!   and the queue entry names a locker reuses;
-//! - `shared/`: read/write locks and semaphores: joining a key's line,
+//! - `line/`: read/write locks and semaphores: joining a key's line,
 //!   waiting in it, leaving it;
 //! - `lock/`: the lock itself, following one call down: [`EtcdLocker`] on
 //!   top, then one attempt, the wait in line, the held lock and its
@@ -56,11 +56,11 @@ mod client;
 mod config;
 mod election;
 mod endpoint;
+mod line;
 mod lock;
 mod primitives;
 mod protocol;
 mod session;
-mod shared;
 
 use std::sync::Arc;
 
@@ -68,8 +68,8 @@ pub use crate::{Owner, parse_duration};
 pub use config::{DEFAULT_ENDPOINT, DEFAULT_PREFIX, EtcdConfig, MAX_TTL, MIN_TTL};
 pub use election::elector::EtcdElector;
 pub use endpoint::DEFAULT_PORT;
+pub use lock::etcd_locker::EtcdLocker;
 pub use lock::fence::FencedTxn;
-pub use lock::locker::EtcdLocker;
 
 use crate::{Locker, Result};
 

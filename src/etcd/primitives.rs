@@ -1,13 +1,13 @@
 //! The [`Locker`] trait on etcd: which concern serves each call. The mutex
 //! (`lock`, `try_lock`) is `lock/`; read/write locks and semaphores are the
-//! line of `shared/`; elections are `election/`, on a fair locker of the
+//! line of `line/`; elections are `election/`, on a fair locker of the
 //! same connection.
 
 use async_trait::async_trait;
 
 use super::election::elector::EtcdElector;
-use super::lock::locker::EtcdLocker;
-use super::shared::join;
+use super::line::join;
+use super::lock::etcd_locker::EtcdLocker;
 use crate::semantics::admission::{Share, after_the_mutex, none_while_the_mutex, or_write_lock};
 use crate::util::observe;
 use crate::{

@@ -23,17 +23,17 @@
 //!
 //! ## Layout
 //! From the bottom up: `mutex.rs` (one key's mutex: holder and fair
-//! waiters), `shared.rs` (one key's line of readers, writers or permits),
+//! waiters), `line.rs` (one key's line of readers, writers or permits),
 //! `election.rs` ([`MemoryElector`]: leaders' values and their observers,
 //! over a fair locker), `store.rs` ([`MemoryStore`]: every key's, under
-//! one lock), `locker.rs` ([`MemoryLocker`] and the waits).
+//! one lock), `memory_locker.rs` ([`MemoryLocker`] and the waits).
 
 mod election;
-mod locker;
+mod line;
+mod memory_locker;
 mod mutex;
-mod shared;
 mod store;
 
 pub use election::MemoryElector;
-pub use locker::MemoryLocker;
+pub use memory_locker::MemoryLocker;
 pub use store::MemoryStore;

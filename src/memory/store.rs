@@ -1,6 +1,6 @@
 //! [`MemoryStore`]: the in-process "server" every memory locker of one
 //! store agrees on: each key's mutex (`mutex.rs`) and line of readers,
-//! writers or permits (`shared.rs`), under one lock.
+//! writers or permits (`line.rs`), under one lock.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{Notify, oneshot};
 
 use super::election::Board;
+use super::line::Line;
 use super::mutex::{FairWaiter, KeyState};
-use super::shared::Line;
 use crate::semantics::admission::Share;
 use crate::{Error, Key, Result};
 

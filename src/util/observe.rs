@@ -58,7 +58,7 @@ where
     F: Future<Output = Result<G>>,
 {
     let span = tracing::debug_span!("lock", backend = site.backend, key = %key, mode = site.mode);
-    let mut waiting = Waiting::start(site);
+    let mut waiting = WaitGauge::start(site);
     let outcome = op.instrument(span.clone()).await;
     let waited = waiting.finish();
     let _entered = span.enter();
@@ -185,16 +185,16 @@ pub(crate) fn unlock_span(holding: Option<&Holding>, key: &Key) -> Span {
 
 /// Counts a `lock` in `fairlock_waiting` until it finishes or is dropped;
 /// a dropped wait counts as a timeout (the caller gave up).
-struct Waiting {
+struct WaitGauge {
     site: Site,
     started: Instant,
     done: bool,
 }
 
-impl Waiting {
+impl WaitGauge {
     fn start(site: Site) -> Self {
         metrics::waiting(site, 1.0);
-        Waiting {
+        WaitGauge {
             site,
             started: Instant::now(),
             done: false,
@@ -208,7 +208,7 @@ impl Waiting {
     }
 }
 
-impl Drop for Waiting {
+impl Drop for WaitGauge {
     fn drop(&mut self) {
         if !self.done {
             metrics::waiting(self.site, -1.0);

@@ -95,10 +95,10 @@ struct Inner {
     in_flight: usize,
     next_id: u64,
     /// Writes waiting to go together, oldest first; never two for one lock.
-    waiting: Vec<Waiting>,
+    waiting: Vec<QueuedWrite>,
 }
 
-struct Waiting {
+struct QueuedWrite {
     id: u64,
     op: &'static str,
     lock: Vec<u8>,
@@ -191,7 +191,7 @@ impl Batcher {
         let (reply, answer) = oneshot::channel();
         inner.next_id += 1;
         let id = inner.next_id;
-        inner.waiting.push(Waiting {
+        inner.waiting.push(QueuedWrite {
             id,
             op,
             lock: lock.to_vec(),
@@ -255,7 +255,7 @@ impl Batcher {
         }
     }
 
-    async fn send_batch(self: Arc<Self>, mut batch: Vec<Waiting>, seat: Seat) {
+    async fn send_batch(self: Arc<Self>, mut batch: Vec<QueuedWrite>, seat: Seat) {
         if batch.len() == 1 {
             let w = batch.remove(0);
             let _ = w.reply.send(self.send(w.op, w.txn, w.deadline, seat).await);

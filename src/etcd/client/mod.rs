@@ -15,7 +15,7 @@
 //! - `members/`: which member a request goes to (how each has been
 //!   answering, passing over members that stopped), sealed behind its
 //!   `Routing`; `connect.rs`: connecting, and its errors;
-//! - `watch.rs`: watches multiplexed on one stream; `shared_watch.rs`: the
+//! - `watch.rs`: watches multiplexed on one stream; `own_watch.rs`: the
 //!   long-lived ones reused across waits;
 //! - `retry.rs`: the one rule by which a loop that sends a request again
 //!   gives up (`Retrying`), and when a call whose attempt failed starts a
@@ -25,10 +25,10 @@ pub(crate) mod batch;
 pub(crate) mod connect;
 pub(crate) mod error;
 pub(crate) mod members;
+pub(crate) mod own_watch;
 pub(crate) mod request;
 pub(crate) mod request_body;
 pub(crate) mod retry;
 pub(crate) mod secure;
-pub(crate) mod shared_watch;
 pub(crate) mod stale_token;
 pub(crate) mod watch;

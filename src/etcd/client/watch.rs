@@ -82,7 +82,7 @@ impl Inbox {
 enum Route {
     /// One subscriber.
     Inbox(Arc<Inbox>),
-    /// Every listener of a shared watch (`shared_watch.rs`), straight from
+    /// Every listener of a shared watch (`own_watch.rs`), straight from
     /// the stream's reader; `dead` is set with the `Ended` it passes on.
     Broadcast(broadcast::Sender<WatchMsg>, Arc<AtomicBool>),
 }

@@ -13,8 +13,8 @@ use crate::election::leader::check_value;
 use crate::election::leadership::Office;
 use crate::etcd::client::request::retry_backoff;
 use crate::etcd::config::EtcdConfig;
-use crate::etcd::lock::held::HeldLock;
-use crate::etcd::lock::locker::EtcdLocker;
+use crate::etcd::lock::etcd_locker::EtcdLocker;
+use crate::etcd::lock::held_lock::HeldLock;
 use crate::{Context, Elector, Error, Key, Leader, LeaderWatch, Leadership, Locker, Result};
 
 /// Leader election on etcd: candidates of one elector share its session

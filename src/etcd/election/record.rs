@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::etcd::client::error::EtcdResult;
 use crate::etcd::client::retry::{Budget, Retrying};
-use crate::etcd::lock::held::HeldLock;
+use crate::etcd::lock::held_lock::HeldLock;
 use crate::etcd::protocol::election::{encode, proclaim, retract};
 use crate::etcd::protocol::keys::LockKeys;
 use crate::etcd::session::handout::Lease;

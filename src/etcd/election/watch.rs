@@ -5,7 +5,7 @@
 use crate::etcd::client::error::EtcdResult;
 use crate::etcd::client::request::retry_backoff;
 use crate::etcd::client::watch::{Events, Target, WatchMsg};
-use crate::etcd::lock::locker::EtcdLocker;
+use crate::etcd::lock::etcd_locker::EtcdLocker;
 use crate::etcd::protocol::election::{decode, read_leader, read_leader_answer, value_key};
 use crate::etcd::protocol::keys::LockKeys;
 use crate::etcd::session::state::LockerState;

@@ -8,7 +8,7 @@ use etcd_client::Txn;
 use tokio::task::JoinHandle;
 
 use super::cleanup::{self, InflightWrite, Written};
-use super::held::{Grant, HeldLock};
+use super::held_lock::{Grant, HeldLock};
 use crate::etcd::client::batch::Answer;
 use crate::etcd::client::error::{EtcdError, EtcdResult};
 use crate::etcd::protocol::keys::{LockKeys, owner_value};

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use super::held::{Behind, Grant, HeldLock};
+use super::held_lock::{Behind, Grant, HeldLock};
 use super::release;
 use crate::Key;
 use crate::etcd::client::batch::Answer;

@@ -5,11 +5,11 @@ use std::future::Future;
 
 use etcd_client::{Compare, Txn, TxnOpResponse, TxnResponse};
 
-use super::held::HeldLock;
+use super::held_lock::HeldLock;
 use crate::etcd::client::error::EtcdError;
+use crate::etcd::line::held_entry::HeldEntry;
 use crate::etcd::protocol::fence;
 use crate::etcd::session::state::LockerState;
-use crate::etcd::shared::held::SharedHeld;
 use crate::{Error, LockGuard, LossCause, Result};
 
 /// etcd operations conditional on holding the lock; implemented for
@@ -73,7 +73,7 @@ fn held(guard: &LockGuard) -> Result<(&[u8], i64, &LockerState)> {
     if let Some(held) = backend.and_then(|b| b.downcast_ref::<HeldLock>()) {
         return Ok((&held.keys.lock, held.token, &held.state));
     }
-    if let Some(held) = backend.and_then(|b| b.downcast_ref::<SharedHeld>()) {
+    if let Some(held) = backend.and_then(|b| b.downcast_ref::<HeldEntry>()) {
         return Ok((&held.entry, held.token, &held.state));
     }
     Err(Error::Unsupported(

@@ -2,24 +2,24 @@
 //! call of `lock`, `try_lock` or `unlock` does.
 //!
 //! From the bottom up: each file uses only files listed before it.
-//! - `held.rs`: a held lock, the waiters behind it, the loss watch;
+//! - `held_lock.rs`: a held lock, the waiters behind it, the loss watch;
 //! - `release.rs`: unlock, handing the lock key to the next waiter;
 //! - `cleanup.rs`: removing what an abandoned attempt wrote;
 //! - `attempt.rs`: one call to `lock` or `try_lock` and its writes;
 //! - `place.rs`: a queued waiter (`Waiter`) and its re-reads of the
-//!   queue; `waiting.rs`: what it listens to; `queue.rs`: the wait in
+//!   queue; `listen.rs`: what it listens to; `queue.rs`: the wait in
 //!   line, one state machine over those;
-//! - `locker.rs`: [`EtcdLocker`](crate::etcd::EtcdLocker); `fence.rs`:
+//! - `etcd_locker.rs`: [`EtcdLocker`](crate::etcd::EtcdLocker); `fence.rs`:
 //!   [`FencedTxn`](crate::etcd::FencedTxn); `status.rs`:
 //!   [`EtcdLocker::status`](crate::etcd::EtcdLocker::status).
 
 pub(crate) mod attempt;
 pub(crate) mod cleanup;
+pub(crate) mod etcd_locker;
 pub(crate) mod fence;
-pub(crate) mod held;
-pub(crate) mod locker;
+pub(crate) mod held_lock;
+pub(crate) mod listen;
 pub(crate) mod place;
 pub(crate) mod queue;
 pub(crate) mod release;
 pub(crate) mod status;
-pub(crate) mod waiting;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use etcd_client::GetResponse;
 
 use super::attempt::LockAttempt;
-use super::held::{Behind, Grant};
+use super::held_lock::{Behind, Grant};
 use crate::etcd::client::error::EtcdResult;
 use crate::etcd::client::retry::{Budget, Retrying};
 use crate::etcd::client::watch::{Events, Subscription, Target};

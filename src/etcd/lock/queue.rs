@@ -39,13 +39,13 @@
 use std::sync::Arc;
 
 use super::attempt::LockAttempt;
-use super::held::{Behind, Grant};
+use super::held_lock::{Behind, Grant};
+use super::listen::{Signal, Watching};
 use super::place::{Position, Read, Waiter};
-use super::waiting::{Signal, Watching};
 use crate::Error;
 use crate::etcd::client::error::{EtcdError, EtcdResult};
+use crate::etcd::client::own_watch::Listener;
 use crate::etcd::client::retry::{Budget, Retrying};
-use crate::etcd::client::shared_watch::Listener;
 use crate::etcd::protocol::keys::prefix_end;
 use crate::etcd::protocol::take;
 use crate::etcd::session::handout::{Lease, margin};

@@ -26,7 +26,7 @@ use async_trait::async_trait;
 use etcd_client::Txn;
 use tokio_util::sync::CancellationToken;
 
-use super::held::{HeldLock, Lookahead, lookup};
+use super::held_lock::{HeldLock, Lookahead, lookup};
 use crate::etcd::client::batch::Answer;
 use crate::etcd::client::error::{EtcdError, EtcdResult};
 use crate::etcd::client::request::retry_backoff;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use etcd_client::{GetOptions, SortOrder, SortTarget};
 
-use super::locker::EtcdLocker;
+use super::etcd_locker::EtcdLocker;
 use crate::etcd::client::error::EtcdError;
 use crate::etcd::client::request::request;
 use crate::etcd::protocol::election::{decode, is_value_key};

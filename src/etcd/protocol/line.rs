@@ -202,7 +202,7 @@ pub(crate) struct Entry {
 
 /// Whom a departure from the line admits: the entries that hold after it
 /// and did not before, read from the line's head in batches (see
-/// `shared.rs`: the first batch in the departure's own txn, at revision
+/// `line_txn.rs`: the first batch in the departure's own txn, at revision
 /// `at`; the next ones later, of the entries created up to `at` only: one
 /// that joined after the departure was told then whether it holds).
 pub(crate) struct Departure {

@@ -123,7 +123,7 @@
 //! lives, since a key left behind blocks the others.
 //!
 //! # Read/write locks and semaphores
-//! A separate protocol on the same key names (`line.rs`, `shared.rs`):
+//! A separate protocol on the same key names (`line.rs`, `line_txn.rs`):
 //! each `read_lock`, `write_lock` or `acquire_permits` call puts an
 //! **entry** `P k/_OWNERS_/<r|w|s<L>>/<locker id>/<slot>` on its session
 //! lease (a call of `m > 1` of `L` permits puts `m` keys
@@ -139,7 +139,7 @@
 //!
 //! ```text
 //! join                    if L absent and no entry of another family (or limit)
-//!   shared.rs               then put e=v@l (each key); count what is in the way (e included)
+//!   line_txn.rs             then put e=v@l (each key); count what is in the way (e included)
 //!                           else read L's count and the first r, w, s entry (to say why)
 //!   held at once: no writer (reader) | nobody else (writer) | count <= L (permits)
 //! try_join                the same, but puts only when it holds at once
@@ -190,7 +190,7 @@
 //! - `fence.rs`: the fence of a holder's own txns;
 //! - `line.rs`: a read/write lock's or semaphore's line: entry names and
 //!   whom a departure admits;
-//! - `shared.rs`: their txns and reads.
+//! - `line_txn.rs`: their txns and reads.
 //! - `spec_tests/` (tests only): every txn above rendered as text and
 //!   compared with `spec_tests/expected.txt`, so that a change to any
 //!   compare or op shows up as a diff of that file.
@@ -240,10 +240,10 @@ pub(crate) mod election;
 pub(crate) mod fence;
 pub(crate) mod keys;
 pub(crate) mod line;
+pub(crate) mod line_txn;
 pub(crate) mod ops;
 pub(crate) mod queue;
 pub(crate) mod release;
-pub(crate) mod shared;
 #[cfg(test)]
 mod spec_tests;
 pub(crate) mod take;

@@ -1,6 +1,6 @@
 //! Watching a key held since a revision until it changes: the loss watch
-//! of a held lock key (`lock/held.rs`) and of a line entry
-//! (`shared/held.rs`) alike.
+//! of a held lock key (`lock/held_lock.rs`) and of a line entry
+//! (`line/held_entry.rs`) alike.
 
 use crate::etcd::client::request::retry_backoff;
 use crate::etcd::client::watch::{Events, Target, WatchMsg};

@@ -10,8 +10,8 @@ use super::handout::{Lease, LeaseEnd, Session};
 use super::slots::Slots;
 use crate::etcd::client::batch::{Answer, Batcher};
 use crate::etcd::client::error::{EtcdError, EtcdResult};
+use crate::etcd::client::own_watch::OwnWatches;
 use crate::etcd::client::request::{hedged, request};
-use crate::etcd::client::shared_watch::SharedWatches;
 use crate::etcd::client::watch::WatchHub;
 use crate::etcd::config::EtcdConfig;
 use crate::etcd::protocol::keys::LockKeys;
@@ -70,7 +70,7 @@ pub(crate) struct LockerState {
     /// The queue entry names in use (see `session/slots.rs`).
     pub slots: Arc<Slots>,
     pub hub: Arc<WatchHub>,
-    pub watches: SharedWatches,
+    pub watches: OwnWatches,
 }
 
 impl LockerState {
@@ -89,7 +89,7 @@ impl LockerState {
                 timeout,
                 config.prefix().as_bytes().to_vec(),
             ),
-            watches: SharedWatches::new(Arc::clone(&hub), timeout),
+            watches: OwnWatches::new(Arc::clone(&hub), timeout),
             hub,
             slots: Arc::default(),
             id: uuid::Uuid::new_v4().simple().to_string(),

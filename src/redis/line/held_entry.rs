@@ -40,7 +40,7 @@ pub(crate) fn guard(
         started,
         (lost.clone(), expiry.clone(), loss.clone()),
     ));
-    let held = HeldShare {
+    let held = HeldEntry {
         core,
         key: key.clone(),
         keys,
@@ -117,7 +117,7 @@ async fn extend_loop(core: &Core, keys: &LineKeys, id: &str, started: Instant, e
 }
 
 /// A held entry of a line: what a guard releases.
-struct HeldShare {
+struct HeldEntry {
     core: Arc<Core>,
     key: Key,
     keys: LineKeys,
@@ -128,13 +128,13 @@ struct HeldShare {
     watchdog: AbortHandle,
 }
 
-impl Drop for HeldShare {
+impl Drop for HeldEntry {
     fn drop(&mut self) {
         self.watchdog.abort();
     }
 }
 
-impl HeldShare {
+impl HeldEntry {
     fn lost_error(&self, reason: &str) -> Error {
         Error::LockLost {
             key: self.key.to_string(),
@@ -144,7 +144,7 @@ impl HeldShare {
 }
 
 #[async_trait]
-impl GuardRelease for HeldShare {
+impl GuardRelease for HeldEntry {
     /// Leaves the line (granting whom that admits); retries while Redis
     /// does not answer, until the entry would have expired anyway. An
     /// entry found gone after an unanswered leave, before the local

@@ -33,7 +33,7 @@ pub(crate) async fn try_shared(
     key: &Key,
     share: Share,
 ) -> Result<Option<LockGuard>> {
-    let mut entry = Entry::new(core, key, share, Wakes::Never);
+    let mut entry = LineAttempt::new(core, key, share, Wakes::Never);
     let sent = Instant::now();
     match entry.enter(Mode::Try).await {
         Ok(Entered::Held(token)) => Ok(Some(entry.granted(token, sent))),
@@ -60,7 +60,7 @@ pub(crate) async fn wait_shared(
     key: &Key,
     share: Share,
 ) -> Result<LockGuard> {
-    let mut entry = Entry::new(core, key, share, Wakes::OnGrant);
+    let mut entry = LineAttempt::new(core, key, share, Wakes::OnGrant);
     let notify = Arc::clone(&entry.notify);
     let waited = async {
         core.single_node()
@@ -126,7 +126,7 @@ enum Wakes {
 
 /// One call's entry: dropping it while armed leaves the line in the
 /// background, so a caller that gives up leaves nothing behind.
-struct Entry {
+struct LineAttempt {
     core: Arc<Core>,
     key: Key,
     keys: LineKeys,
@@ -139,7 +139,7 @@ struct Entry {
     armed: bool,
 }
 
-impl Entry {
+impl LineAttempt {
     fn new(core: &Arc<Core>, key: &Key, share: Share, wakes: Wakes) -> Self {
         let (kind, _, _) = spell(share);
         let id = format!("{kind}{}", uuid::Uuid::new_v4().simple());
@@ -147,7 +147,7 @@ impl Entry {
         if wakes == Wakes::OnGrant {
             core.single_node().hub.register(&id, &notify);
         }
-        Entry {
+        LineAttempt {
             owner: owner_value(&id, &core.id),
             keys: LineKeys::new(LockKeys::new(core.nodes.layout, core.config.prefix(), key)),
             core: Arc::clone(core),
@@ -273,7 +273,7 @@ async fn send_leave(core: &Core, keys: &LineKeys, id: &str) -> Result<i64, NodeE
         .await
 }
 
-impl Drop for Entry {
+impl Drop for LineAttempt {
     fn drop(&mut self) {
         if self.wakes == Wakes::OnGrant {
             self.core.single_node().hub.deregister(&self.id);

@@ -9,7 +9,7 @@ use etcd_client::Txn;
 use super::keys::{LockKeys, Successor};
 use super::line::{Entry, LineKeys};
 use super::release::{Holder, release_round};
-use super::{abandon, election, fence, queue, release, shared, take};
+use super::{abandon, election, fence, line_txn, queue, release, take};
 use crate::Key;
 use crate::semantics::admission::Share;
 use crate::semantics::fairness::Fairness::{Fair, Unfair};
@@ -100,11 +100,11 @@ fn all() -> Vec<(&'static str, Txn)> {
         ("who leads", election::read_leader(&k).into_txn()),
         (
             "join read",
-            shared::join(&l, Share::Read, &reader, (b"v", 7)),
+            line_txn::join(&l, Share::Read, &reader, (b"v", 7)),
         ),
         (
             "try_join write",
-            shared::try_join(
+            line_txn::try_join(
                 &l,
                 Share::Write,
                 &l.entries(Share::Write, "id", 0),
@@ -113,29 +113,29 @@ fn all() -> Vec<(&'static str, Txn)> {
         ),
         (
             "line check",
-            shared::check(&l, Share::Read, &reader[0], 42).into_txn(),
+            line_txn::check(&l, Share::Read, &reader[0], 42).into_txn(),
         ),
-        ("self grant", shared::self_grant(&reader[0], 42)),
+        ("self grant", line_txn::self_grant(&reader[0], 42)),
         (
             "leave",
-            shared::leave(
+            line_txn::leave(
                 &l,
                 Share::Read,
                 &reader[0],
-                shared::held_since(&reader[0], 50),
+                line_txn::held_since(&reader[0], 50),
             ),
         ),
         (
             "line check, next batch",
-            shared::check_more(&l, Share::Read, 42, 30).into_txn(),
+            line_txn::check_more(&l, Share::Read, 42, 30).into_txn(),
         ),
         (
             "departure, next batch",
-            shared::head_more(&l, Share::Read, (30, 55)),
+            line_txn::head_more(&l, Share::Read, (30, 55)),
         ),
         (
             "admit",
-            shared::admit(&[waiting("r/a/0", 43), waiting("r/b/0", 44)]),
+            line_txn::admit(&[waiting("r/a/0", 43), waiting("r/b/0", 44)]),
         ),
     ]
 }

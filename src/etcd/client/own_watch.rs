@@ -42,7 +42,7 @@ type Range = (Vec<u8>, Option<Vec<u8>>);
 const REREADS: usize = 8;
 
 /// One locker's shared watches, keyed by watched range.
-pub(crate) struct SharedWatches {
+pub(crate) struct OwnWatches {
     /// Bounds the queue re-reads of this locker's waiters whose patience
     /// ran out together (they were queued together).
     pub rereads: tokio::sync::Semaphore,
@@ -68,9 +68,9 @@ impl Listener {
     }
 }
 
-impl SharedWatches {
+impl OwnWatches {
     pub fn new(hub: Arc<WatchHub>, timeout: Duration) -> Self {
-        SharedWatches {
+        OwnWatches {
             rereads: tokio::sync::Semaphore::new(REREADS),
             hub,
             timeout,

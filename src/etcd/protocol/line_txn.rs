@@ -309,7 +309,7 @@ pub(crate) fn head(keys: &LineKeys, share: Share, window: Option<(i64, i64)>) ->
 }
 
 /// The next batch of the head of `share`'s family's line, as a departure
-/// admits waiters (see `shared/depart.rs`): [`head`] within `window`.
+/// admits waiters (see `line/depart.rs`): [`head`] within `window`.
 pub(crate) fn head_more(keys: &LineKeys, share: Share, window: (i64, i64)) -> Txn {
     Txn::new().and_then([head(keys, share, Some(window))])
 }

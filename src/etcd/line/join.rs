@@ -7,19 +7,19 @@
 //! the touch's revision is its token. A departure that never touches (a
 //! holder whose lease ended) is found by the waiter's patience: after a
 //! tenth of the TTL (at most a second) it checks its place with one read,
-//! tells itself it holds if it does (`protocol/shared.rs`, `self_grant`),
+//! tells itself it holds if it does (`protocol/line_txn.rs`, `self_grant`),
 //! and otherwise watches what is in its way and checks again when that
 //! changes.
 
 use std::sync::Arc;
 
+use super::in_line::{LineAttempt, wait};
 use super::sent::Sent;
-use super::waiting::{Waiting, wait};
 use crate::etcd::client::error::EtcdError;
+use crate::etcd::client::own_watch::Listener;
 use crate::etcd::client::retry::{Again, Retry};
-use crate::etcd::client::shared_watch::Listener;
 use crate::etcd::protocol::line::{LineKeys, owner_value};
-use crate::etcd::protocol::shared::{holds_at_join, join, read_conflict, try_join, try_refused};
+use crate::etcd::protocol::line_txn::{holds_at_join, join, read_conflict, try_join, try_refused};
 use crate::etcd::session::handout::LeaseEnd;
 use crate::etcd::session::state::LockerState;
 use crate::semantics::admission::Share;
@@ -103,12 +103,12 @@ enum Joined {
     Holds(LockGuard),
     /// It waits in line; with its locker's watch of its own entries when
     /// that was open before the join (no touch can have been missed).
-    Waits(Waiting, Option<Listener>),
+    Waits(LineAttempt, Option<Listener>),
     /// It would have to wait and may not (`Mode::Try`).
     Busy,
 }
 
-/// Joins `key`'s line as `share` (see `protocol/shared.rs`).
+/// Joins `key`'s line as `share` (see `protocol/line_txn.rs`).
 async fn join_line(
     state: &Arc<LockerState>,
     key: &Key,
@@ -157,7 +157,7 @@ async fn join_line(
             None => Ok(Joined::Busy),
         };
     }
-    let waiting = Waiting {
+    let waiting = LineAttempt {
         state: Arc::clone(state),
         key: key.clone(),
         keys,
@@ -186,7 +186,7 @@ async fn join_line(
 /// answer in time, in the background).
 async fn wait_in_line(
     ctx: &Context,
-    mut waiting: Waiting,
+    mut waiting: LineAttempt,
     own: Option<Listener>,
 ) -> std::result::Result<LockGuard, Failed> {
     crate::util::observe::queued(None);

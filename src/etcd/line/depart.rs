@@ -1,11 +1,11 @@
 //! Leaving a read/write lock's or semaphore's line: the departure txn, and
-//! telling those whose turn it brings (their txns: `protocol/shared.rs`).
+//! telling those whose turn it brings (their txns: `protocol/line_txn.rs`).
 
 use etcd_client::Compare;
 
 use crate::etcd::client::error::EtcdResult;
 use crate::etcd::protocol::line::{Departure, LineKeys};
-use crate::etcd::protocol::shared::{admit, head_more, leave, read_head};
+use crate::etcd::protocol::line_txn::{admit, head_more, leave, read_head};
 use crate::etcd::session::state::LockerState;
 use crate::semantics::admission::Share;
 

@@ -12,7 +12,7 @@ use crate::api::loss::LossCell;
 use crate::etcd::client::error::{EtcdError, EtcdResult};
 use crate::etcd::client::request::retry_backoff;
 use crate::etcd::protocol::line::LineKeys;
-use crate::etcd::protocol::shared::held_since;
+use crate::etcd::protocol::line_txn::held_since;
 use crate::etcd::session::handout::Lease;
 use crate::etcd::session::held_key::until_changed;
 use crate::etcd::session::revival::Holding;
@@ -22,7 +22,7 @@ use crate::semantics::admission::Share;
 use crate::{Error, GuardRelease, Key, LossCause, Result};
 
 /// A held entry of a line: what a guard releases.
-pub(crate) struct SharedHeld {
+pub(crate) struct HeldEntry {
     pub state: Arc<LockerState>,
     pub key: Key,
     pub keys: LineKeys,
@@ -41,7 +41,7 @@ pub(crate) struct SharedHeld {
     loss: LossCell,
 }
 
-impl SharedHeld {
+impl HeldEntry {
     /// The holding of `entry` granted at `token`; recorded with the
     /// session, so that a revived lease first deletes it, as etcd would
     /// have had the lease expired.
@@ -58,7 +58,7 @@ impl SharedHeld {
             token,
             queue: None,
         });
-        SharedHeld {
+        HeldEntry {
             state,
             key,
             keys,
@@ -124,14 +124,14 @@ fn lost(key: &Key, why: &str) -> EtcdError {
     })
 }
 
-impl Drop for SharedHeld {
+impl Drop for HeldEntry {
     fn drop(&mut self) {
         self.stop_watching();
     }
 }
 
 #[async_trait]
-impl GuardRelease for SharedHeld {
+impl GuardRelease for HeldEntry {
     async fn release(self: Box<Self>) -> Result<()> {
         self.stop_watching();
         Ok(self.release_durably().await?)

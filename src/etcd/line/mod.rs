@@ -2,19 +2,19 @@
 //! [`crate::Locker::acquire_permits`]): a line per key, granted in arrival order
 //! by the rule of `crate::semantics::admission`; its keys and txns are specified in
 //! `protocol/mod.rs` and built in `protocol/line.rs` and
-//! `protocol/shared.rs`.
+//! `protocol/line_txn.rs`.
 //!
 //! From the bottom up: each file uses only files listed before it.
 //! - `depart.rs`: leaving the line, and telling whom that admits;
-//! - `held.rs`: a held entry, its release and its loss watch;
+//! - `held_entry.rs`: a held entry, its release and its loss watch;
 //! - `sent.rs`: the join txn on its way, left again if its caller gives
 //!   up before the answer;
-//! - `waiting.rs`: a caller in line: what it listens to, checking its
+//! - `in_line.rs`: a caller in line: what it listens to, checking its
 //!   place, leaving when it gives up;
 //! - `join.rs`: one call: join, wait, give up.
 
 pub(crate) mod depart;
-pub(crate) mod held;
+pub(crate) mod held_entry;
+pub(crate) mod in_line;
 pub(crate) mod join;
 pub(crate) mod sent;
-pub(crate) mod waiting;

@@ -8,11 +8,11 @@ use std::pin::Pin;
 use tokio::time::Sleep;
 
 use super::attempt::LockAttempt;
-use super::held::Behind;
+use super::held_lock::Behind;
 use super::place::Waiter;
 use crate::etcd::client::error::EtcdResult;
+use crate::etcd::client::own_watch::Listener;
 use crate::etcd::client::request::retry_backoff;
-use crate::etcd::client::shared_watch::Listener;
 use crate::etcd::client::watch::{Subscription, WatchMsg};
 use crate::etcd::protocol::keys::{passed_along, prefix_end};
 use crate::semantics::fairness::Fairness;
@@ -76,7 +76,7 @@ impl Watching {
                         // Our queue key's name may have been used before
                         // (see `session/slots.rs`): only changes after our enqueue
                         // are ours.
-                        // The watch sends puts only (see `client/shared_watch.rs`): a
+                        // The watch sends puts only (see `client/own_watch.rs`): a
                         // queue key that vanishes is found by the lease's loss
                         // or the patient re-read.
                         for ev in events.iter().filter(|e| e.key == waiter.queue_key && e.mod_revision > my_rev) {

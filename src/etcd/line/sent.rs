@@ -12,7 +12,7 @@ use super::depart::{Leaving, depart};
 use crate::etcd::client::batch::Answer;
 use crate::etcd::client::error::EtcdResult;
 use crate::etcd::protocol::line::LineKeys;
-use crate::etcd::protocol::shared::queued_at;
+use crate::etcd::protocol::line_txn::queued_at;
 use crate::etcd::session::handout::{Lease, LeaseEnd};
 use crate::etcd::session::state::LockerState;
 use crate::semantics::admission::Share;

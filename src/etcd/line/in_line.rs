@@ -5,13 +5,13 @@
 use std::sync::Arc;
 
 use super::depart::{Leaving, depart};
-use super::held::SharedHeld;
+use super::held_entry::HeldEntry;
 use crate::etcd::client::error::{EtcdError, EtcdResult};
+use crate::etcd::client::own_watch::Listener;
 use crate::etcd::client::request::retry_backoff;
-use crate::etcd::client::shared_watch::Listener;
 use crate::etcd::client::watch::{Events, Subscription, Target, WatchMsg};
 use crate::etcd::protocol::line::LineKeys;
-use crate::etcd::protocol::shared::{
+use crate::etcd::protocol::line_txn::{
     Own, check, check_more, in_the_way, queued_at, read_ahead, read_own, read_self_grant,
     self_grant,
 };
@@ -22,7 +22,7 @@ use crate::semantics::admission::Share;
 use crate::{Error, Key, LockGuard};
 
 /// A caller in line: leaves the line when dropped while armed.
-pub(crate) struct Waiting {
+pub(crate) struct LineAttempt {
     pub state: Arc<LockerState>,
     pub key: Key,
     pub keys: LineKeys,
@@ -34,12 +34,12 @@ pub(crate) struct Waiting {
     pub armed: bool,
 }
 
-impl Waiting {
+impl LineAttempt {
     /// The guard of its holding, granted at `token`.
     pub(crate) fn granted(mut self, token: i64) -> LockGuard {
         self.armed = false;
         let (lost, expiry) = (self.lease.lost.child_token(), self.lease.expiry.clone());
-        let held = SharedHeld::new(
+        let held = HeldEntry::new(
             Arc::clone(&self.state),
             (self.key.clone(), self.keys.clone(), self.share),
             (self.entry.clone(), self.created, token),
@@ -100,14 +100,14 @@ impl Waiting {
     }
 }
 
-impl Drop for Waiting {
+impl Drop for LineAttempt {
     fn drop(&mut self) {
         self.start_give_up();
     }
 }
 
 /// Waits until the waiter holds: its token.
-pub(crate) async fn wait(w: &Waiting, own: Option<Listener>) -> EtcdResult<i64> {
+pub(crate) async fn wait(w: &LineAttempt, own: Option<Listener>) -> EtcdResult<i64> {
     let state = &w.state;
     let (own_start, own_end) = w.keys.own(w.share, &state.id);
     let mut own = match own {
@@ -170,7 +170,7 @@ pub(crate) async fn wait(w: &Waiting, own: Option<Listener>) -> EtcdResult<i64> 
 
 /// Watches what may be in the waiter's way, from now on (a check follows
 /// each opening, so nothing slips by).
-async fn watch_blockers(w: &Waiting) -> EtcdResult<Subscription> {
+async fn watch_blockers(w: &LineAttempt) -> EtcdResult<Subscription> {
     let (start, end) = match w.share {
         Share::Read => w.keys.kind(Share::Write),
         Share::Write => w.keys.readers_and_writers(),
@@ -189,7 +189,7 @@ async fn watch_blockers(w: &Waiting) -> EtcdResult<Subscription> {
 
 /// Checks the waiter's place: its token if it holds (telling itself when
 /// nobody told it), `None` while it waits.
-async fn check_place(w: &Waiting) -> EtcdResult<Option<i64>> {
+async fn check_place(w: &LineAttempt) -> EtcdResult<Option<i64>> {
     let state = &w.state;
     let resp = state
         .txn("place check", check(&w.keys, w.share, &w.entry, w.created))
@@ -224,7 +224,7 @@ async fn check_place(w: &Waiting) -> EtcdResult<Option<i64>> {
     Ok(None)
 }
 
-fn session_lost(w: &Waiting, reason: &str) -> EtcdError {
+fn session_lost(w: &LineAttempt, reason: &str) -> EtcdError {
     let key = String::from_utf8_lossy(&w.keys.lock).into_owned();
     EtcdError::Public(Error::SessionLost {
         key,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use etcd_client::Client;
 
 use super::attempt::LockAttempt;
-use super::held::{Behind, Grant};
+use super::held_lock::{Behind, Grant};
 use super::queue;
 use crate::etcd::client::batch::{Answer, Batcher};
 use crate::etcd::client::connect::connect;
@@ -135,7 +135,7 @@ impl EtcdLocker {
         &self.inner.id
     }
 
-    /// The state shared with the line's calls (`shared/`), which keep it.
+    /// The state shared with the line's calls (`line/`), which keep it.
     pub(crate) fn state(&self) -> &Arc<LockerState> {
         &self.inner
     }
