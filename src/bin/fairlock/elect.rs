@@ -9,8 +9,8 @@ use fairlock::redis::{RedisElector, RedisLocker};
 use fairlock::{BackendConfig, Context, Elector, Error, Key, Leadership};
 
 use crate::args::election_args::ElectArgs;
+use crate::child::{Child, Signals, run_while_held};
 use crate::exit::{self, report};
-use crate::lock::{Signals, exit_code, send};
 
 pub async fn run(config: BackendConfig, a: ElectArgs) -> u8 {
     let mut signals = match Signals::new() {
@@ -160,83 +160,17 @@ async fn campaign(
 async fn lead(leadership: Leadership, a: &ElectArgs, signals: &mut Signals) -> u8 {
     let name = leadership.name().clone();
     let term = leadership.fencing_token().to_string();
-    let mut child = match tokio::process::Command::new(&a.cmd[0])
-        .args(&a.cmd[1..])
-        .env("FAIRLOCK_ELECTION", name.as_str())
-        .env("FAIRLOCK_TERM", &term)
-        .env("FAIRLOCK_TOKEN", &term)
-        .spawn()
-    {
-        Ok(child) => child,
-        Err(e) => {
-            let _ = leadership.resign().await;
-            eprintln!("fairlock: cannot run {}: {e}", a.cmd[0]);
-            return if e.kind() == std::io::ErrorKind::NotFound {
-                exit::NOT_FOUND
-            } else {
-                exit::NOT_EXECUTABLE
-            };
-        }
+    let child = Child {
+        cmd: &a.cmd,
+        env: vec![
+            ("FAIRLOCK_ELECTION", name.as_str().to_owned()),
+            ("FAIRLOCK_TERM", term.clone()),
+            ("FAIRLOCK_TOKEN", term),
+        ],
+        kill_after: a.kill_after,
+        what: format!("leadership of {name}"),
     };
-    let pid = child.id();
-    let outcome = {
-        let lost = leadership.lost();
-        tokio::pin!(lost);
-        loop {
-            tokio::select! {
-                status = child.wait() => break status.map(Ok),
-                sig = signals.recv() => send(pid, sig),
-                () = &mut lost => break Ok(Err(())),
-            }
-        }
-    };
-    match outcome {
-        Ok(Ok(status)) => match leadership.resign().await {
-            Ok(()) => exit_code(status),
-            Err(e @ Error::LockLost { .. }) => {
-                report(&e);
-                eprintln!(
-                    "fairlock: {} finished, but the leadership was not held to the end",
-                    a.cmd[0]
-                );
-                exit::LOST
-            }
-            Err(e) => {
-                // The command's own outcome is what counts; the lock and
-                // the value go with the lease if the resignation failed.
-                report(&e);
-                exit_code(status)
-            }
-        },
-        Ok(Err(())) => {
-            let cause = leadership
-                .loss_cause()
-                .unwrap_or(fairlock::LossCause::Unspecified);
-            eprintln!(
-                "fairlock: leadership of {name} was lost while {} ran: {cause}; sending SIGTERM",
-                a.cmd[0]
-            );
-            send(pid, libc::SIGTERM);
-            let status = tokio::select! {
-                status = child.wait() => status.ok(),
-                () = tokio::time::sleep(a.kill_after) => {
-                    eprintln!("fairlock: {} still running after {:?}; sending SIGKILL", a.cmd[0], a.kill_after);
-                    send(pid, libc::SIGKILL);
-                    child.wait().await.ok()
-                }
-            };
-            drop(leadership);
-            if let Some(status) = status {
-                eprintln!("fairlock: {} ended: {status}", a.cmd[0]);
-            }
-            exit::LOST
-        }
-        Err(e) => {
-            eprintln!("fairlock: waiting for {} failed: {e}", a.cmd[0]);
-            let _ = leadership.resign().await;
-            exit::UNAVAILABLE
-        }
-    }
+    run_while_held(leadership, child, signals).await
 }
 
 /// Who leads `name`, for a message.

@@ -2,43 +2,14 @@
 //! release it when the command ends.
 
 use std::io::{IsTerminal, Write};
-use std::os::unix::process::ExitStatusExt;
-use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
 use fairlock::{BackendConfig, Context, Error, Key, LockGuard, LockStatus};
-use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::args::lock_args::{Hold, LockArgs};
 use crate::backend::Conn;
+use crate::child::{Child, Signals, run_while_held};
 use crate::exit::{self, report};
-
-/// The signals `fairlock` handles: while waiting they cancel the wait,
-/// while the command runs they are passed on to it.
-pub struct Signals {
-    int: Signal,
-    term: Signal,
-    hup: Signal,
-}
-
-impl Signals {
-    pub fn new() -> std::io::Result<Self> {
-        Ok(Signals {
-            int: signal(SignalKind::interrupt())?,
-            term: signal(SignalKind::terminate())?,
-            hup: signal(SignalKind::hangup())?,
-        })
-    }
-
-    /// The next signal received.
-    pub async fn recv(&mut self) -> i32 {
-        tokio::select! {
-            _ = self.int.recv() => libc::SIGINT,
-            _ = self.term.recv() => libc::SIGTERM,
-            _ = self.hup.recv() => libc::SIGHUP,
-        }
-    }
-}
 
 pub async fn run(config: BackendConfig, a: LockArgs) -> u8 {
     let mut signals = match Signals::new() {
@@ -169,103 +140,16 @@ async fn acquire(
 /// Runs the command while holding the lock; returns the exit code.
 async fn run_holding(guard: LockGuard, a: &LockArgs, signals: &mut Signals) -> u8 {
     let key = guard.key().clone();
-    let mut child = match tokio::process::Command::new(&a.cmd[0])
-        .args(&a.cmd[1..])
-        .env("FAIRLOCK_KEY", key.as_str())
-        .env("FAIRLOCK_TOKEN", guard.fencing_token().to_string())
-        .spawn()
-    {
-        Ok(child) => child,
-        Err(e) => {
-            let _ = guard.unlock().await;
-            eprintln!("fairlock: cannot run {}: {e}", a.cmd[0]);
-            return if e.kind() == std::io::ErrorKind::NotFound {
-                exit::NOT_FOUND
-            } else {
-                exit::NOT_EXECUTABLE
-            };
-        }
+    let child = Child {
+        cmd: &a.cmd,
+        env: vec![
+            ("FAIRLOCK_KEY", key.as_str().to_owned()),
+            ("FAIRLOCK_TOKEN", guard.fencing_token().to_string()),
+        ],
+        kill_after: a.kill_after,
+        what: format!("lock {key}"),
     };
-    let pid = child.id();
-    let outcome = {
-        let lost = guard.lost();
-        tokio::pin!(lost);
-        loop {
-            tokio::select! {
-                status = child.wait() => break status.map(Ok),
-                sig = signals.recv() => send(pid, sig),
-                () = &mut lost => break Ok(Err(())),
-            }
-        }
-    };
-    match outcome {
-        Ok(Ok(status)) => match guard.unlock().await {
-            Ok(()) => exit_code(status),
-            Err(e @ Error::LockLost { .. }) => {
-                report(&e);
-                eprintln!(
-                    "fairlock: {} finished, but the lock was not held to the end",
-                    a.cmd[0]
-                );
-                exit::LOST
-            }
-            Err(e) => {
-                // The release goes on failing in the background until the
-                // lease ends; the command's own outcome is what counts.
-                report(&e);
-                exit_code(status)
-            }
-        },
-        Ok(Err(())) => {
-            let cause = guard
-                .loss_cause()
-                .unwrap_or(fairlock::LossCause::Unspecified);
-            eprintln!(
-                "fairlock: lock {key} was lost while {} ran: {cause}; sending SIGTERM",
-                a.cmd[0]
-            );
-            send(pid, libc::SIGTERM);
-            let status = tokio::select! {
-                status = child.wait() => status.ok(),
-                () = tokio::time::sleep(a.kill_after) => {
-                    eprintln!("fairlock: {} still running after {:?}; sending SIGKILL", a.cmd[0], a.kill_after);
-                    send(pid, libc::SIGKILL);
-                    child.wait().await.ok()
-                }
-            };
-            drop(guard);
-            if let Some(status) = status {
-                eprintln!("fairlock: {} ended: {status}", a.cmd[0]);
-            }
-            exit::LOST
-        }
-        Err(e) => {
-            eprintln!("fairlock: waiting for {} failed: {e}", a.cmd[0]);
-            let _ = guard.unlock().await;
-            exit::UNAVAILABLE
-        }
-    }
-}
-
-/// A shell's exit code for a finished command.
-pub fn exit_code(status: ExitStatus) -> u8 {
-    match (status.code(), status.signal()) {
-        (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(1),
-        (None, Some(sig)) => 128 + u8::try_from(sig & 0x7f).unwrap_or(0),
-        _ => 1,
-    }
-}
-
-/// Sends `sig` to the child, if it is still there.
-pub fn send(pid: Option<u32>, sig: i32) {
-    let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) else {
-        return;
-    };
-    // SAFETY: kill(2) has no memory-safety preconditions; the pid is our
-    // own child, which we have not reaped yet (so it cannot be reused).
-    unsafe {
-        libc::kill(pid, sig);
-    }
+    run_while_held(guard, child, signals).await
 }
 
 async fn describe_holder(locker: &Conn, key: &Key) -> String {

@@ -7,9 +7,10 @@
 //!   which document the exit codes).
 //! - `logging.rs`: `-v`/`RUST_LOG` tracing output on stderr.
 //! - `backend.rs`: etcd or Redis, by the endpoints' scheme, behind one face.
-//! - `lock.rs`: the command runner of `fairlock lock`; `elect.rs`:
-//!   `fairlock elect`, the command runner for a leader; `leader.rs`:
-//!   `fairlock leader`.
+//! - `child.rs`: running the command while a lock or leadership is held
+//!   (signals passed on, SIGTERM on loss, the exit code).
+//! - `lock.rs`: `fairlock lock`; `elect.rs`: `fairlock elect`, the same
+//!   for a leader; `leader.rs`: `fairlock leader`.
 //! - `status.rs`: `fairlock status`, with in `status/` `status --watch`
 //!   (`watch.rs`) and the text both show for holders' ages and the queue
 //!   (`view.rs`).
@@ -19,6 +20,7 @@
 
 mod args;
 mod backend;
+mod child;
 mod demo;
 mod elect;
 mod exit;
