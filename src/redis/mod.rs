@@ -162,7 +162,8 @@
 //!   keys, replies, scripts),
 //!   `epoch.rs` (the dataset epoch), `slots.rs` (a cluster's hash slots).
 //! - `connect/`: reaching the servers. `node_error.rs` (one failed request,
-//!   classified by error kind and code, mapped into [`crate::Error`]),
+//!   classified by error kind and code), `failed_op.rs` (an operation too
+//!   few nodes answered, mapped into [`crate::Error`]),
 //!   `secure.rs` and `connect_error.rs` (the client of one URL, what a
 //!   failed connect says), `lanes.rs` (a node's two connections),
 //!   `sentinel.rs` and `listing.rs` (the master behind sentinels, found
@@ -208,6 +209,7 @@ mod protocol {
 // Reaching the servers: connections, sentinels, replicas, wake-ups.
 mod connect {
     pub(crate) mod connect_error;
+    pub(crate) mod failed_op;
     pub(crate) mod lanes;
     pub(crate) mod link;
     pub(crate) mod listing;

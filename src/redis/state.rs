@@ -59,7 +59,7 @@ impl Core {
         backoff: &mut Backoff,
     ) -> Result<Duration, Error> {
         match last_ok {
-            _ if crate::redis::connect::node_error::is_refusal(&e) => Err(e),
+            _ if crate::redis::connect::failed_op::is_refusal(&e) => Err(e),
             Some(at) if at.elapsed() < self.config.ttl() => {
                 let wait = backoff.next_pause().min(self.poll());
                 crate::util::observe::retrying(self.site(), &e, wait);
@@ -103,7 +103,7 @@ impl Core {
         loop {
             match attempt().await {
                 Err(e)
-                    if crate::redis::connect::node_error::is_replication_shortfall(&e)
+                    if crate::redis::connect::failed_op::is_replication_shortfall(&e)
                         && Instant::now() < give_up =>
                 {
                     backoff.sleep().await;

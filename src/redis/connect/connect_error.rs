@@ -2,7 +2,8 @@
 //! nothing listening, or too few nodes answering.
 
 use crate::redis::config::redis_config::RedisConfig;
-use crate::redis::connect::node_error::{FailedOp, NodeError};
+use crate::redis::connect::failed_op::FailedOp;
+use crate::redis::connect::node_error::NodeError;
 use crate::redis::connect::secure::tls_failure;
 use crate::{BoxError, Error, Result};
 

@@ -11,8 +11,8 @@ use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::protocol::{ElectionKeys, PROCLAIM, REFRESH, RETRACT, padded, record_tail};
+use crate::redis::connect::failed_op::FailedOp;
 use crate::redis::connect::node::Reach;
-use crate::redis::connect::node_error::FailedOp;
 use crate::redis::state::Core;
 use crate::util::backoff::Backoff;
 use crate::{Error, Key, LeaderRecord, Result};

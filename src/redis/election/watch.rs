@@ -12,8 +12,8 @@ use futures_util::StreamExt;
 use redis::aio::PubSubStream;
 
 use super::protocol::{ElectionKeys, READ, Read, State, announced};
+use crate::redis::connect::failed_op::FailedOp;
 use crate::redis::connect::node::Reach;
-use crate::redis::connect::node_error::FailedOp;
 use crate::redis::state::Core;
 use crate::util::backoff::Backoff;
 use crate::{ChangeSender, Key, LeaderWatch, Result};
