@@ -151,6 +151,7 @@ mod connect {
 mod semantics {
     pub(crate) mod admission;
     pub(crate) mod fairness;
+    pub(crate) mod mixed_use;
 }
 // Helpers with no lock semantics of their own.
 mod util {

@@ -8,7 +8,8 @@ use async_trait::async_trait;
 use super::election::elector::EtcdElector;
 use super::line::join;
 use super::lock::etcd_locker::EtcdLocker;
-use crate::semantics::admission::{Share, after_the_mutex, none_while_the_mutex, or_write_lock};
+use crate::semantics::admission::Share;
+use crate::semantics::mixed_use::{after_the_mutex, none_while_the_mutex, or_write_lock};
 use crate::util::observe;
 use crate::{
     Context, Elector, Key, Leader, LeaderStream, Leadership, LockGuard, Locker, Result,

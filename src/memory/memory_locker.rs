@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use super::election::MemoryElector;
 use super::store::{Enqueued, MemoryStore, lost};
-use crate::semantics::admission::{Share, after_the_mutex, none_while_the_mutex, or_write_lock};
+use crate::semantics::admission::Share;
 use crate::semantics::fairness::Fairness;
+use crate::semantics::mixed_use::{after_the_mutex, none_while_the_mutex, or_write_lock};
 use crate::util::observe::{self, Site};
 use crate::{
     Context, Elector, GuardRelease, Key, Leader, LeaderStream, Leadership, LockGuard, Locker,

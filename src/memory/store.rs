@@ -41,7 +41,7 @@ impl StoreState {
         if !self.lines.contains_key(key) {
             return Ok(());
         }
-        Err(crate::semantics::admission::in_use_as_line(key))
+        Err(crate::semantics::mixed_use::in_use_as_line(key))
     }
 
     /// Forgets `key`'s mutex once nobody holds or waits.
@@ -192,7 +192,7 @@ impl MemoryStore {
     ) -> Result<(u64, Option<u64>, oneshot::Receiver<u64>)> {
         let mut state = self.state();
         if state.keys.contains_key(key.as_str()) {
-            return Err(crate::semantics::admission::in_use_as_mutex(
+            return Err(crate::semantics::mixed_use::in_use_as_mutex(
                 key.as_str(),
                 share,
             ));

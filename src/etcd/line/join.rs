@@ -215,6 +215,6 @@ async fn wait_in_line(
 /// line conflicts).
 fn refusal(key: &Key, want: Share, present: Share) -> EtcdError {
     let error = crate::semantics::admission::conflict(key, want, present)
-        .unwrap_or_else(|| crate::semantics::admission::in_use_as_mutex(key.as_str(), want));
+        .unwrap_or_else(|| crate::semantics::mixed_use::in_use_as_mutex(key.as_str(), want));
     EtcdError::Public(error)
 }

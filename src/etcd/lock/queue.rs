@@ -241,7 +241,7 @@ fn lease_lost(attempt: &LockAttempt) -> EtcdError {
 }
 
 fn in_use_as_line(attempt: &LockAttempt) -> EtcdError {
-    EtcdError::Public(crate::semantics::admission::in_use_as_line(
+    EtcdError::Public(crate::semantics::mixed_use::in_use_as_line(
         attempt.key.as_str(),
     ))
 }

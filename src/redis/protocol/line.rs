@@ -239,12 +239,12 @@ impl Left {
 
 /// The error for a line's caller on a key in use as a mutex.
 pub(crate) fn in_use_as_mutex(key: &Key, share: Share) -> Error {
-    crate::semantics::admission::in_use_as_mutex(key.as_str(), share)
+    crate::semantics::mixed_use::in_use_as_mutex(key.as_str(), share)
 }
 
 /// The error for a mutex on a key in use as a read/write lock or semaphore.
 pub(crate) fn in_use_as_line(key: &Key) -> Error {
-    crate::semantics::admission::in_use_as_line(key.as_str())
+    crate::semantics::mixed_use::in_use_as_line(key.as_str())
 }
 
 #[cfg(test)]
