@@ -148,7 +148,9 @@
 //! `<prefix>_OWNERS_/epoch/{<n>}`.
 //!
 //! # Layout
-//! A folder per concern, each importing only from the ones before it:
+//! A folder per concern, each importing only from the ones listed before
+//! it, except `state.rs`, which imports the watchdogs' starter from
+//! `lock/deferred.rs`:
 //! - `config/`: `url.rs` (checking URLs, redacting passwords),
 //!   `topology.rs` ([`Deployment`], [`ReplicaAcks`], cluster and sentinel
 //!   URLs), `redis_config.rs` ([`RedisConfig`]), `deployments.rs` (its
@@ -159,18 +161,20 @@
 //!   value format, flat or hash-tagged on a cluster), `lock_lua.rs` and
 //!   `lock_args.rs` (the mutex's scripts, their `ARGV`), `line.rs` and
 //!   `line_lua.rs` (the line of a read/write lock or semaphore: spec,
-//!   keys, replies, scripts),
-//!   `epoch.rs` (the dataset epoch), `slots.rs` (a cluster's hash slots).
+//!   keys, replies, scripts), `epoch.rs` (the dataset epoch), `slots.rs`
+//!   (a cluster's hash slots).
 //! - `connect/`: reaching the servers. `node_error.rs` (one failed request,
 //!   classified by error kind and code), `failed_op.rs` (an operation too
-//!   few nodes answered, mapped into [`crate::Error`]),
-//!   `secure.rs` and `connect_error.rs` (the client of one URL, what a
-//!   failed connect says), `lanes.rs` (a node's two connections),
+//!   few nodes answered, mapped into [`crate::Error`]), `secure.rs` and
+//!   `connect_error.rs` (the client of one URL, what a failed connect
+//!   says), `lanes.rs` (a node's two connections),
 //!   `sentinel.rs` and `listing.rs` (the master behind sentinels, found
 //!   again at once after a failover), `link.rs` (a node's connection by
 //!   deployment), `replicas.rs` (how many replicas a write must reach),
 //!   `wake.rs` (wake-ups by pub/sub), `node.rs` (the masters, the one
 //!   request helper, fan-out).
+//! - `state.rs`: what a locker's calls share (nodes, configuration, mode,
+//!   id, the watchdogs' starter).
 //! - `lock/`: the mutex. `deferred.rs` (watchdogs started when their first
 //!   extend is due), `held_lock.rs` (a held lock: extend every TTL/3, loss
 //!   signals, release), `attempt.rs` (one `lock`/`try_lock` call: a round
@@ -180,9 +184,7 @@
 //!   the line, waiting in it, leaving it on giving up).
 //! - `election/`: [`RedisElector`]: its protocol, a leader's record,
 //!   observers.
-//! - `state.rs` (what a locker's calls share: nodes, configuration, mode,
-//!   id, the watchdogs' starter), `hand_cycle.rs` (the bench's floor row,
-//!   not API), `redis_locker.rs`
+//! - `hand_cycle.rs` (the bench's floor row, not API), `redis_locker.rs`
 //!   ([`RedisLocker`], connect, the wait loop of `lock`), `status.rs`
 //!   ([`RedisLocker::status`]).
 
