@@ -178,6 +178,14 @@ impl Subscription {
     pub async fn recv(&mut self) -> WatchMsg {
         self.rx.recv().await
     }
+
+    /// The next message of `sub` if it is open; never ready without one.
+    pub async fn next_of(sub: &mut Option<Subscription>) -> WatchMsg {
+        match sub {
+            Some(sub) => sub.recv().await,
+            None => std::future::pending().await,
+        }
+    }
 }
 
 impl Subscription {

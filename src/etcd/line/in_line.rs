@@ -150,7 +150,7 @@ pub(crate) async fn wait(w: &LineAttempt, own: Option<Listener>) -> EtcdResult<i
                     return Ok(token);
                 }
             }
-            msg = next(&mut blockers) => match msg {
+            msg = Subscription::next_of(&mut blockers) => match msg {
                 WatchMsg::Events { .. } => {
                     if let Some(token) = check_place(w).await? {
                         return Ok(token);
@@ -230,12 +230,4 @@ fn session_lost(w: &LineAttempt, reason: &str) -> EtcdError {
         key,
         reason: reason.into(),
     })
-}
-
-/// The next message of an open subscription; never ready without one.
-async fn next(sub: &mut Option<Subscription>) -> WatchMsg {
-    match sub {
-        Some(sub) => sub.recv().await,
-        None => std::future::pending().await,
-    }
 }

@@ -113,7 +113,7 @@ impl Watching {
                         return Ok(signal);
                     }
                 }
-                msg = next_msg(&mut self.sub) => match msg {
+                msg = Subscription::next_of(&mut self.sub) => match msg {
                     WatchMsg::Events { events } => {
                         let gone = self.target.as_ref().map(|t| t.0.as_slice());
                         if events.iter().any(|e| !e.put && Some(e.key.as_slice()) == gone) {
@@ -176,12 +176,4 @@ async fn listen_own(attempt: &LockAttempt) -> EtcdResult<Listener> {
         .watches
         .listen(&own_prefix, Some(&own_end))
         .await
-}
-
-/// The next message of an open subscription; never ready without one.
-async fn next_msg(sub: &mut Option<Subscription>) -> WatchMsg {
-    match sub {
-        Some(sub) => sub.recv().await,
-        None => std::future::pending().await,
-    }
 }
