@@ -147,9 +147,13 @@ mod connect {
     #[cfg(any(feature = "etcd", feature = "redis"))]
     pub(crate) mod tls;
 }
-// What every backend means the same way.
+// What every backend means the same way: the one `Locker` over each
+// backend's `LockServer` (dispatch), the armed attempt and the race with
+// the caller's context (armed), the lines' admission rule, mixed use.
 mod semantics {
     pub(crate) mod admission;
+    pub(crate) mod armed;
+    pub(crate) mod dispatch;
     pub(crate) mod fairness;
     pub(crate) mod mixed_use;
 }

@@ -49,8 +49,8 @@
 //!   release;
 //! - `election/`: leader election, [`EtcdElector`]: a fair lock per
 //!   election and the leader's record beside it;
-//! - `primitives.rs`: the `Locker` trait of [`EtcdLocker`], each call
-//!   handed to the folder that serves it.
+//! - `lock_server.rs`: how etcd serves each call of the one `Locker`
+//!   (`crate::semantics::dispatch`), handed to the folder that serves it.
 
 mod client;
 mod config;
@@ -58,7 +58,7 @@ mod election;
 mod endpoint;
 mod line;
 mod lock;
-mod primitives;
+mod lock_server;
 mod protocol;
 mod session;
 

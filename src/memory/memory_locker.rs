@@ -4,17 +4,16 @@
 use async_trait::async_trait;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::election::MemoryElector;
 use super::store::{Enqueued, MemoryStore, lost};
 use crate::semantics::admission::Share;
+use crate::semantics::armed::{Armed, TakeBack, turn_or_done};
+use crate::semantics::dispatch::{LockServer, impl_locker};
 use crate::semantics::fairness::Fairness;
-use crate::semantics::mixed_use::{after_the_mutex, none_while_the_mutex, or_write_lock};
-use crate::util::observe::{self, Site};
-use crate::{
-    Context, Elector, GuardRelease, Key, Leader, LeaderStream, Leadership, LockGuard, Locker,
-    Result, leader_stream,
-};
+use crate::util::observe::Site;
+use crate::{Context, GuardRelease, Key, LockGuard, Result};
 
 impl MemoryStore {
     /// A locker on this store, fair (arrival order) or unfair.
@@ -68,34 +67,27 @@ impl GuardRelease for MemoryRelease {
 }
 
 /// Takes a waiter out when its caller gives up (releasing what it was
-/// granted meanwhile).
+/// granted meanwhile): at once, the store being in this process.
 struct GiveUp {
     store: MemoryStore,
     key: String,
     id: u64,
     held: Held,
-    armed: bool,
 }
 
-impl Drop for GiveUp {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
+impl TakeBack for GiveUp {
+    fn take_back(&mut self) -> impl Future<Output = ()> + Send + 'static {
         match self.held {
             Held::Mutex => self.store.give_up(&self.key, self.id),
             Held::Line => {
                 let _ = self.store.leave(&self.key, self.id);
             }
         }
+        std::future::ready(())
     }
 }
 
 impl MemoryLocker {
-    fn site(&self) -> Site {
-        Site::new("memory", self.fairness)
-    }
-
     fn guard(&self, key: &Key, id: u64, token: u64, held: Held) -> LockGuard {
         let release = MemoryRelease {
             store: self.store.clone(),
@@ -116,21 +108,23 @@ impl MemoryLocker {
         (id, held): (u64, Held),
         rx: tokio::sync::oneshot::Receiver<u64>,
     ) -> Result<LockGuard> {
-        let mut give_up = GiveUp {
+        let mut give_up = Armed::new(GiveUp {
             store: self.store.clone(),
             key: key.to_string(),
             id,
             held,
-            armed: true,
-        };
-        tokio::select! {
-            biased;
-            granted = rx => {
-                let token = granted.map_err(|_| lost(key.as_str()))?;
-                give_up.armed = false;
+        });
+        let granted = async { rx.await.map_err(|_| lost(key.as_str())) };
+        match turn_or_done(ctx, key, granted).await {
+            Ok(token) => {
+                give_up.set_armed(false);
                 Ok(self.guard(key, id, token, held))
             }
-            err = ctx.done(key.as_str()) => Err(err),
+            Err(e) => {
+                // At once: the store is in this process.
+                give_up.abandon(Duration::ZERO).await;
+                Err(e)
+            }
         }
     }
 
@@ -150,16 +144,48 @@ impl MemoryLocker {
             if let Some((id, token)) = self.store.take_if_free(key.as_str(), false)? {
                 return Ok(self.guard(key, id, token, Held::Mutex));
             }
-            tokio::select! {
-                biased;
-                () = &mut notified => {}
-                err = ctx.done(key.as_str()) => return Err(err),
-            }
+            let freed = async {
+                notified.as_mut().await;
+                Ok::<_, crate::Error>(())
+            };
+            turn_or_done(ctx, key, freed).await?;
+        }
+    }
+}
+
+impl LockServer for MemoryLocker {
+    type Elector = MemoryElector;
+
+    fn fairness(&self) -> Fairness {
+        self.fairness
+    }
+
+    fn site(&self) -> Site {
+        Site::new("memory", self.fairness)
+    }
+
+    async fn lock_mutex(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
+        match self.fairness {
+            Fairness::Fair => self.lock_fair(ctx, key).await,
+            Fairness::Unfair => self.lock_unfair(ctx, key).await,
         }
     }
 
-    fn try_shared(&self, key: &Key, share: Share) -> Result<Option<LockGuard>> {
-        key.validate()?;
+    async fn try_lock_mutex(&self, key: &Key) -> Result<Option<LockGuard>> {
+        let taken = self
+            .store
+            .take_if_free(key.as_str(), self.fairness.is_fair())?;
+        Ok(taken.map(|(id, token)| self.guard(key, id, token, Held::Mutex)))
+    }
+
+    async fn join_line(&self, ctx: &Context, key: &Key, share: Share) -> Result<LockGuard> {
+        match self.store.join(key, share)? {
+            (id, Some(token), _) => Ok(self.guard(key, id, token, Held::Line)),
+            (id, None, rx) => self.wait(ctx, key, (id, Held::Line), rx).await,
+        }
+    }
+
+    async fn try_join_line(&self, key: &Key, share: Share) -> Result<Option<LockGuard>> {
         let (id, token, _) = self.store.join(key, share)?;
         match token {
             Some(token) => Ok(Some(self.guard(key, id, token, Held::Line))),
@@ -171,108 +197,9 @@ impl MemoryLocker {
         }
     }
 
-    async fn shared(&self, ctx: &Context, key: &Key, share: Share) -> Result<LockGuard> {
-        key.validate()?;
-        ctx.check(key.as_str())?;
-        match self.store.join(key, share)? {
-            (id, Some(token), _) => Ok(self.guard(key, id, token, Held::Line)),
-            (id, None, rx) => self.wait(ctx, key, (id, Held::Line), rx).await,
-        }
+    fn candidate(&self) -> MemoryElector {
+        self.store.elector()
     }
 }
 
-#[async_trait]
-impl Locker for MemoryLocker {
-    async fn try_lock(&self, key: &Key) -> Result<Option<LockGuard>> {
-        observe::try_lock(self.site(), key, async {
-            key.validate()?;
-            let taken = self
-                .store
-                .take_if_free(key.as_str(), self.fairness.is_fair())
-                .map(|taken| taken.map(|(id, token)| self.guard(key, id, token, Held::Mutex)));
-            let write = async { none_while_the_mutex(self.try_shared(key, Share::Write)) };
-            or_write_lock(taken, write).await
-        })
-        .await
-    }
-
-    async fn lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
-        observe::lock(self.site(), key, async {
-            key.validate()?;
-            ctx.check(key.as_str())?;
-            let locked = match self.fairness {
-                Fairness::Fair => self.lock_fair(ctx, key).await,
-                Fairness::Unfair => self.lock_unfair(ctx, key).await,
-            };
-            let write = after_the_mutex(ctx, key, || self.shared(ctx, key, Share::Write));
-            or_write_lock(locked, write).await
-        })
-        .await
-    }
-
-    async fn read_lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
-        let read = after_the_mutex(ctx, key, || self.shared(ctx, key, Share::Read));
-        observe::lock(self.site(), key, read).await
-    }
-
-    async fn try_read_lock(&self, key: &Key) -> Result<Option<LockGuard>> {
-        observe::try_lock(self.site(), key, async {
-            none_while_the_mutex(self.try_shared(key, Share::Read))
-        })
-        .await
-    }
-
-    async fn write_lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
-        let write = after_the_mutex(ctx, key, || self.shared(ctx, key, Share::Write));
-        observe::lock(self.site(), key, write).await
-    }
-
-    async fn try_write_lock(&self, key: &Key) -> Result<Option<LockGuard>> {
-        observe::try_lock(self.site(), key, async {
-            none_while_the_mutex(self.try_shared(key, Share::Write))
-        })
-        .await
-    }
-
-    async fn acquire_permits(
-        &self,
-        ctx: &Context,
-        key: &Key,
-        n: u32,
-        limit: u32,
-    ) -> Result<LockGuard> {
-        observe::lock(self.site(), key, async {
-            self.shared(ctx, key, Share::permits(n, limit)?).await
-        })
-        .await
-    }
-
-    async fn try_acquire_permits(
-        &self,
-        key: &Key,
-        n: u32,
-        limit: u32,
-    ) -> Result<Option<LockGuard>> {
-        observe::try_lock(self.site(), key, async {
-            self.try_shared(key, Share::permits(n, limit)?)
-        })
-        .await
-    }
-
-    async fn campaign(&self, ctx: &Context, election: &Key, value: Vec<u8>) -> Result<Leadership> {
-        self.store.elector().campaign(ctx, election, &value).await
-    }
-
-    async fn leader(&self, election: &Key) -> Result<Option<Leader>> {
-        self.store.elector().leader(election).await
-    }
-
-    fn observe(&self, election: &Key) -> LeaderStream {
-        let (elector, election) = (self.store.elector(), election.clone());
-        leader_stream(async move { elector.observe(&election).await })
-    }
-
-    fn is_fair(&self) -> bool {
-        self.fairness.is_fair()
-    }
-}
+impl_locker!(MemoryLocker);

@@ -6,10 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
-
 use super::election::RedisElector;
-use crate::election::elector::leader_stream;
 use crate::redis::config::redis_config::RedisConfig;
 use crate::redis::connect::failed_op::is_in_use_as_line;
 use crate::redis::connect::node::Nodes;
@@ -19,11 +16,12 @@ use crate::redis::lock::attempt::{AttemptKind, LockAttempt, Round};
 use crate::redis::protocol::line::in_use_as_line;
 use crate::redis::state::{Core, fair_redlock_unsupported};
 use crate::semantics::admission::Share;
+use crate::semantics::armed::turn_or_done;
+use crate::semantics::dispatch::{LockServer, Want, impl_locker};
 use crate::semantics::fairness::Fairness;
-use crate::semantics::mixed_use::{after_the_mutex, none_while_the_mutex, or_write_lock};
 use crate::util::backoff::{Backoff, jitter};
-use crate::util::observe;
-use crate::{Context, Elector, Key, Leader, LeaderStream, Leadership, LockGuard, Locker, Result};
+use crate::util::observe::{self, Site};
+use crate::{Context, Key, LockGuard, Result};
 
 /// A fair or unfair locker on one Redis instance, or on several
 /// independent masters with Redlock.
@@ -180,17 +178,13 @@ async fn lock(core: &Arc<Core>, ctx: &Context, key: &Key) -> Result<LockGuard> {
             }
         }
     };
-    let outcome = tokio::select! {
-        res = waited => res,
-        err = ctx.done(key.as_str()) => Err(err),
-    };
-    match outcome {
+    match turn_or_done(ctx, key, waited).await {
         Ok(guard) => Ok(guard),
         Err(e) => {
             // Leave the queue before reporting, so a caller who gave up
             // leaves nothing behind; if Redis does not answer in time,
             // the cleanup carries on in the background.
-            attempt.abandon().await;
+            attempt.abandon(core.config.node_timeout()).await;
             Err(e)
         }
     }
@@ -203,99 +197,6 @@ fn mutex_error(e: crate::Error, key: &Key) -> crate::Error {
         return in_use_as_line(key);
     }
     e
-}
-
-#[async_trait]
-impl Locker for RedisLocker {
-    async fn try_lock(&self, key: &Key) -> Result<Option<LockGuard>> {
-        let take = async {
-            let taken = self.try_lock_unobserved(key).await;
-            or_write_lock(taken, self.try_shared(key, Ok(Share::Write))).await
-        };
-        observe::try_lock(self.core.site(), key, take).await
-    }
-
-    async fn lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
-        let wait = async {
-            let locked = self.lock_unobserved(ctx, key).await;
-            or_write_lock(locked, self.shared(ctx, key, Ok(Share::Write))).await
-        };
-        observe::lock(self.core.site(), key, wait).await
-    }
-
-    /// See [`Locker::read_lock`]. On one Redis instance, a cluster or
-    /// sentinels; refused on Redlock ([`crate::Error::Unsupported`]).
-    /// Readers and writers are granted in arrival order in both modes.
-    async fn read_lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
-        observe::lock(
-            self.core.site(),
-            key,
-            self.shared(ctx, key, Ok(Share::Read)),
-        )
-        .await
-    }
-
-    async fn try_read_lock(&self, key: &Key) -> Result<Option<LockGuard>> {
-        observe::try_lock(self.core.site(), key, self.try_shared(key, Ok(Share::Read))).await
-    }
-
-    /// See [`Locker::write_lock`]; as [`RedisLocker::read_lock`].
-    async fn write_lock(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
-        observe::lock(
-            self.core.site(),
-            key,
-            self.shared(ctx, key, Ok(Share::Write)),
-        )
-        .await
-    }
-
-    async fn try_write_lock(&self, key: &Key) -> Result<Option<LockGuard>> {
-        observe::try_lock(
-            self.core.site(),
-            key,
-            self.try_shared(key, Ok(Share::Write)),
-        )
-        .await
-    }
-
-    /// See [`Locker::acquire_permits`]; as [`RedisLocker::read_lock`].
-    async fn acquire_permits(
-        &self,
-        ctx: &Context,
-        key: &Key,
-        n: u32,
-        limit: u32,
-    ) -> Result<LockGuard> {
-        let share = Share::permits(n, limit);
-        observe::lock(self.core.site(), key, self.shared(ctx, key, share)).await
-    }
-
-    async fn try_acquire_permits(
-        &self,
-        key: &Key,
-        n: u32,
-        limit: u32,
-    ) -> Result<Option<LockGuard>> {
-        let share = Share::permits(n, limit);
-        observe::try_lock(self.core.site(), key, self.try_shared(key, share)).await
-    }
-
-    async fn campaign(&self, ctx: &Context, election: &Key, value: Vec<u8>) -> Result<Leadership> {
-        self.elector().campaign(ctx, election, &value).await
-    }
-
-    async fn leader(&self, election: &Key) -> Result<Option<Leader>> {
-        self.elector().leader(election).await
-    }
-
-    fn observe(&self, election: &Key) -> LeaderStream {
-        let (elector, election) = (self.elector(), election.clone());
-        leader_stream(async move { elector.observe(&election).await })
-    }
-
-    fn is_fair(&self) -> bool {
-        self.core.fairness.is_fair()
-    }
 }
 
 impl RedisLocker {
@@ -325,11 +226,33 @@ impl RedisLocker {
     }
 }
 
-impl RedisLocker {
-    async fn try_lock_unobserved(&self, key: &Key) -> Result<Option<LockGuard>> {
-        key.validate()?;
-        self.core.nodes.layout.check(key)?;
-        self.core.check_mode()?;
+impl LockServer for RedisLocker {
+    type Elector = RedisElector;
+
+    fn fairness(&self) -> Fairness {
+        self.core.fairness
+    }
+
+    fn site(&self) -> Site {
+        self.core.site()
+    }
+
+    fn admits(&self, key: &Key, want: Want) -> Result<()> {
+        match want {
+            Want::Mutex => self.core.check_mode()?,
+            Want::Line(Share::Read | Share::Write) => self.core.check_single("read/write locks")?,
+            Want::Line(_) => self.core.check_single("semaphores")?,
+        }
+        self.core.nodes.layout.check(key)
+    }
+
+    async fn lock_mutex(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
+        lock(&self.core, ctx, key)
+            .await
+            .map_err(|e| mutex_error(e, key))
+    }
+
+    async fn try_lock_mutex(&self, key: &Key) -> Result<Option<LockGuard>> {
         let round = async || {
             let mut attempt = LockAttempt::new(&self.core, key, AttemptKind::TryLock);
             match attempt.round().await {
@@ -338,7 +261,7 @@ impl RedisLocker {
                     // A node that did not answer may grant us the lock
                     // late: stay armed, so that dropping the attempt
                     // releases there.
-                    attempt.stay_armed(unsure);
+                    attempt.set_armed(unsure);
                     Ok(None)
                 }
                 Err(e) => Err(e),
@@ -350,45 +273,19 @@ impl RedisLocker {
             .map_err(|e| mutex_error(e, key))
     }
 
-    /// Checks a read/write lock's or semaphore's call (`share` is the
-    /// result of checking its arguments) before it is sent.
-    fn check_shared(&self, key: &Key, share: Result<Share>) -> Result<Share> {
-        let what = match share {
-            Ok(Share::Read | Share::Write) => "read/write locks",
-            _ => "semaphores",
-        };
-        self.core.check_single(what)?;
-        let share = share?;
-        key.validate()?;
-        self.core.nodes.layout.check(key)?;
-        Ok(share)
+    async fn join_line(&self, ctx: &Context, key: &Key, share: Share) -> Result<LockGuard> {
+        wait_shared(&self.core, ctx, key, share).await
     }
 
-    async fn shared(&self, ctx: &Context, key: &Key, share: Result<Share>) -> Result<LockGuard> {
-        let share = self.check_shared(key, share)?;
-        ctx.check(key.as_str())?;
-        // Boxed: the waiting future nests deep enough to overflow the
-        // compiler's layout query depth inside the trait's boxed futures.
-        let wait = after_the_mutex(ctx, key, || wait_shared(&self.core, ctx, key, share));
-        Box::pin(wait).await
-    }
-
-    async fn try_shared(&self, key: &Key, share: Result<Share>) -> Result<Option<LockGuard>> {
-        let share = self.check_shared(key, share)?;
-        let entered = self
-            .core
+    async fn try_join_line(&self, key: &Key, share: Share) -> Result<Option<LockGuard>> {
+        self.core
             .riding_out_replicas(async || try_shared(&self.core, key, share).await)
-            .await;
-        none_while_the_mutex(entered)
+            .await
     }
 
-    async fn lock_unobserved(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
-        key.validate()?;
-        self.core.nodes.layout.check(key)?;
-        ctx.check(key.as_str())?;
-        self.core.check_mode()?;
-        lock(&self.core, ctx, key)
-            .await
-            .map_err(|e| mutex_error(e, key))
+    fn candidate(&self) -> RedisElector {
+        self.elector()
     }
 }
+
+impl_locker!(RedisLocker);

@@ -12,6 +12,7 @@
 use std::fmt;
 
 use crate::semantics::admission::Share;
+use crate::semantics::armed::pause_or_done;
 use crate::util::backoff::Backoff;
 use crate::{Context, Error, Key, Result};
 
@@ -161,10 +162,7 @@ where
     );
     loop {
         match join().await {
-            Err(e) if is_mutex_busy(&e) => tokio::select! {
-                () = backoff.sleep() => {}
-                err = ctx.done(key.as_str()) => return Err(err),
-            },
+            Err(e) if is_mutex_busy(&e) => pause_or_done(ctx, key, backoff.next_pause()).await?,
             done => return done.map_err(public),
         }
     }

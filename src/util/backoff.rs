@@ -47,6 +47,10 @@ impl Backoff {
     }
 
     /// Waits [`Backoff::next_pause`].
+    #[cfg_attr(
+        not(any(feature = "etcd", feature = "redis")),
+        allow(dead_code, reason = "the memory backend never waits on a server")
+    )]
     pub(crate) async fn sleep(&mut self) {
         tokio::time::sleep(self.next_pause()).await;
     }

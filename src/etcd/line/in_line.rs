@@ -19,9 +19,11 @@ use crate::etcd::session::handout::{Lease, margin};
 use crate::etcd::session::slots::Slot;
 use crate::etcd::session::state::LockerState;
 use crate::semantics::admission::Share;
+use crate::semantics::armed::{Armed, TakeBack};
 use crate::{Error, Key, LockGuard};
 
-/// A caller in line: leaves the line when dropped while armed.
+/// A caller in line: leaves the line when dropped while armed
+/// ([`Armed`]).
 pub(crate) struct LineAttempt {
     pub state: Arc<LockerState>,
     pub key: Key,
@@ -31,13 +33,12 @@ pub(crate) struct LineAttempt {
     pub created: i64,
     pub lease: Arc<Lease>,
     pub slot: Option<Slot>,
-    pub armed: bool,
 }
 
-impl LineAttempt {
+impl Armed<LineAttempt> {
     /// The guard of its holding, granted at `token`.
     pub(crate) fn granted(mut self, token: i64) -> LockGuard {
-        self.armed = false;
+        self.set_armed(false);
         let (lost, expiry) = (self.lease.lost.child_token(), self.lease.expiry.clone());
         let held = HeldEntry::new(
             Arc::clone(&self.state),
@@ -53,26 +54,16 @@ impl LineAttempt {
         )
         .with_loss_signal(lost, Some(expiry))
     }
+}
 
+impl TakeBack for LineAttempt {
     /// Leaves the line (admitting whom that lets in), retried until done
-    /// or the lease is lost; runs as a task of its own, so dropping this
-    /// future does not stop it.
-    pub(crate) async fn give_up(&mut self) -> EtcdResult<()> {
-        match self.start_give_up() {
-            Some(task) => task.await.unwrap_or(Ok(())),
-            None => Ok(()),
-        }
-    }
-
-    fn start_give_up(&mut self) -> Option<tokio::task::JoinHandle<EtcdResult<()>>> {
-        if !std::mem::take(&mut self.armed) {
-            return None;
-        }
-        let rt = tokio::runtime::Handle::try_current().ok()?;
+    /// or the lease is lost.
+    fn take_back(&mut self) -> impl Future<Output = ()> + Send + 'static {
         let (state, keys, share) = (Arc::clone(&self.state), self.keys.clone(), self.share);
         let (entry, created, lease) = (self.entry.clone(), self.created, Arc::clone(&self.lease));
         let slot = self.slot.take();
-        Some(rt.spawn(async move {
+        async move {
             let leaving = Leaving {
                 keys: &keys,
                 share,
@@ -87,22 +78,16 @@ impl LineAttempt {
                         if let (Some(slot), false) = (slot, uncertain) {
                             slot.free();
                         }
-                        return Ok(());
+                        return;
                     }
-                    Err(e) if lease.lost.is_cancelled() => return Err(e),
+                    Err(_) if lease.lost.is_cancelled() => return,
                     Err(_) => {
                         uncertain = true;
                         lease.pause(&mut backoff).await;
                     }
                 }
             }
-        }))
-    }
-}
-
-impl Drop for LineAttempt {
-    fn drop(&mut self) {
-        self.start_give_up();
+        }
     }
 }
 

@@ -23,7 +23,7 @@ use crate::etcd::protocol::line_txn::{holds_at_join, join, read_conflict, try_jo
 use crate::etcd::session::handout::LeaseEnd;
 use crate::etcd::session::state::LockerState;
 use crate::semantics::admission::Share;
-use crate::util::observe::Site;
+use crate::semantics::armed::{Armed, pause_or_done, turn_or_done};
 use crate::{Context, Key, LockGuard, Result};
 
 /// Waits until `key` is held as `share` (see `crate::semantics::admission`), retrying
@@ -34,9 +34,7 @@ pub(crate) async fn acquire(
     key: &Key,
     share: Share,
 ) -> Result<LockGuard> {
-    key.validate()?;
-    ctx.check(key.as_str())?;
-    let mut retry = Retry::new(&state.config, Site::new("etcd", state.fairness));
+    let mut retry = Retry::new(&state.config, state.site());
     loop {
         let (error, again) = match Box::pin(join_line(state, key, share, Mode::Wait)).await {
             Ok(Joined::Holds(guard)) => return Ok(guard),
@@ -49,10 +47,7 @@ pub(crate) async fn acquire(
             Ok(Joined::Busy) => (busy_while_waiting(), Again::IfTransient),
             Err(failed) => failed,
         };
-        tokio::select! {
-            () = tokio::time::sleep(retry.after(error, again)?) => {}
-            err = ctx.done(key.as_str()) => return Err(err),
-        }
+        pause_or_done(ctx, key, retry.after(error, again)?).await?;
     }
 }
 
@@ -62,15 +57,14 @@ pub(crate) async fn try_acquire(
     key: &Key,
     share: Share,
 ) -> Result<Option<LockGuard>> {
-    key.validate()?;
-    let mut retry = Retry::new(&state.config, Site::new("etcd", state.fairness));
+    let mut retry = Retry::new(&state.config, state.site());
     loop {
         match Box::pin(join_line(state, key, share, Mode::Try)).await {
             Ok(Joined::Holds(guard)) => return Ok(Some(guard)),
             Ok(Joined::Busy) => return Ok(None),
-            Ok(Joined::Waits(mut waiting, _)) => {
+            Ok(Joined::Waits(waiting, _)) => {
                 // A permit that would wait leaves at once.
-                let _ = waiting.give_up().await;
+                waiting.abandon(state.config.request_timeout()).await;
                 return Ok(None);
             }
             Err((error, again)) => tokio::time::sleep(retry.after(error, again)?).await,
@@ -103,7 +97,7 @@ enum Joined {
     Holds(LockGuard),
     /// It waits in line; with its locker's watch of its own entries when
     /// that was open before the join (no touch can have been missed).
-    Waits(LineAttempt, Option<Listener>),
+    Waits(Armed<LineAttempt>, Option<Listener>),
     /// It would have to wait and may not (`Mode::Try`).
     Busy,
 }
@@ -157,7 +151,7 @@ async fn join_line(
             None => Ok(Joined::Busy),
         };
     }
-    let waiting = LineAttempt {
+    let waiting = Armed::new(LineAttempt {
         state: Arc::clone(state),
         key: key.clone(),
         keys,
@@ -166,8 +160,7 @@ async fn join_line(
         created: resp.revision,
         lease,
         slot: Some(slot),
-        armed: true,
-    };
+    });
     if holds_at_join(share, &resp) {
         return Ok(Joined::Holds(waiting.granted(resp.revision)));
     }
@@ -186,16 +179,12 @@ async fn join_line(
 /// answer in time, in the background).
 async fn wait_in_line(
     ctx: &Context,
-    mut waiting: LineAttempt,
+    waiting: Armed<LineAttempt>,
     own: Option<Listener>,
 ) -> std::result::Result<LockGuard, Failed> {
     crate::util::observe::queued(None);
     let key = waiting.key.clone();
-    let outcome = tokio::select! {
-        told = wait(&waiting, own) => told,
-        err = ctx.done(key.as_str()) => Err(err.into()),
-    };
-    match outcome {
+    match turn_or_done(ctx, &key, wait(&waiting, own)).await {
         Ok(token) => Ok(waiting.granted(token)),
         Err(e) => {
             let again = if waiting.lease.lost.is_cancelled() {
@@ -203,8 +192,8 @@ async fn wait_in_line(
             } else {
                 Again::IfTransient
             };
-            let timeout = waiting.state.config.request_timeout();
-            let _ = tokio::time::timeout(timeout, waiting.give_up()).await;
+            let within = waiting.state.config.request_timeout();
+            waiting.abandon(within).await;
             Err((e, again))
         }
     }

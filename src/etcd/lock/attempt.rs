@@ -5,7 +5,6 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use etcd_client::Txn;
-use tokio::task::JoinHandle;
 
 use super::cleanup::{self, InflightWrite, Written};
 use super::held_lock::{Grant, HeldLock};
@@ -15,6 +14,7 @@ use crate::etcd::protocol::keys::{LockKeys, owner_value};
 use crate::etcd::session::handout::Lease;
 use crate::etcd::session::slots::Slot;
 use crate::etcd::session::state::{LockerState, Outgoing, Path};
+use crate::semantics::armed::{Armed, TakeBack};
 use crate::util::unstoppable::Unstoppable;
 use crate::{Key, LockGuard};
 
@@ -42,18 +42,17 @@ pub(crate) struct LockAttempt {
     /// Its lease lapsed here once and was renewed again (see
     /// [`LockAttempt::use_lease`]).
     revived: bool,
-    armed: bool,
 }
 
 impl LockAttempt {
     /// An attempt of `try_lock`: it never queues.
-    pub fn direct(state: &Arc<LockerState>, key: &Key) -> Self {
+    pub fn direct(state: &Arc<LockerState>, key: &Key) -> Armed<Self> {
         LockAttempt::new(state, key, state.keys(key), None)
     }
 
     /// An attempt of `lock`, and the queue key it waits under (in a slot
     /// of this locker's, see `session/slots.rs`).
-    pub fn queued(state: &Arc<LockerState>, key: &Key) -> (Self, Vec<u8>) {
+    pub fn queued(state: &Arc<LockerState>, key: &Key) -> (Armed<Self>, Vec<u8>) {
         let keys = state.keys(key);
         let slot = state.slots.take(&keys.lock);
         let queue_key = keys.waiter(&state.id, state.fairness, slot.number());
@@ -66,9 +65,9 @@ impl LockAttempt {
         key: &Key,
         keys: LockKeys,
         queue: Option<(Vec<u8>, Slot)>,
-    ) -> Self {
+    ) -> Armed<Self> {
         let (queue_key, slot) = queue.unzip();
-        LockAttempt {
+        Armed::new(LockAttempt {
             queue_key,
             slot,
             value: owner_value(state.fairness),
@@ -79,8 +78,7 @@ impl LockAttempt {
             inflight: Mutex::new(None),
             unanswered: false,
             revived: false,
-            armed: true,
-        }
+        })
     }
 
     /// `true` if the lease its writes used is presumed lost here (not
@@ -125,7 +123,7 @@ impl LockAttempt {
         // Polled here, in the caller's task (a task of its own per write
         // cost a cross-thread hop each way), but kept in the attempt, not
         // in this future: if this future is dropped, the write stays for
-        // the cleanup to finish (see `start_abandon`). A write left over
+        // the cleanup to finish (see `take_back`). A write left over
         // from an earlier, dropped call is finished by a task of its own
         // (`Unstoppable`) and counts as unanswered.
         let inflight = self
@@ -176,10 +174,12 @@ impl LockAttempt {
             }
         }
     }
+}
 
+impl Armed<LockAttempt> {
     /// The guard for `grant`; the attempt is done.
     pub fn granted(mut self, grant: Grant) -> LockGuard {
-        self.armed = false;
+        self.set_armed(false);
         let lost = grant.lease.lost.child_token();
         let expiry = grant.lease.expiry.clone();
         // A holder without a queue revision has no queue key: it never
@@ -206,23 +206,14 @@ impl LockAttempt {
 
     /// Forgets the attempt without cleanup (it wrote nothing).
     pub fn disarm(mut self) {
-        self.armed = false;
+        self.set_armed(false);
     }
+}
 
-    /// Removes what this attempt wrote, and waits for that. The cleanup
-    /// runs as its own task: dropping this future does not stop it.
-    pub async fn abandon(mut self) -> EtcdResult<()> {
-        match self.start_abandon() {
-            Some(task) => task.await.unwrap_or(Ok(())),
-            None => Ok(()),
-        }
-    }
-
-    fn start_abandon(&mut self) -> Option<JoinHandle<EtcdResult<()>>> {
-        if !std::mem::take(&mut self.armed) {
-            return None;
-        }
-        let rt = tokio::runtime::Handle::try_current().ok()?;
+impl TakeBack for LockAttempt {
+    /// Removes what this attempt wrote, finishing a write still in flight
+    /// first (`cleanup.rs`).
+    fn take_back(&mut self) -> impl Future<Output = ()> + Send + 'static {
         let written = Written {
             key: self.key.clone(),
             keys: self.keys.clone(),
@@ -231,22 +222,14 @@ impl LockAttempt {
             slot: self.slot.take(),
             lease: self.lease.take(),
         };
-        Some(
-            rt.spawn(cleanup::abandon(
-                Arc::clone(&self.state),
-                written,
-                self.inflight
-                    .get_mut()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .take(),
-                self.unanswered,
-            )),
-        )
-    }
-}
-
-impl Drop for LockAttempt {
-    fn drop(&mut self) {
-        self.start_abandon();
+        let inflight = self
+            .inflight
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let cleanup = cleanup::abandon(Arc::clone(&self.state), written, inflight, self.unanswered);
+        async move {
+            let _ = cleanup.await;
+        }
     }
 }

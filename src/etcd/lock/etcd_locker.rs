@@ -16,8 +16,8 @@ use crate::etcd::config::EtcdConfig;
 use crate::etcd::protocol::take::{self, Tried};
 use crate::etcd::session::handout::Lease;
 use crate::etcd::session::state::LockerState;
+use crate::semantics::armed::{pause_or_done, turn_or_done};
 use crate::semantics::fairness::Fairness;
-use crate::util::observe::Site;
 use crate::{Context, Key, LockGuard, Result};
 
 /// A fair or unfair locker on etcd, with its own session lease.
@@ -224,12 +224,7 @@ impl EtcdLocker {
     /// wrote before returning the error.
     async fn lock_once(&self, ctx: &Context, key: &Key) -> Result<LockGuard, Failed> {
         let (mut attempt, queue_key) = LockAttempt::queued(&self.inner, key);
-        let outcome = {
-            tokio::select! {
-                res = queue::acquire(&mut attempt, &queue_key) => res,
-                err = ctx.done(key.as_str()) => Err(err.into()),
-            }
-        };
+        let outcome = turn_or_done(ctx, key, queue::acquire(&mut attempt, &queue_key)).await;
         match outcome {
             Ok(grant) => Ok(attempt.granted(grant)),
             Err(error) => {
@@ -241,8 +236,7 @@ impl EtcdLocker {
                 // Remove our keys before reporting, so that a caller who
                 // gave up leaves nothing behind. If etcd does not answer
                 // in time, report anyway: the cleanup task carries on.
-                let timeout = self.inner.config.request_timeout();
-                let _ = tokio::time::timeout(timeout, attempt.abandon()).await;
+                attempt.abandon(self.inner.config.request_timeout()).await;
                 Err(Failed { error, again })
             }
         }
@@ -250,13 +244,9 @@ impl EtcdLocker {
 }
 
 impl EtcdLocker {
-    pub(crate) fn site(&self) -> Site {
-        Site::new("etcd", self.inner.fairness)
-    }
-
-    pub(crate) async fn try_lock_unobserved(&self, key: &Key) -> Result<Option<LockGuard>> {
-        key.validate()?;
-        let mut retry = Retry::new(&self.inner.config, self.site());
+    /// `try_lock`'s attempts, retried while they fail in ways that may pass.
+    pub(crate) async fn try_lock_now(&self, key: &Key) -> Result<Option<LockGuard>> {
+        let mut retry = Retry::new(&self.inner.config, self.inner.site());
         loop {
             match Box::pin(self.try_lock_once(key)).await {
                 Err(e) => tokio::time::sleep(retry.after(e, Again::IfTransient)?).await,
@@ -265,10 +255,10 @@ impl EtcdLocker {
         }
     }
 
-    pub(crate) async fn lock_unobserved(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
-        key.validate()?;
-        ctx.check(key.as_str())?;
-        let mut retry = Retry::new(&self.inner.config, self.site());
+    /// `lock`: queue and wait, again on a fresh lease if the last lease
+    /// lapsed here, and while attempts fail in ways that may pass.
+    pub(crate) async fn lock_in_queue(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
+        let mut retry = Retry::new(&self.inner.config, self.inner.site());
         loop {
             match Box::pin(self.lock_once(ctx, key)).await {
                 Ok(guard) => return Ok(guard),
@@ -277,10 +267,7 @@ impl EtcdLocker {
                     // TTL (its member stopped answering, say) held nothing:
                     // it queues again on a fresh lease. One whose lease or
                     // queue entry etcd removed fails (SessionLost).
-                    tokio::select! {
-                        () = tokio::time::sleep(retry.after(error, again)?) => {}
-                        err = ctx.done(key.as_str()) => return Err(err),
-                    }
+                    pause_or_done(ctx, key, retry.after(error, again)?).await?;
                 }
             }
         }

@@ -17,6 +17,7 @@ use crate::etcd::config::EtcdConfig;
 use crate::etcd::protocol::keys::LockKeys;
 use crate::etcd::protocol::ops::Repeatable;
 use crate::semantics::fairness::Fairness;
+use crate::util::observe::Site;
 use crate::{Error, Key};
 
 /// How a txn travels to etcd (see [`LockerState::send`]).
@@ -98,6 +99,11 @@ impl LockerState {
             config,
             fairness,
         }
+    }
+
+    /// The backend and mode, as logs and metrics label them.
+    pub fn site(&self) -> Site {
+        Site::new("etcd", self.fairness)
     }
 
     /// The etcd keys of lock `key`.

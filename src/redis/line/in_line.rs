@@ -23,6 +23,7 @@ use crate::redis::protocol::line::{Entered, LineKeys, Mode, in_use_as_mutex, spe
 use crate::redis::protocol::line_lua::{ENTER_SCRIPT, LEAVE_SCRIPT};
 use crate::redis::state::Core;
 use crate::semantics::admission::{Share, conflict};
+use crate::semantics::armed::{Armed, TakeBack, turn_or_done};
 use crate::util::backoff::Backoff;
 use crate::util::observe;
 use crate::{Context, Error, Key, LockGuard, Result};
@@ -38,11 +39,11 @@ pub(crate) async fn try_shared(
     match entry.enter(Mode::Try).await {
         Ok(Entered::Held(token)) => Ok(Some(entry.granted(token, sent))),
         Ok(Entered::Waits(_) | Entered::Gone) => {
-            entry.armed = false;
+            entry.set_armed(false);
             Ok(None)
         }
         Ok(refused) => {
-            entry.armed = false;
+            entry.set_armed(false);
             Err(entry.refusal(refused))
         }
         // Redis may still apply the request: dropping the entry (armed)
@@ -99,17 +100,14 @@ pub(crate) async fn wait_shared(
             }
         }
     };
-    let outcome = tokio::select! {
-        res = waited => res,
-        err = ctx.done(key.as_str()) => Err(err),
-    };
-    match outcome {
+    match turn_or_done(ctx, key, waited).await {
         Ok(guard) => Ok(guard),
         Err(e) => {
             // Leave the line before reporting, so a caller who gave up
             // leaves nothing behind (and a grant that came meanwhile is
-            // passed on).
-            entry.abandon().await;
+            // passed on); if Redis does not answer in time, the leave
+            // carries on in the background.
+            entry.abandon(core.config.node_timeout()).await;
             Err(e)
         }
     }
@@ -136,18 +134,17 @@ struct LineAttempt {
     owner: String,
     wakes: Wakes,
     notify: Arc<Notify>,
-    armed: bool,
 }
 
 impl LineAttempt {
-    fn new(core: &Arc<Core>, key: &Key, share: Share, wakes: Wakes) -> Self {
+    fn new(core: &Arc<Core>, key: &Key, share: Share, wakes: Wakes) -> Armed<Self> {
         let (kind, _, _) = spell(share);
         let id = format!("{kind}{}", uuid::Uuid::new_v4().simple());
         let notify = Arc::new(Notify::new());
         if wakes == Wakes::OnGrant {
             core.single_node().hub.register(&id, &notify);
         }
-        LineAttempt {
+        Armed::new(LineAttempt {
             owner: owner_value(&id, &core.id),
             keys: LineKeys::new(LockKeys::new(core.nodes.layout, core.config.prefix(), key)),
             core: Arc::clone(core),
@@ -156,8 +153,7 @@ impl LineAttempt {
             id,
             wakes,
             notify,
-            armed: true,
-        }
+        })
     }
 
     /// Runs `ENTER` once.
@@ -222,10 +218,12 @@ impl LineAttempt {
             },
         }
     }
+}
 
+impl Armed<LineAttempt> {
     /// The guard of a grant answered to a request sent at `sent`.
     fn granted(&mut self, token: u64, sent: Instant) -> LockGuard {
-        self.armed = false;
+        self.set_armed(false);
         held_entry::guard(
             Arc::clone(&self.core),
             self.key.clone(),
@@ -235,29 +233,21 @@ impl LineAttempt {
             sent,
         )
     }
+}
 
-    /// Gives up: leaves the line with one request (bounded by the node
-    /// timeout); if Redis does not answer, goes on in the background.
-    async fn abandon(mut self) {
-        let answered = send_leave(&self.core, &self.keys, &self.id).await.is_ok();
-        self.armed = !answered;
-    }
-
-    /// Leaves the line in the background, retrying for about a TTL (by
-    /// then the entry's record has expired anyway).
-    fn spawn_leave(&self) {
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
+impl TakeBack for LineAttempt {
+    /// Leaves the line, retrying for about a TTL (by then the entry's
+    /// record has expired anyway).
+    fn take_back(&mut self) -> impl Future<Output = ()> + Send + 'static {
         let (core, keys, id) = (Arc::clone(&self.core), self.keys.clone(), self.id.clone());
-        rt.spawn(async move {
+        async move {
             let (first, max) = core.config.retry_delay();
             let mut backoff = Backoff::new(first, max);
             let give_up = Instant::now() + core.config.ttl();
             while send_leave(&core, &keys, &id).await.is_err() && Instant::now() < give_up {
                 backoff.sleep().await;
             }
-        });
+        }
     }
 }
 
@@ -277,9 +267,6 @@ impl Drop for LineAttempt {
     fn drop(&mut self) {
         if self.wakes == Wakes::OnGrant {
             self.core.single_node().hub.deregister(&self.id);
-        }
-        if std::mem::take(&mut self.armed) {
-            self.spawn_leave();
         }
     }
 }

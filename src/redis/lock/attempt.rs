@@ -15,6 +15,7 @@ use crate::redis::protocol::lock_lua::{
     ACQUIRE_SCRIPT, LEAVE_SCRIPT, RAISE_SCRIPT, RELEASE_SCRIPT,
 };
 use crate::redis::state::Core;
+use crate::semantics::armed::{Armed, TakeBack};
 use crate::util::backoff::Backoff;
 use crate::{Key, LockGuard, Result};
 
@@ -61,14 +62,12 @@ pub(crate) struct LockAttempt {
     owner: String,
     kind: AttemptKind,
     pub notify: Arc<Notify>,
-    /// Whether dropping the attempt must remove what it wrote.
-    armed: bool,
     /// Rounds sent so far: from the second on, `id` may be queued.
     rounds: u32,
 }
 
 impl LockAttempt {
-    pub fn new(core: &Arc<Core>, key: &Key, kind: AttemptKind) -> Self {
+    pub fn new(core: &Arc<Core>, key: &Key, kind: AttemptKind) -> Armed<Self> {
         let id = waiter_id(core.fairness);
         let notify = Arc::new(Notify::new());
         if kind == AttemptKind::Lock {
@@ -76,7 +75,7 @@ impl LockAttempt {
                 node.hub.register(&id, &notify);
             }
         }
-        LockAttempt {
+        Armed::new(LockAttempt {
             owner: owner_value(&id, &core.id),
             keys: LockKeys::new(core.nodes.layout, core.config.prefix(), key),
             core: Arc::clone(core),
@@ -84,25 +83,21 @@ impl LockAttempt {
             id,
             kind,
             notify,
-            armed: true,
             rounds: 0,
-        }
+        })
     }
 
     /// Rounds sent so far.
     pub fn rounds(&self) -> u32 {
         self.rounds
     }
+}
 
-    /// Whether dropping the attempt removes what it wrote: after a busy
-    /// `try_lock` round, only where a node did not answer (it may still
-    /// grant the lock late).
-    pub fn stay_armed(&mut self, armed: bool) {
-        self.armed = armed;
-    }
-
+impl Armed<LockAttempt> {
     /// Runs the acquire script on every node and decides.
     pub async fn round(&mut self) -> Result<Round> {
+        let joined = self.rounds > 0;
+        self.rounds += 1;
         let core = Arc::clone(&self.core);
         let (nodes, config, keys) = (&core.nodes, &core.config, &self.keys);
         let script_keys = keys.script_keys();
@@ -113,8 +108,6 @@ impl LockAttempt {
             AttemptKind::Lock => self.id.as_str(),
             AttemptKind::TryLock => "",
         };
-        let joined = self.rounds > 0;
-        self.rounds += 1;
         let started = Instant::now();
         let results: Vec<Result<(i64, i64), _>> = nodes
             .all(|_, node| Call {
@@ -210,15 +203,17 @@ impl LockAttempt {
 
     /// The guard for a grant; the attempt is done.
     fn granted(&mut self, token: u64, started: Instant, granted: &[(usize, u64)]) -> LockGuard {
-        self.armed = false;
+        self.set_armed(false);
         // Nodes that did not grant may still hold our queue entry (a grant
         // removed it on its own node, so nothing is sent where all granted).
         if self.kind == AttemptKind::Lock {
             let others: Vec<usize> = (0..self.core.nodes.list.len())
                 .filter(|i| !granted.iter().any(|(g, _)| g == i))
                 .collect();
-            if !others.is_empty() {
-                self.spawn_leave(Leave::QueueOnly, others);
+            if !others.is_empty()
+                && let Ok(rt) = tokio::runtime::Handle::try_current()
+            {
+                rt.spawn(self.leave(Leave::QueueOnly, others));
             }
         }
         held_lock::guard(
@@ -231,31 +226,24 @@ impl LockAttempt {
             granted,
         )
     }
+}
 
-    /// The owner value the leave script matches a held lock against: none
-    /// when the lock is to be kept.
-    fn leave_owner(&self, leave: Leave) -> String {
-        match leave {
-            Leave::QueueOnly => String::new(),
-            Leave::QueueAndLock => self.owner.clone(),
-        }
-    }
-
-    /// Removes what this attempt wrote on `nodes` (queue entries; a lock
-    /// handed over meanwhile is released and passed on) in the background,
-    /// retrying nodes that do not answer for about one TTL.
-    fn spawn_leave(&self, leave: Leave, nodes: Vec<usize>) {
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
+impl LockAttempt {
+    /// Removes what this attempt wrote on `nodes` (queue entries; with
+    /// [`Leave::QueueAndLock`], a lock handed over meanwhile is released
+    /// and passed on), retrying nodes that do not answer for about one
+    /// TTL (by then our records have expired anyway).
+    fn leave(&self, leave: Leave, nodes: Vec<usize>) -> impl Future<Output = ()> + Send + 'static {
         let core = Arc::clone(&self.core);
         let keys = self.keys.clone();
         let id = self.id.clone();
-        let owner = self.leave_owner(leave);
-        rt.spawn(async move {
+        let owner = match leave {
+            Leave::QueueOnly => String::new(),
+            Leave::QueueAndLock => self.owner.clone(),
+        };
+        async move {
             let (first, max) = core.config.retry_delay();
             let mut backoff = Backoff::new(first, max);
-            // After about a TTL our records have expired anyway.
             let give_up = Instant::now() + core.config.ttl();
             let mut pending = nodes;
             while !pending.is_empty() && Instant::now() < give_up {
@@ -264,21 +252,16 @@ impl LockAttempt {
                     backoff.sleep().await;
                 }
             }
-        });
-    }
-
-    /// Gives up: removes what the attempt wrote, with one request per node
-    /// (each bounded by the per-node timeout); nodes that did not answer
-    /// are retried in the background.
-    pub async fn abandon(mut self) {
-        let all: Vec<usize> = (0..self.core.nodes.list.len()).collect();
-        let owner = self.leave_owner(Leave::QueueAndLock);
-        // Still armed: if this future is dropped half way, Drop cleans up.
-        let pending = send_leave(&self.core, &self.keys, &self.id, &owner, &all).await;
-        self.armed = false;
-        if !pending.is_empty() {
-            self.spawn_leave(Leave::QueueAndLock, pending);
         }
+    }
+}
+
+impl TakeBack for LockAttempt {
+    fn take_back(&mut self) -> impl Future<Output = ()> + Send + 'static {
+        self.leave(
+            Leave::QueueAndLock,
+            (0..self.core.nodes.list.len()).collect(),
+        )
     }
 }
 
@@ -319,13 +302,6 @@ impl Drop for LockAttempt {
             for node in &self.core.nodes.list {
                 node.hub.deregister(&self.id);
             }
-        }
-        if self.armed {
-            self.armed = false;
-            self.spawn_leave(
-                Leave::QueueAndLock,
-                (0..self.core.nodes.list.len()).collect(),
-            );
         }
     }
 }
