@@ -156,6 +156,8 @@ mod semantics {
     pub(crate) mod dispatch;
     pub(crate) mod fairness;
     pub(crate) mod mixed_use;
+    #[cfg(feature = "redis")]
+    pub(crate) mod renew;
 }
 // Helpers with no lock semantics of their own.
 mod util {

@@ -174,14 +174,20 @@
 //!   `wake.rs` (wake-ups by pub/sub), `node.rs` (the masters, the one
 //!   request helper, fan-out).
 //! - `state.rs`: what a locker's calls share (nodes, configuration, mode,
-//!   id, the watchdogs' starter).
+//!   id, the watchdogs' starter, the renewal timing); `pace.rs`: a
+//!   waiter's pauses between rounds, the mutex's and the line's alike.
 //! - `lock/`: the mutex. `deferred.rs` (watchdogs started when their first
-//!   extend is due), `held_lock.rs` (a held lock: extend every TTL/3, loss
-//!   signals, release), `attempt.rs` (one `lock`/`try_lock` call: a round
-//!   on every node decided by quorum, leaving the queue on giving up).
+//!   extend is due), `held_lock.rs` (a held lock: its extend on every
+//!   node, its release), `attempt.rs` (one `lock`/`try_lock` call: a round
+//!   on every node decided by quorum, and what leaving the queue sends).
 //! - `line/`: read/write locks and semaphores. `held_entry.rs` (a held
-//!   entry, its watchdog and release), `in_line.rs` (one call: entering
-//!   the line, waiting in it, leaving it on giving up).
+//!   entry: its extend, its release), `in_line.rs` (one call: entering
+//!   the line, waiting in it, and what leaving it sends).
+//!
+//! What every backend does alike is above this folder: the checks and the
+//! mixed use of a key (`semantics/dispatch.rs`, over [`RedisLocker`]'s
+//! `LockServer`), leaving on cancel and drop (`semantics/armed.rs`), and
+//! the renewal loop that declares a holding lost (`semantics/renew.rs`).
 //! - `election/`: [`RedisElector`]: its protocol, a leader's record,
 //!   observers.
 //! - `hand_cycle.rs` (the bench's floor row, not API), `redis_locker.rs`
@@ -235,6 +241,7 @@ mod line {
 }
 mod election;
 mod hand_cycle;
+mod pace;
 mod redis_locker;
 mod state;
 mod status;

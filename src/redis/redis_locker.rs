@@ -4,7 +4,6 @@
 //! One code path serves a single instance and Redlock (see `attempt.rs`).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use super::election::RedisElector;
 use crate::redis::config::redis_config::RedisConfig;
@@ -13,13 +12,13 @@ use crate::redis::connect::node::Nodes;
 use crate::redis::hand_cycle::HandCycle;
 use crate::redis::line::in_line::{try_shared, wait_shared};
 use crate::redis::lock::attempt::{AttemptKind, LockAttempt, Round};
+use crate::redis::pace::Pace;
 use crate::redis::protocol::line::in_use_as_line;
 use crate::redis::state::{Core, fair_redlock_unsupported};
 use crate::semantics::admission::Share;
 use crate::semantics::armed::turn_or_done;
 use crate::semantics::dispatch::{LockServer, Want, impl_locker};
 use crate::semantics::fairness::Fairness;
-use crate::util::backoff::{Backoff, jitter};
 use crate::util::observe::{self, Site};
 use crate::{Context, Key, LockGuard, Result};
 
@@ -127,11 +126,8 @@ impl RedisLocker {
     }
 }
 
-/// Waits in the queue until granted: a round, then a pause until a
-/// wake-up, the next poll, or the holder's expiry; node errors are retried
-/// for up to a TTL after the last round that reached a quorum (or the
-/// call's start, behind sentinels or on a cluster), but for refusals (see
-/// `FailedOp::refusal`), which end the wait at once.
+/// Waits in the queue until granted: a round, then a pause (`pace.rs`);
+/// a round that reaches no quorum of nodes counts as failed.
 async fn lock(core: &Arc<Core>, ctx: &Context, key: &Key) -> Result<LockGuard> {
     let mut attempt = LockAttempt::new(core, key, AttemptKind::Lock);
     let notify = Arc::clone(&attempt.notify);
@@ -146,13 +142,9 @@ async fn lock(core: &Arc<Core>, ctx: &Context, key: &Key) -> Result<LockGuard> {
                 .map(|node| node.hub.ready(core.config.node_timeout())),
         )
         .await;
-        // The first round's errors are reported at once, but where a
-        // failover may be under way (`Core::first_round_patience`).
-        let mut last_ok = core.first_round_patience();
-        let (first_pause, max_pause) = core.config.retry_delay();
-        let mut backoff = Backoff::new(first_pause, max_pause).with_jitter();
+        let mut pace = Pace::new(core, notify);
         loop {
-            let wait = match attempt.round().await {
+            match attempt.round().await {
                 Ok(Round::Granted(guard)) => return Ok(guard),
                 Ok(Round::Busy {
                     split, expires_in, ..
@@ -160,21 +152,14 @@ async fn lock(core: &Arc<Core>, ctx: &Context, key: &Key) -> Result<LockGuard> {
                     if attempt.rounds() == 1 {
                         observe::queued(None);
                     }
-                    last_ok = Some(Instant::now());
-                    backoff.reset();
                     if split {
-                        jitter(first_pause)
+                        pace.after_split().await;
                     } else {
-                        let poll = core.poll();
-                        expires_in.map_or(poll, |e| (e + Duration::from_millis(1)).min(poll))
+                        pace.after_busy(expires_in).await;
                     }
                 }
                 // Refresh the queue record before it expires.
-                Err(e) => core.pause_after(e, last_ok, &mut backoff)?,
-            };
-            tokio::select! {
-                () = notify.notified() => {}
-                () = tokio::time::sleep(wait) => {}
+                Err(e) => pace.after_error(e).await?,
             }
         }
     };

@@ -10,6 +10,7 @@ use crate::redis::config::redis_config::RedisConfig;
 use crate::redis::connect::node::{Node, Nodes};
 use crate::redis::lock::deferred::Starter;
 use crate::semantics::fairness::Fairness;
+use crate::semantics::renew::Timing;
 use crate::util::backoff::Backoff;
 use crate::util::observe::Site;
 use crate::{Error, Result};
@@ -45,28 +46,6 @@ impl Core {
             )));
         }
         Ok(())
-    }
-
-    /// The pause before a waiter's next round after round `e` failed, its
-    /// record last refreshed at `last_ok`: a backoff while the record has
-    /// not expired, unless `e` is a refusal (wrong credentials, data
-    /// fairlock did not write: another round would say the same); else
-    /// `e`, to report. The mutex's waiters and the line's use it alike.
-    pub(crate) fn pause_after(
-        &self,
-        e: Error,
-        last_ok: Option<Instant>,
-        backoff: &mut Backoff,
-    ) -> Result<Duration, Error> {
-        match last_ok {
-            _ if crate::redis::connect::failed_op::is_refusal(&e) => Err(e),
-            Some(at) if at.elapsed() < self.config.ttl() => {
-                let wait = backoff.next_pause().min(self.poll());
-                crate::util::observe::retrying(self.site(), &e, wait);
-                Ok(wait)
-            }
-            _ => Err(e),
-        }
     }
 
     pub fn new(nodes: Arc<Nodes>, config: RedisConfig, fairness: Fairness) -> Self {
@@ -123,6 +102,18 @@ impl Core {
             return Err(fair_redlock_unsupported());
         }
         Ok(())
+    }
+
+    /// When held locks and entries are extended: trusted for the TTL less
+    /// drift and margin from each request's send time (see
+    /// `RedisConfig::validity_left`), extended every TTL/3.
+    pub(crate) fn renewal(&self) -> Timing {
+        let config = &self.config;
+        Timing {
+            trusted: config.ttl() - config.drift() - config.margin(),
+            period: config.ttl() / 3,
+            retry: config.retry_delay().0,
+        }
     }
 
     /// How often a waiter re-checks (and refreshes its queue record)

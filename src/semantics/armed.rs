@@ -19,7 +19,9 @@ pub(crate) trait TakeBack {
     /// The work that takes back what the call wrote, releasing a lock or
     /// an entry granted meanwhile. Called at most once; the future runs as
     /// a task of its own (so dropping the caller does not stop it) and
-    /// owns what it needs. Work that needs no request may be done here at
+    /// owns what it needs. A caller giving up waits for it (within a
+    /// bound): retries that should not hold the caller up, the future
+    /// spawns on its own. Work that needs no request may be done here at
     /// once, returning a ready future.
     fn take_back(&mut self) -> impl Future<Output = ()> + Send + 'static;
 }

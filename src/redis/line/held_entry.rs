@@ -1,6 +1,6 @@
-//! A held read lock, write lock or permit on Redis: the watchdog that
-//! extends its entry every TTL/3 and declares it lost when it cannot, and
-//! the release behind `LockGuard::unlock`. Read/write locks and
+//! A held read lock, write lock or permit on Redis: how its entry is
+//! extended (the renewal loop that declares it lost when it cannot is
+//! `semantics/renew.rs`), and the release behind `LockGuard::unlock`. Read/write locks and
 //! semaphores run on one node (never Redlock), so there is no quorum here.
 
 use std::sync::Arc;
@@ -8,19 +8,17 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use tokio::task::AbortHandle;
-use tokio_util::sync::CancellationToken;
 
-use crate::api::loss::LossCell;
 use crate::redis::connect::node::{Call, Reach};
 use crate::redis::protocol::line::{Left, LineKeys};
 use crate::redis::protocol::line_lua::{EXTEND_SCRIPT, LEAVE_SCRIPT};
 use crate::redis::state::Core;
-use crate::util::backoff::{Backoff, jitter};
-use crate::util::observe;
-use crate::{Error, Expiry, GuardRelease, Key, LockGuard, LossCause, Result};
+use crate::semantics::renew::{Extended, LossSignal, Renew, renew};
+use crate::util::backoff::Backoff;
+use crate::{Error, GuardRelease, Key, LockGuard, LossCause, Result};
 
 /// Builds the guard of entry `id`, granted `token` by a request sent at
-/// `started`, and starts its watchdog. Its local deadline counts from
+/// `started`, and starts its renewal. Its local deadline counts from
 /// `started`, as the mutex's does (see `held_lock.rs`).
 pub(crate) fn guard(
     core: Arc<Core>,
@@ -30,89 +28,60 @@ pub(crate) fn guard(
     token: u64,
     started: Instant,
 ) -> LockGuard {
-    let config = &core.config;
-    let expiry = Expiry::new(started + config.ttl() - config.drift() - config.margin());
-    let lost = CancellationToken::new();
-    let loss = LossCell::default();
-    let task = tokio::spawn(watch(
-        Arc::clone(&core),
-        (keys.clone(), id.clone()),
-        started,
-        (lost.clone(), expiry.clone(), loss.clone()),
-    ));
+    let timing = core.renewal();
+    let signal = LossSignal::until(started + timing.trusted);
+    let entry = EntryRenew {
+        core: Arc::clone(&core),
+        keys: keys.clone(),
+        id: id.clone(),
+    };
+    let task = tokio::spawn(renew(entry, timing, started, signal.clone()));
     let held = HeldEntry {
         core,
         key: key.clone(),
         keys,
         id,
-        expiry: expiry.clone(),
-        lost: lost.clone(),
-        loss,
+        signal: signal.clone(),
         watchdog: task.abort_handle(),
     };
-    LockGuard::new(key, token, Box::new(held)).with_loss_signal(lost, Some(expiry))
+    signal.guard(key, token, Box::new(held))
 }
 
-/// Extends the entry every TTL/3; ends, cancelling `lost`, when Redis says
-/// the entry is gone (expired, deleted) or the deadline passes without an
-/// acknowledged extend (Redis unreachable, or this process paused).
-async fn watch(
+/// How an entry is extended: on the line's one node.
+struct EntryRenew {
     core: Arc<Core>,
-    (keys, id): (LineKeys, String),
-    started: Instant,
-    (lost, expiry, loss): (CancellationToken, Expiry, LossCell),
-) {
-    let (cause, why) = tokio::select! {
-        () = extend_loop(&core, &keys, &id, started, &expiry) => {
-            (LossCause::KeyChanged, "its entry in the line is gone")
-        }
-        () = expiry.passed() => (LossCause::Expired, "no extend acknowledged in time"),
-    };
-    observe::loss_cause("redis", format_args!("line {}", keys.line), why);
-    loss.record(cause);
-    lost.cancel();
-    expiry.expire();
+    keys: LineKeys,
+    id: String,
 }
 
-async fn extend_loop(core: &Core, keys: &LineKeys, id: &str, started: Instant, expiry: &Expiry) {
-    let config = &core.config;
-    let ttl = config.ttl();
-    let period = ttl / 3;
-    let script_keys = keys.script_keys();
-    let mut next = started + period;
-    loop {
-        tokio::time::sleep_until(next.into()).await;
-        let sent = Instant::now();
-        let answer = core
+impl Renew for EntryRenew {
+    const BACKEND: &'static str = "redis";
+    const GONE: &'static str = "its entry in the line is gone";
+
+    async fn extend(&self) -> Extended {
+        let answer = self
+            .core
             .single_node()
             .run::<i64>(Call {
                 script: &EXTEND_SCRIPT,
-                keys: &script_keys,
+                keys: &self.keys.script_keys(),
                 args: vec![
-                    id.to_owned(),
-                    keys.entries.clone(),
-                    config.ttl_ms().to_string(),
+                    self.id.clone(),
+                    self.keys.entries.clone(),
+                    self.core.config.ttl_ms().to_string(),
                 ],
                 reach: Reach::Replicas,
             })
             .await;
         match answer {
-            Ok(1) if config.validity_left(sent.elapsed()).is_some() => {
-                expiry.extend_to(sent + ttl - config.drift() - config.margin());
-                next = sent + period;
-            }
-            Ok(0) => return,
-            _ => {
-                // No answer (or too late): try again soon, until the deadline.
-                observe::renewal_failed(
-                    "redis",
-                    format_args!("line {}", keys.line),
-                    &"the extend of its entry was not acknowledged in time",
-                );
-                let (first, _) = config.retry_delay();
-                next = Instant::now() + (first * 2 + jitter(first)).min(period);
-            }
+            Ok(0) => Extended::Gone,
+            Ok(_) => Extended::Yes,
+            Err(_) => Extended::Unsure("the extend of its entry got no answer".into()),
         }
+    }
+
+    fn subject(&self) -> String {
+        format!("line {}", self.keys.line)
     }
 }
 
@@ -122,9 +91,7 @@ struct HeldEntry {
     key: Key,
     keys: LineKeys,
     id: String,
-    expiry: Expiry,
-    lost: CancellationToken,
-    loss: LossCell,
+    signal: LossSignal,
     watchdog: AbortHandle,
 }
 
@@ -151,7 +118,7 @@ impl GuardRelease for HeldEntry {
     /// deadline, was removed by that leave: released, not lost.
     async fn release(self: Box<Self>) -> Result<()> {
         self.watchdog.abort();
-        let was_lost = self.lost.is_cancelled() || self.expiry.has_passed();
+        let was_lost = self.signal.was_lost();
         let script_keys = self.keys.script_keys();
         let (first, max) = self.core.config.retry_delay();
         let mut backoff = Backoff::new(first, max).with_jitter();
@@ -191,7 +158,7 @@ impl GuardRelease for HeldEntry {
         }
         match left {
             Left::Held => Ok(()),
-            Left::Gone if unanswered && !self.expiry.has_passed() => Ok(()),
+            Left::Gone if unanswered && !self.signal.expiry.has_passed() => Ok(()),
             Left::Gone | Left::Waited => {
                 Err(self.lost_error("its entry had expired or was deleted at unlock"))
             }
@@ -199,6 +166,6 @@ impl GuardRelease for HeldEntry {
     }
 
     fn loss_cause(&self) -> Option<LossCause> {
-        self.loss.get()
+        self.signal.cause.get()
     }
 }

@@ -18,6 +18,7 @@ use tokio::sync::Notify;
 use crate::redis::connect::node::{Call, Reach};
 use crate::redis::connect::node_error::NodeError;
 use crate::redis::line::held_entry;
+use crate::redis::pace::Pace;
 use crate::redis::protocol::keys::{LockKeys, owner_value};
 use crate::redis::protocol::line::{Entered, LineKeys, Mode, in_use_as_mutex, spell};
 use crate::redis::protocol::line_lua::{ENTER_SCRIPT, LEAVE_SCRIPT};
@@ -53,8 +54,7 @@ pub(crate) async fn try_shared(
 }
 
 /// Waits in `key`'s line until `share` of it is granted, or the context
-/// ends; node errors are retried for up to a TTL after the last answered
-/// round, but for refusals, which end the wait at once.
+/// ends: a round, then a pause (`pace.rs`).
 pub(crate) async fn wait_shared(
     core: &Arc<Core>,
     ctx: &Context,
@@ -71,32 +71,21 @@ pub(crate) async fn wait_shared(
         // Join until a round is answered: an unanswered one may or may
         // not have put the entry in line, and `join` finds it if it did.
         let mut mode = Mode::Join;
-        let mut last_ok = core.first_round_patience();
-        let (first_pause, max_pause) = core.config.retry_delay();
-        let mut backoff = Backoff::new(first_pause, max_pause).with_jitter();
+        let mut pace = Pace::new(core, notify);
         loop {
             let sent = Instant::now();
-            let wait = match entry.enter(mode).await {
+            match entry.enter(mode).await {
                 Ok(Entered::Held(token)) => return Ok(entry.granted(token, sent)),
                 Ok(Entered::Waits(soonest)) => {
                     if mode == Mode::Join {
                         observe::queued(None);
                     }
                     mode = Mode::Check;
-                    last_ok = Some(Instant::now());
-                    backoff.reset();
-                    let poll = core.poll();
-                    soonest.map_or(poll, |ms| {
-                        (Duration::from_millis(ms) + Duration::from_millis(1)).min(poll)
-                    })
+                    pace.after_busy(soonest.map(Duration::from_millis)).await;
                 }
                 Ok(refused) => return Err(entry.refusal(refused)),
                 // Refresh the record before it expires.
-                Err(e) => core.pause_after(e, last_ok, &mut backoff)?,
-            };
-            tokio::select! {
-                () = notify.notified() => {}
-                () = tokio::time::sleep(wait) => {}
+                Err(e) => pace.after_error(e).await?,
             }
         }
     };
@@ -236,17 +225,27 @@ impl Armed<LineAttempt> {
 }
 
 impl TakeBack for LineAttempt {
-    /// Leaves the line, retrying for about a TTL (by then the entry's
-    /// record has expired anyway).
+    /// Leaves the line with one request (bounded by the node timeout);
+    /// if Redis does not answer, retries in a task of its own for about a
+    /// TTL (by then the entry's record has expired anyway).
     fn take_back(&mut self) -> impl Future<Output = ()> + Send + 'static {
         let (core, keys, id) = (Arc::clone(&self.core), self.keys.clone(), self.id.clone());
         async move {
-            let (first, max) = core.config.retry_delay();
-            let mut backoff = Backoff::new(first, max);
             let give_up = Instant::now() + core.config.ttl();
-            while send_leave(&core, &keys, &id).await.is_err() && Instant::now() < give_up {
-                backoff.sleep().await;
+            if send_leave(&core, &keys, &id).await.is_ok() {
+                return;
             }
+            // Past the first request, a caller that gave up no longer waits.
+            tokio::spawn(async move {
+                let (first, max) = core.config.retry_delay();
+                let mut backoff = Backoff::new(first, max);
+                while Instant::now() < give_up {
+                    backoff.sleep().await;
+                    if send_leave(&core, &keys, &id).await.is_ok() {
+                        return;
+                    }
+                }
+            });
         }
     }
 }

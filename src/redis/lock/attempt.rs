@@ -231,8 +231,10 @@ impl Armed<LockAttempt> {
 impl LockAttempt {
     /// Removes what this attempt wrote on `nodes` (queue entries; with
     /// [`Leave::QueueAndLock`], a lock handed over meanwhile is released
-    /// and passed on), retrying nodes that do not answer for about one
-    /// TTL (by then our records have expired anyway).
+    /// and passed on): one request per node (each bounded by the per-node
+    /// timeout), then, in a task of its own, retries to the nodes that did
+    /// not answer for about one TTL (by then our records have expired
+    /// anyway).
     fn leave(&self, leave: Leave, nodes: Vec<usize>) -> impl Future<Output = ()> + Send + 'static {
         let core = Arc::clone(&self.core);
         let keys = self.keys.clone();
@@ -242,16 +244,20 @@ impl LockAttempt {
             Leave::QueueAndLock => self.owner.clone(),
         };
         async move {
-            let (first, max) = core.config.retry_delay();
-            let mut backoff = Backoff::new(first, max);
             let give_up = Instant::now() + core.config.ttl();
-            let mut pending = nodes;
-            while !pending.is_empty() && Instant::now() < give_up {
-                pending = send_leave(&core, &keys, &id, &owner, &pending).await;
-                if !pending.is_empty() {
-                    backoff.sleep().await;
-                }
+            let mut pending = send_leave(&core, &keys, &id, &owner, &nodes).await;
+            if pending.is_empty() {
+                return;
             }
+            // Past the first pass, a caller that gave up no longer waits.
+            tokio::spawn(async move {
+                let (first, max) = core.config.retry_delay();
+                let mut backoff = Backoff::new(first, max);
+                while !pending.is_empty() && Instant::now() < give_up {
+                    backoff.sleep().await;
+                    pending = send_leave(&core, &keys, &id, &owner, &pending).await;
+                }
+            });
         }
     }
 }

@@ -1,22 +1,21 @@
-//! A held lock: the watchdog that extends it every TTL/3 and declares it
-//! lost when it cannot, and the release behind `LockGuard::unlock`.
+//! A held lock: how it is extended (the renewal loop that declares it
+//! lost when it cannot is `semantics/renew.rs`, started by the deferred
+//! watchdog of `deferred.rs`), and the release behind `LockGuard::unlock`.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
-use tokio_util::sync::CancellationToken;
 
-use crate::api::loss::LossCell;
 use crate::redis::connect::node::{Call, Reach};
 use crate::redis::lock::deferred::Watchdog;
 use crate::redis::protocol::keys::LockKeys;
 use crate::redis::protocol::lock_args::release_args;
 use crate::redis::protocol::lock_lua::{EXTEND_SCRIPT, RELEASE_SCRIPT, Released};
 use crate::redis::state::Core;
-use crate::util::backoff::{Backoff, jitter};
-use crate::util::observe;
-use crate::{Error, Expiry, GuardRelease, Key, LockGuard, LossCause, Result};
+use crate::semantics::renew::{Extended, LossSignal, Renew, renew};
+use crate::util::backoff::Backoff;
+use crate::{Error, GuardRelease, Key, LockGuard, LossCause, Result};
 
 /// Builds the guard of a grant whose acquire request was sent at
 /// `started`, given on the nodes of `granted` with their own tokens, and
@@ -33,26 +32,20 @@ pub(crate) fn guard(
     started: Instant,
     granted: &[(usize, u64)],
 ) -> LockGuard {
-    let config = &core.config;
-    let deadline = started + config.ttl() - config.drift() - config.margin();
-    let lost = CancellationToken::new();
-    let expiry = Expiry::new(deadline);
-    let loss = LossCell::default();
+    let timing = core.renewal();
+    let signal = LossSignal::until(started + timing.trusted);
     let mut tokens = vec![String::new(); core.nodes.list.len()];
     for (i, t) in granted {
         tokens[*i] = t.to_string();
     }
+    let lock = LockRenew {
+        core: Arc::clone(&core),
+        keys: keys.clone(),
+        owner: owner.clone(),
+    };
     let watchdog = core.watchdogs.start(
-        started + config.ttl() / 3,
-        Box::pin(watch(
-            Arc::clone(&core),
-            keys.clone(),
-            owner.clone(),
-            started,
-            lost.clone(),
-            expiry.clone(),
-            loss.clone(),
-        )),
+        started + timing.period,
+        Box::pin(renew(lock, timing, started, signal.clone())),
     );
     let held_lock = HeldLock {
         core,
@@ -60,82 +53,53 @@ pub(crate) fn guard(
         keys,
         owner,
         tokens,
-        expiry: expiry.clone(),
-        lost: lost.clone(),
-        loss,
+        signal: signal.clone(),
         watchdog,
     };
-    LockGuard::new(key, token, Box::new(held_lock)).with_loss_signal(lost, Some(expiry))
+    signal.guard(key, token, Box::new(held_lock))
 }
 
-/// Extends the lock every TTL/3 on every node; a quorum of extends moves
-/// the deadline to send time + TTL - drift - margin. Ends, cancelling
-/// `lost`, when the nodes say the lock is someone else's (or gone), or the
-/// deadline passes without a quorum of extends (nodes unreachable, or this
-/// process paused).
-async fn watch(
+/// How a lock is extended: on every node, a quorum needed.
+struct LockRenew {
     core: Arc<Core>,
     keys: LockKeys,
     owner: String,
-    started: Instant,
-    lost: CancellationToken,
-    expiry: Expiry,
-    loss: LossCell,
-) {
-    let (cause, why) = tokio::select! {
-        () = extend_loop(&core, &keys, &owner, started, &expiry) => {
-            (LossCause::KeyChanged, "a majority of nodes say the lock is not ours")
-        }
-        () = expiry.passed() => (LossCause::Expired, "no extend acknowledged in time"),
-    };
-    observe::loss_cause("redis", format_args!("lock {}", keys.lock), why);
-    loss.record(cause);
-    lost.cancel();
-    expiry.expire();
 }
 
-async fn extend_loop(core: &Core, keys: &LockKeys, owner: &str, started: Instant, expiry: &Expiry) {
-    let config = &core.config;
-    let nodes = &core.nodes;
-    let ttl = config.ttl();
-    let period = ttl / 3;
-    let script_keys = keys.script_keys();
-    let ttl_ms = config.ttl_ms().to_string();
-    // The first extend is due a period after the acquire was sent (the
-    // grant's deadline counts from then), not after the guard was built.
-    let mut next = started + period;
-    loop {
-        tokio::time::sleep_until(next.into()).await;
-        let sent = Instant::now();
+impl Renew for LockRenew {
+    const BACKEND: &'static str = "redis";
+    const GONE: &'static str = "a majority of nodes say the lock is not ours";
+
+    async fn extend(&self) -> Extended {
+        let nodes = &self.core.nodes;
+        let ttl_ms = self.core.config.ttl_ms().to_string();
+        let script_keys = self.keys.script_keys();
         let results = nodes
             .all::<i64, _>(|_, _| Call {
                 script: &EXTEND_SCRIPT,
                 keys: &script_keys,
-                args: vec![owner.to_owned(), ttl_ms.clone()],
+                args: vec![self.owner.clone(), ttl_ms.clone()],
                 reach: Reach::Replicas,
             })
             .await;
         let extended = results.iter().filter(|r| matches!(r, Ok(1))).count();
         let refused = results.iter().filter(|r| matches!(r, Ok(0))).count();
-        if extended >= nodes.quorum && config.validity_left(sent.elapsed()).is_some() {
-            expiry.extend_to(sent + ttl - config.drift() - config.margin());
-            next = sent + period;
+        if extended >= nodes.quorum {
+            Extended::Yes
         } else if refused > nodes.list.len() - nodes.quorum {
-            return; // held by nobody or someone else on a majority: lost
+            // Held by nobody or someone else on a majority.
+            Extended::Gone
         } else {
-            // Nodes did not answer: try again soon, until the deadline.
-            observe::renewal_failed(
-                "redis",
-                format_args!("lock {}", keys.lock),
-                &format_args!(
-                    "{extended} of {} nodes extended it; {} are needed",
-                    nodes.list.len(),
-                    nodes.quorum
-                ),
-            );
-            let (first, _) = config.retry_delay();
-            next = Instant::now() + (first * 2 + jitter(first)).min(period);
+            Extended::Unsure(format!(
+                "{extended} of {} nodes extended it; {} are needed",
+                nodes.list.len(),
+                nodes.quorum
+            ))
         }
+    }
+
+    fn subject(&self) -> String {
+        format!("lock {}", self.keys.lock)
     }
 }
 
@@ -147,10 +111,7 @@ struct HeldLock {
     owner: String,
     /// The token each node gave (empty where none was given).
     tokens: Vec<String>,
-    expiry: Expiry,
-    lost: CancellationToken,
-    /// Why the watchdog declared the lock lost.
-    loss: LossCell,
+    signal: LossSignal,
     watchdog: Watchdog,
 }
 
@@ -185,7 +146,7 @@ impl GuardRelease for HeldLock {
     async fn release(self: Box<Self>) -> Result<()> {
         // Stop extending first: our own release is not a loss.
         self.watchdog.stop();
-        let was_lost = self.lost.is_cancelled() || self.expiry.has_passed();
+        let was_lost = self.signal.was_lost();
         let nodes = &self.core.nodes;
         let script_keys = self.keys.script_keys();
         let (first, max) = self.core.config.retry_delay();
@@ -211,7 +172,7 @@ impl GuardRelease for HeldLock {
                 match r.map(Released::from_answer) {
                     Ok(Released::Ours) => released += 1,
                     Ok(Released::Gone | Released::LaterGrant)
-                        if unanswered[*i] && !self.expiry.has_passed() =>
+                        if unanswered[*i] && !self.signal.expiry.has_passed() =>
                     {
                         released += 1;
                     }
@@ -249,6 +210,6 @@ impl GuardRelease for HeldLock {
         Ok(())
     }
     fn loss_cause(&self) -> Option<LossCause> {
-        self.loss.get()
+        self.signal.cause.get()
     }
 }

@@ -1,0 +1,87 @@
+//! The pace of a waiter on Redis, the mutex's and the line's alike: after
+//! each round, a pause until a wake-up, the next poll, or the moment the
+//! holder ahead expires; node errors are retried for up to a TTL after
+//! the last answered round, but for refusals (see `FailedOp::refusal`),
+//! which end the wait at once.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+use crate::redis::connect::failed_op::is_refusal;
+use crate::redis::state::Core;
+use crate::util::backoff::{Backoff, jitter};
+use crate::util::observe;
+use crate::{Error, Result};
+
+/// One waiter's pauses between rounds.
+pub(crate) struct Pace<'a> {
+    core: &'a Core,
+    /// Where the waiter's wake-ups arrive (see `connect/wake.rs`).
+    notify: Arc<Notify>,
+    /// When a round was last answered (the waiter's record refreshed).
+    /// The first round's errors are reported at once, but where a failover
+    /// may be under way (`Core::first_round_patience`).
+    last_ok: Option<Instant>,
+    backoff: Backoff,
+}
+
+impl<'a> Pace<'a> {
+    pub(crate) fn new(core: &'a Core, notify: Arc<Notify>) -> Self {
+        let (first, max) = core.config.retry_delay();
+        Pace {
+            core,
+            notify,
+            last_ok: core.first_round_patience(),
+            backoff: Backoff::new(first, max).with_jitter(),
+        }
+    }
+
+    /// After a round that waits behind a holder who expires in
+    /// `expires_in` (if it is not renewed): until a wake-up, then, or the
+    /// next poll (which refreshes the waiter's record before it expires).
+    pub(crate) async fn after_busy(&mut self, expires_in: Option<Duration>) {
+        self.answered();
+        let poll = self.core.poll();
+        let wait = expires_in.map_or(poll, |e| (e + Duration::from_millis(1)).min(poll));
+        self.pause(wait).await;
+    }
+
+    /// After a Redlock round that split the nodes: a random pause.
+    pub(crate) async fn after_split(&mut self) {
+        self.answered();
+        self.pause(jitter(self.core.config.retry_delay().0)).await;
+    }
+
+    /// After a round that failed with `e`: a backoff while the waiter's
+    /// record has not expired, unless `e` is a refusal (wrong credentials,
+    /// data fairlock did not write: another round would say the same).
+    ///
+    /// # Errors
+    /// `e`, to report, when the wait ends.
+    pub(crate) async fn after_error(&mut self, e: Error) -> Result<()> {
+        match self.last_ok {
+            _ if is_refusal(&e) => Err(e),
+            Some(at) if at.elapsed() < self.core.config.ttl() => {
+                let wait = self.backoff.next_pause().min(self.core.poll());
+                observe::retrying(self.core.site(), &e, wait);
+                self.pause(wait).await;
+                Ok(())
+            }
+            _ => Err(e),
+        }
+    }
+
+    fn answered(&mut self) {
+        self.last_ok = Some(Instant::now());
+        self.backoff.reset();
+    }
+
+    async fn pause(&self, wait: Duration) {
+        tokio::select! {
+            () = self.notify.notified() => {}
+            () = tokio::time::sleep(wait) => {}
+        }
+    }
+}
