@@ -164,7 +164,8 @@ async fn a_waiter_whose_lease_ends_never_holds() {
     wait_in_line_at_most(&prefix, "k", 1).await;
     writing.unlock().await.expect("unlock");
     match waiter.await.expect("task") {
-        Err(Error::SessionLost { .. }) => {}
+        // It names the caller's key, as a mutex's waiter does.
+        Err(Error::SessionLost { key, .. }) => assert_eq!(key, "k"),
         Ok(_) => panic!("a waiter whose lease ended was granted the read lock"),
         Err(e) => panic!("{e}"),
     }

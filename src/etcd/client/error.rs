@@ -8,7 +8,7 @@ use std::time::Duration;
 use tonic::Code;
 
 use super::secure;
-use crate::Error;
+use crate::{Error, Key};
 
 /// The result of an etcd backend step.
 pub(crate) type EtcdResult<T> = std::result::Result<T, EtcdError>;
@@ -37,6 +37,12 @@ pub(crate) enum EtcdError {
     /// cancellation, bad key).
     Public(Error),
 }
+
+/// Why a waiter fails with [`Error::SessionLost`]: its lease lapsed here.
+pub(crate) const LEASE_LOST: &str = "the session lease could not be renewed for a whole TTL";
+/// Why a waiter fails with [`Error::SessionLost`]: its entry is gone.
+pub(crate) const ENTRY_GONE: &str =
+    "its queue entry vanished (its session lease expired or someone deleted it)";
 
 impl EtcdError {
     /// `true` if the request may pass when sent again: no answer in time,
@@ -98,6 +104,16 @@ impl EtcdError {
     /// `true` for [`Error::LockLost`].
     pub fn is_lock_lost(&self) -> bool {
         matches!(self, EtcdError::Public(Error::LockLost { .. }))
+    }
+
+    /// [`Error::SessionLost`] of the caller's `key`, for `reason` (often
+    /// [`LEASE_LOST`] or [`ENTRY_GONE`]): the mutex's and the line's
+    /// waiters alike.
+    pub fn session_lost(key: &Key, reason: &str) -> EtcdError {
+        EtcdError::Public(Error::SessionLost {
+            key: key.to_string(),
+            reason: reason.to_owned(),
+        })
     }
 
     /// `true` for [`Error::SessionLost`].

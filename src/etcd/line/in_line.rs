@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::depart::{Leaving, depart};
 use super::held_entry::HeldEntry;
-use crate::etcd::client::error::{EtcdError, EtcdResult};
+use crate::etcd::client::error::{ENTRY_GONE, EtcdError, EtcdResult, LEASE_LOST};
 use crate::etcd::client::own_watch::Listener;
 use crate::etcd::client::request::retry_backoff;
 use crate::etcd::client::watch::{Events, Subscription, Target, WatchMsg};
@@ -20,7 +20,7 @@ use crate::etcd::session::slots::Slot;
 use crate::etcd::session::state::LockerState;
 use crate::semantics::admission::Share;
 use crate::semantics::armed::{Armed, TakeBack};
-use crate::{Error, Key, LockGuard};
+use crate::{Key, LockGuard};
 
 /// A caller in line: leaves the line when dropped while armed
 /// ([`Armed`]).
@@ -128,7 +128,7 @@ pub(crate) async fn wait(w: &LineAttempt, own: Option<Listener>) -> EtcdResult<i
                 }
                 WatchMsg::Created => {}
             },
-            () = w.lease.lost.cancelled() => return Err(session_lost(w, "the session lease could not be renewed for a whole TTL")),
+            () = w.lease.lost.cancelled() => return Err(EtcdError::session_lost(&w.key, LEASE_LOST)),
             () = &mut patience, if blockers.is_none() => {
                 blockers = Some(watch_blockers(w).await?);
                 if let Some(token) = check_place(w).await? {
@@ -181,10 +181,7 @@ async fn check_place(w: &LineAttempt) -> EtcdResult<Option<i64>> {
         .await?;
     match read_own(w.created, &resp) {
         Own::Gone => {
-            return Err(session_lost(
-                w,
-                "its entry vanished (its session lease expired or someone deleted it)",
-            ));
+            return Err(EtcdError::session_lost(&w.key, ENTRY_GONE));
         }
         Own::Told(token) => return Ok(Some(token)),
         Own::Untold => {}
@@ -198,7 +195,10 @@ async fn check_place(w: &LineAttempt) -> EtcdResult<Option<i64>> {
                 .await?;
             return match read_self_grant(w.created, &resp, resp.revision) {
                 Some(token) => Ok(Some(token)),
-                None => Err(session_lost(w, "its entry vanished before it could hold")),
+                None => Err(EtcdError::session_lost(
+                    &w.key,
+                    "its entry vanished before it could hold",
+                )),
             };
         };
         let next = check_more(&w.keys, w.share, w.created, after);
@@ -207,12 +207,4 @@ async fn check_place(w: &LineAttempt) -> EtcdResult<Option<i64>> {
         (counted, more) = (counted + n, m);
     }
     Ok(None)
-}
-
-fn session_lost(w: &LineAttempt, reason: &str) -> EtcdError {
-    let key = String::from_utf8_lossy(&w.keys.lock).into_owned();
-    EtcdError::Public(Error::SessionLost {
-        key,
-        reason: reason.into(),
-    })
 }

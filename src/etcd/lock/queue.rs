@@ -42,8 +42,7 @@ use super::attempt::LockAttempt;
 use super::held_lock::{Behind, Grant};
 use super::listen::{Signal, Watching};
 use super::place::{Position, Read, Waiter};
-use crate::Error;
-use crate::etcd::client::error::{EtcdError, EtcdResult};
+use crate::etcd::client::error::{ENTRY_GONE, EtcdError, EtcdResult, LEASE_LOST};
 use crate::etcd::client::own_watch::Listener;
 use crate::etcd::client::retry::{Budget, Retrying};
 use crate::etcd::protocol::keys::prefix_end;
@@ -123,14 +122,18 @@ pub(crate) async fn acquire(attempt: &mut LockAttempt, queue_key: &[u8]) -> Etcd
                 Ok(Signal::Woken) => Step::Take,
                 Ok(Signal::Changed) => Step::Read(Read::Again),
                 Ok(Signal::Patient) => Step::Read(Read::Patient),
-                Ok(Signal::LeaseLost) => Step::Failed(lease_lost(waiter.attempt)),
+                Ok(Signal::LeaseLost) => {
+                    Step::Failed(EtcdError::session_lost(&waiter.attempt.key, LEASE_LOST))
+                }
                 Err(e) => Step::Failed(e),
             },
             Step::Read(read) => match Box::pin(waiter.read(read)).await {
                 Ok(Position::Granted { token, behind }) => {
                     Step::Granted(waiter.grant(token, Some(my_rev), behind))
                 }
-                Ok(Position::Gone) => return Err(session_lost(waiter.attempt)),
+                Ok(Position::Gone) => {
+                    return Err(EtcdError::session_lost(&waiter.attempt.key, ENTRY_GONE));
+                }
                 Ok(Position::Wait { target, since }) => {
                     watching.follow(target, since);
                     Step::Listen
@@ -167,7 +170,7 @@ pub(crate) async fn acquire(attempt: &mut LockAttempt, queue_key: &[u8]) -> Etcd
             Step::Granted(grant)
                 if grant.lease.lost.is_cancelled() || grant.lease.expiry.has_passed() =>
             {
-                Step::Failed(session_lost(waiter.attempt))
+                Step::Failed(EtcdError::session_lost(&waiter.attempt.key, ENTRY_GONE))
             }
             Step::Granted(grant) => return Ok(grant),
             // A lease renewed again after it lapsed here is as good as
@@ -233,24 +236,8 @@ async fn enqueue(attempt: &mut LockAttempt, queue_key: &[u8]) -> EtcdResult<Enqu
     })
 }
 
-fn lease_lost(attempt: &LockAttempt) -> EtcdError {
-    EtcdError::Public(Error::SessionLost {
-        key: attempt.key.to_string(),
-        reason: "the session lease could not be renewed for a whole TTL".into(),
-    })
-}
-
 fn in_use_as_line(attempt: &LockAttempt) -> EtcdError {
     EtcdError::Public(crate::semantics::mixed_use::in_use_as_line(
         attempt.key.as_str(),
     ))
-}
-
-fn session_lost(attempt: &LockAttempt) -> EtcdError {
-    EtcdError::Public(Error::SessionLost {
-        key: attempt.key.to_string(),
-        reason: "this waiter's queue entry vanished (its session lease expired or \
-                 someone deleted it)"
-            .into(),
-    })
 }

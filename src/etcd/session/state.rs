@@ -8,6 +8,7 @@ use etcd_client::{Client, GetOptions, GetResponse, Txn};
 
 use super::handout::{Lease, LeaseEnd, Session};
 use super::slots::Slots;
+use crate::Key;
 use crate::etcd::client::batch::{Answer, Batcher};
 use crate::etcd::client::error::{EtcdError, EtcdResult};
 use crate::etcd::client::own_watch::OwnWatches;
@@ -18,7 +19,6 @@ use crate::etcd::protocol::keys::LockKeys;
 use crate::etcd::protocol::ops::Repeatable;
 use crate::semantics::fairness::Fairness;
 use crate::util::observe::Site;
-use crate::{Error, Key};
 
 /// How a txn travels to etcd (see [`LockerState::send`]).
 #[derive(Clone, Copy)]
@@ -160,9 +160,6 @@ impl LockerState {
             return err;
         }
         self.session.forget(lease.id, LeaseEnd::GoneInEtcd).await;
-        EtcdError::Public(Error::SessionLost {
-            key: key.to_string(),
-            reason: "the session lease expired before the request ran".into(),
-        })
+        EtcdError::session_lost(key, "the session lease expired before the request ran")
     }
 }
