@@ -1,13 +1,45 @@
-//! Leaving a read/write lock's or semaphore's line: the departure txn, and
-//! telling those whose turn it brings (their txns: `protocol/line_txn.rs`).
+//! A caller's entry in a read/write lock's or semaphore's line, and
+//! leaving the line: the departure txn, and telling those whose turn it
+//! brings (their txns: `protocol/line_txn.rs`).
+
+use std::sync::Arc;
 
 use etcd_client::Compare;
 
+use crate::Key;
 use crate::etcd::client::error::EtcdResult;
 use crate::etcd::protocol::line::{Departure, LineKeys};
 use crate::etcd::protocol::line_txn::{admit, head_more, leave, read_head};
+use crate::etcd::session::handout::Lease;
 use crate::etcd::session::state::LockerState;
 use crate::semantics::admission::Share;
+
+/// A caller's entry in `key`'s line, as its join wrote it: the waiter's
+/// (`in_line.rs`) and, once granted, the holder's (`held_entry.rs`).
+pub(crate) struct LineEntry {
+    pub state: Arc<LockerState>,
+    pub key: Key,
+    pub keys: LineKeys,
+    pub share: Share,
+    /// The entry's etcd key.
+    pub entry: Vec<u8>,
+    /// Its create revision: where it stands in line.
+    pub created: i64,
+    /// The session lease it is written with.
+    pub lease: Arc<Lease>,
+}
+
+impl LineEntry {
+    /// The entry, as [`depart`] takes it.
+    pub(crate) fn leaving(&self) -> Leaving<'_> {
+        Leaving {
+            keys: &self.keys,
+            share: self.share,
+            entry: &self.entry,
+            created: self.created,
+        }
+    }
+}
 
 /// An entry leaving its line.
 pub(crate) struct Leaving<'a> {

@@ -7,33 +7,25 @@ use async_trait::async_trait;
 use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::depart::{Leaving, depart};
+use super::depart::{LineEntry, depart};
 use crate::api::loss::LossCell;
 use crate::etcd::client::error::{EtcdError, EtcdResult};
 use crate::etcd::client::request::retry_backoff;
-use crate::etcd::protocol::line::LineKeys;
 use crate::etcd::protocol::line_txn::held_since;
 use crate::etcd::session::handout::Lease;
 use crate::etcd::session::held_key::until_changed;
 use crate::etcd::session::revival::Holding;
 use crate::etcd::session::slots::Slot;
 use crate::etcd::session::state::LockerState;
-use crate::semantics::admission::Share;
 use crate::{Error, GuardRelease, Key, LossCause, Result};
 
 /// A held entry of a line: what a guard releases.
 pub(crate) struct HeldEntry {
-    pub state: Arc<LockerState>,
-    pub key: Key,
-    pub keys: LineKeys,
-    pub share: Share,
-    pub entry: Vec<u8>,
-    pub created: i64,
+    pub line: Arc<LineEntry>,
     /// The revision of the grant: the entry's mod revision since.
     pub token: i64,
-    pub lease: Arc<Lease>,
     /// The slot naming the entry, freed once the release deleted it.
-    pub slot: Option<Slot>,
+    slot: Option<Slot>,
     /// Names this holding in the session's record (see
     /// `session/revival.rs`) until its release.
     holding: u64,
@@ -45,28 +37,16 @@ impl HeldEntry {
     /// The holding of `entry` granted at `token`; recorded with the
     /// session, so that a revived lease first deletes it, as etcd would
     /// have had the lease expired.
-    pub fn new(
-        state: Arc<LockerState>,
-        (key, keys, share): (Key, LineKeys, Share),
-        (entry, created, token): (Vec<u8>, i64, i64),
-        lease: Arc<Lease>,
-        slot: Option<Slot>,
-    ) -> Self {
-        let holding = state.session.hold(Holding {
-            lease: lease.id,
-            lock: entry.clone(),
+    pub fn new(line: Arc<LineEntry>, token: i64, slot: Option<Slot>) -> Self {
+        let holding = line.state.session.hold(Holding {
+            lease: line.lease.id,
+            lock: line.entry.clone(),
             token,
             queue: None,
         });
         HeldEntry {
-            state,
-            key,
-            keys,
-            share,
-            entry,
-            created,
+            line,
             token,
-            lease,
             slot,
             holding,
             watcher: std::sync::Mutex::new(None),
@@ -85,31 +65,32 @@ impl HeldEntry {
     async fn release_durably(mut self) -> EtcdResult<()> {
         let mut backoff = retry_backoff();
         let mut uncertain = false;
-        let leaving = Leaving {
-            keys: &self.keys,
-            share: self.share,
-            entry: &self.entry,
-            created: self.created,
-        };
+        let leaving = self.line.leaving();
         let outcome = loop {
-            match depart(&self.state, &leaving, held_since(&self.entry, self.token)).await {
+            match depart(
+                &self.line.state,
+                &leaving,
+                held_since(&self.line.entry, self.token),
+            )
+            .await
+            {
                 Ok(true) => break Ok(()),
                 // An earlier attempt that got no answer was applied.
-                Ok(false) if uncertain && !self.lease.lost.is_cancelled() => break Ok(()),
-                Ok(false) => break Err(lost(&self.key, "its entry was deleted or rewritten")),
-                Err(_) if self.lease.lost.is_cancelled() => {
+                Ok(false) if uncertain && !self.line.lease.lost.is_cancelled() => break Ok(()),
+                Ok(false) => break Err(lost(&self.line.key, "its entry was deleted or rewritten")),
+                Err(_) if self.line.lease.lost.is_cancelled() => {
                     break Err(lost(
-                        &self.key,
+                        &self.line.key,
                         "the session lease was lost before the release",
                     ));
                 }
                 Err(_) => {
                     uncertain = true;
-                    self.lease.pause(&mut backoff).await;
+                    self.line.lease.pause(&mut backoff).await;
                 }
             }
         };
-        self.state.session.released(self.holding);
+        self.line.state.session.released(self.holding);
         if let (Some(slot), false) = (self.slot.take(), uncertain) {
             slot.free();
         }
@@ -142,9 +123,9 @@ impl GuardRelease for HeldEntry {
             return;
         };
         let task = rt.spawn(watch_entry(
-            Arc::clone(&self.state),
-            (self.entry.clone(), self.token),
-            Arc::clone(&self.lease),
+            Arc::clone(&self.line.state),
+            (self.line.entry.clone(), self.token),
+            Arc::clone(&self.line.lease),
             (lost, self.loss.clone()),
         ));
         if let Ok(mut w) = self.watcher.lock() {
@@ -153,7 +134,7 @@ impl GuardRelease for HeldEntry {
     }
 
     fn loss_cause(&self) -> Option<LossCause> {
-        self.loss.get().or_else(|| self.lease.loss.get())
+        self.loss.get().or_else(|| self.line.lease.loss.get())
     }
 }
 

@@ -4,34 +4,27 @@
 
 use std::sync::Arc;
 
-use super::depart::{Leaving, depart};
+use super::depart::{LineEntry, depart};
 use super::held_entry::HeldEntry;
+use crate::LockGuard;
 use crate::etcd::client::error::{ENTRY_GONE, EtcdError, EtcdResult, LEASE_LOST};
 use crate::etcd::client::own_watch::Listener;
 use crate::etcd::client::request::retry_backoff;
 use crate::etcd::client::watch::{Events, Subscription, Target, WatchMsg};
-use crate::etcd::protocol::line::LineKeys;
 use crate::etcd::protocol::line_txn::{
     Own, check, check_more, in_the_way, queued_at, read_ahead, read_own, read_self_grant,
     self_grant,
 };
-use crate::etcd::session::handout::{Lease, margin};
+use crate::etcd::session::handout::margin;
 use crate::etcd::session::slots::Slot;
-use crate::etcd::session::state::LockerState;
 use crate::semantics::admission::Share;
 use crate::semantics::armed::{Armed, TakeBack};
-use crate::{Key, LockGuard};
 
 /// A caller in line: leaves the line when dropped while armed
 /// ([`Armed`]).
 pub(crate) struct LineAttempt {
-    pub state: Arc<LockerState>,
-    pub key: Key,
-    pub keys: LineKeys,
-    pub share: Share,
-    pub entry: Vec<u8>,
-    pub created: i64,
-    pub lease: Arc<Lease>,
+    pub line: Arc<LineEntry>,
+    /// The slot naming the entry (see `session/slots.rs`).
     pub slot: Option<Slot>,
 }
 
@@ -39,16 +32,11 @@ impl Armed<LineAttempt> {
     /// The guard of its holding, granted at `token`.
     pub(crate) fn granted(mut self, token: i64) -> LockGuard {
         self.set_armed(false);
-        let (lost, expiry) = (self.lease.lost.child_token(), self.lease.expiry.clone());
-        let held = HeldEntry::new(
-            Arc::clone(&self.state),
-            (self.key.clone(), self.keys.clone(), self.share),
-            (self.entry.clone(), self.created, token),
-            Arc::clone(&self.lease),
-            self.slot.take(),
-        );
+        let lease = &self.line.lease;
+        let (lost, expiry) = (lease.lost.child_token(), lease.expiry.clone());
+        let held = HeldEntry::new(Arc::clone(&self.line), token, self.slot.take());
         LockGuard::new(
-            self.key.clone(),
+            self.line.key.clone(),
             u64::try_from(token).unwrap_or_default(),
             Box::new(held),
         )
@@ -60,20 +48,13 @@ impl TakeBack for LineAttempt {
     /// Leaves the line (admitting whom that lets in), retried until done
     /// or the lease is lost.
     fn take_back(&mut self) -> impl Future<Output = ()> + Send + 'static {
-        let (state, keys, share) = (Arc::clone(&self.state), self.keys.clone(), self.share);
-        let (entry, created, lease) = (self.entry.clone(), self.created, Arc::clone(&self.lease));
-        let slot = self.slot.take();
+        let (line, slot) = (Arc::clone(&self.line), self.slot.take());
         async move {
-            let leaving = Leaving {
-                keys: &keys,
-                share,
-                entry: &entry,
-                created,
-            };
+            let (lease, leaving) = (&line.lease, line.leaving());
             let mut backoff = retry_backoff();
             let mut uncertain = false;
             loop {
-                match depart(&state, &leaving, queued_at(&entry, created)).await {
+                match depart(&line.state, &leaving, queued_at(&line.entry, line.created)).await {
                     Ok(_) => {
                         if let (Some(slot), false) = (slot, uncertain) {
                             slot.free();
@@ -92,7 +73,7 @@ impl TakeBack for LineAttempt {
 }
 
 /// Waits until the waiter holds: its token.
-pub(crate) async fn wait(w: &LineAttempt, own: Option<Listener>) -> EtcdResult<i64> {
+pub(crate) async fn wait(w: &LineEntry, own: Option<Listener>) -> EtcdResult<i64> {
     let state = &w.state;
     let (own_start, own_end) = w.keys.own(w.share, &state.id);
     let mut own = match own {
@@ -155,7 +136,7 @@ pub(crate) async fn wait(w: &LineAttempt, own: Option<Listener>) -> EtcdResult<i
 
 /// Watches what may be in the waiter's way, from now on (a check follows
 /// each opening, so nothing slips by).
-async fn watch_blockers(w: &LineAttempt) -> EtcdResult<Subscription> {
+async fn watch_blockers(w: &LineEntry) -> EtcdResult<Subscription> {
     let (start, end) = match w.share {
         Share::Read => w.keys.kind(Share::Write),
         Share::Write => w.keys.readers_and_writers(),
@@ -174,7 +155,7 @@ async fn watch_blockers(w: &LineAttempt) -> EtcdResult<Subscription> {
 
 /// Checks the waiter's place: its token if it holds (telling itself when
 /// nobody told it), `None` while it waits.
-async fn check_place(w: &LineAttempt) -> EtcdResult<Option<i64>> {
+async fn check_place(w: &LineEntry) -> EtcdResult<Option<i64>> {
     let state = &w.state;
     let resp = state
         .txn("place check", check(&w.keys, w.share, &w.entry, w.created))

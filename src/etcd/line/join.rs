@@ -13,6 +13,7 @@
 
 use std::sync::Arc;
 
+use super::depart::LineEntry;
 use super::in_line::{LineAttempt, wait};
 use super::sent::Sent;
 use crate::etcd::client::error::EtcdError;
@@ -152,13 +153,15 @@ async fn join_line(
         };
     }
     let waiting = Armed::new(LineAttempt {
-        state: Arc::clone(state),
-        key: key.clone(),
-        keys,
-        share,
-        entry,
-        created: resp.revision,
-        lease,
+        line: Arc::new(LineEntry {
+            state: Arc::clone(state),
+            key: key.clone(),
+            keys,
+            share,
+            entry,
+            created: resp.revision,
+            lease,
+        }),
         slot: Some(slot),
     });
     if holds_at_join(share, &resp) {
@@ -183,16 +186,16 @@ async fn wait_in_line(
     own: Option<Listener>,
 ) -> std::result::Result<LockGuard, Failed> {
     crate::util::observe::queued(None);
-    let key = waiting.key.clone();
-    match turn_or_done(ctx, &key, wait(&waiting, own)).await {
+    let key = waiting.line.key.clone();
+    match turn_or_done(ctx, &key, wait(&waiting.line, own)).await {
         Ok(token) => Ok(waiting.granted(token)),
         Err(e) => {
-            let again = if waiting.lease.lost.is_cancelled() {
+            let again = if waiting.line.lease.lost.is_cancelled() {
                 Again::Yes
             } else {
                 Again::IfTransient
             };
-            let within = waiting.state.config.request_timeout();
+            let within = waiting.line.state.config.request_timeout();
             waiting.abandon(within).await;
             Err((e, again))
         }

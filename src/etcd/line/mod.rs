@@ -5,7 +5,9 @@
 //! `protocol/line_txn.rs`.
 //!
 //! From the bottom up: each file uses only files listed before it.
-//! - `depart.rs`: leaving the line, and telling whom that admits;
+//! - `depart.rs`: a caller's entry as its join wrote it (`LineEntry`,
+//!   the waiter's and the holder's), leaving the line, and telling whom
+//!   that admits;
 //! - `held_entry.rs`: a held entry, its release and its loss watch;
 //! - `sent.rs`: the join txn on its way, left again if its caller gives
 //!   up before the answer;

@@ -74,7 +74,7 @@ fn held(guard: &LockGuard) -> Result<(&[u8], i64, &LockerState)> {
         return Ok((&held.keys.lock, held.token, &held.state));
     }
     if let Some(held) = backend.and_then(|b| b.downcast_ref::<HeldEntry>()) {
-        return Ok((&held.entry, held.token, &held.state));
+        return Ok((&held.line.entry, held.token, &held.line.state));
     }
     Err(Error::Unsupported(
         "fenced etcd txns need a guard from the etcd backend (fairlock::etcd::EtcdLocker)".into(),
