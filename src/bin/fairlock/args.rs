@@ -355,8 +355,8 @@ mod tests {
         assert_eq!(l.cmd, ["ls", "--prefix"]);
         let l = lock("lock --unfair --fair -E 9 -w 2m k true");
         assert!(l.is_fair());
-        assert_eq!(l.conflict_code, 9);
-        assert_eq!(l.timeout, Some(Duration::from_secs(120)));
+        assert_eq!(l.run.conflict_code, 9);
+        assert_eq!(l.run.timeout, Some(Duration::from_secs(120)));
         assert!(!lock("lock --fair --unfair k true").is_fair());
     }
 

@@ -115,7 +115,7 @@ async fn campaign(
     signals: &mut Signals,
 ) -> Result<Leadership, u8> {
     let mut ctx = Context::background();
-    if let Some(timeout) = a.timeout {
+    if let Some(timeout) = a.run.timeout {
         ctx = ctx.with_timeout(timeout);
     }
     let (ctx, cancel) = ctx.with_cancel();
@@ -144,10 +144,10 @@ async fn campaign(
             let leader = describe_leader(&**elector, name).await;
             eprintln!(
                 "fairlock: not elected within {:?} for {name} ({leader}); not running {}",
-                a.timeout.unwrap_or_default(),
+                a.run.timeout.unwrap_or_default(),
                 a.cmd[0]
             );
-            Err(a.conflict_code)
+            Err(a.run.conflict_code)
         }
         Err(e) => {
             report(&e);
@@ -167,7 +167,7 @@ async fn lead(leadership: Leadership, a: &ElectArgs, signals: &mut Signals) -> u
             ("FAIRLOCK_TERM", term.clone()),
             ("FAIRLOCK_TOKEN", term),
         ],
-        kill_after: a.kill_after,
+        kill_after: a.run.kill_after,
         what: format!("leadership of {name}"),
     };
     run_while_held(leadership, child, signals).await

@@ -70,7 +70,7 @@ async fn acquire(
                     "fairlock: lock {key} is {holder}; not running {} (--nonblock)",
                     a.cmd[0]
                 );
-                Err(a.conflict_code)
+                Err(a.run.conflict_code)
             }
             Err(e) => {
                 report(&e);
@@ -79,7 +79,7 @@ async fn acquire(
         };
     }
     let mut ctx = Context::background();
-    if let Some(timeout) = a.timeout {
+    if let Some(timeout) = a.run.timeout {
         ctx = ctx.with_timeout(timeout);
     }
     let (ctx, cancel) = ctx.with_cancel();
@@ -125,10 +125,10 @@ async fn acquire(
             let holder = describe_holder(locker, key).await;
             eprintln!(
                 "fairlock: timed out after {:?} waiting for lock {key} ({holder}); not running {}",
-                a.timeout.unwrap_or_default(),
+                a.run.timeout.unwrap_or_default(),
                 a.cmd[0]
             );
-            Err(a.conflict_code)
+            Err(a.run.conflict_code)
         }
         Err(e) => {
             report(&e);
@@ -146,7 +146,7 @@ async fn run_holding(guard: LockGuard, a: &LockArgs, signals: &mut Signals) -> u
             ("FAIRLOCK_KEY", key.as_str().to_owned()),
             ("FAIRLOCK_TOKEN", guard.fencing_token().to_string()),
         ],
-        kill_after: a.kill_after,
+        kill_after: a.run.kill_after,
         what: format!("lock {key}"),
     };
     run_while_held(guard, child, signals).await

@@ -1,12 +1,10 @@
 //! The command lines of `fairlock elect` and `fairlock leader`, their
 //! checks and long help.
 
-use std::time::Duration;
-
 use clap::Args;
 use clap::error::ErrorKind;
 
-use crate::exit;
+use super::lock_args::RunWhileHeld;
 
 /// What `fairlock elect --help` shows after the options.
 pub const ELECT_AFTER_HELP: &str = "\
@@ -49,23 +47,8 @@ pub struct ElectArgs {
     /// empty seat, else value, token, pid, host, since_ms)
     #[arg(long, requires = "listen")]
     pub json: bool,
-    /// Give up after waiting DUR to be elected: exit with the conflict
-    /// code
-    #[arg(short = 'w', long, value_name = "DUR", value_parser = fairlock::parse_duration)]
-    pub timeout: Option<Duration>,
-    /// The conflict code, 0-255
-    #[arg(
-        short = 'E',
-        long = "conflict-exit-code",
-        value_name = "N",
-        default_value_t = exit::CONFLICT,
-        value_parser = clap::value_parser!(u8)
-    )]
-    pub conflict_code: u8,
-    /// When the leadership is lost while CMD runs, send SIGKILL this long
-    /// after SIGTERM
-    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = fairlock::parse_duration)]
-    pub kill_after: Duration,
+    #[command(flatten)]
+    pub run: RunWhileHeld,
     /// The election's name
     #[arg(value_name = "NAME")]
     pub name: Option<String>,

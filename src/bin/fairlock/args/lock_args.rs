@@ -1,11 +1,35 @@
-//! The options of `fairlock lock`: [`LockArgs`], and what it holds
-//! ([`Hold`]).
+//! The options of `fairlock lock`: [`LockArgs`], what it holds
+//! ([`Hold`]), and the options it shares with `fairlock elect`
+//! ([`RunWhileHeld`]).
 
 use std::time::Duration;
 
 use clap::Args;
 
 use crate::exit;
+
+/// What `fairlock lock` and `fairlock elect` share: how long to wait,
+/// the exit code when that is too long, and CMD's grace on a loss.
+#[derive(Debug, Args)]
+pub struct RunWhileHeld {
+    /// Give up after waiting DUR (for the lock, or to be elected): exit
+    /// with the conflict code
+    #[arg(short = 'w', long, value_name = "DUR", value_parser = fairlock::parse_duration)]
+    pub timeout: Option<Duration>,
+    /// The conflict code, 0-255
+    #[arg(
+        short = 'E',
+        long = "conflict-exit-code",
+        value_name = "N",
+        default_value_t = exit::CONFLICT,
+        value_parser = exit_code
+    )]
+    pub conflict_code: u8,
+    /// When the lock or the leadership is lost while CMD runs, send
+    /// SIGKILL this long after SIGTERM
+    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = fairlock::parse_duration)]
+    pub kill_after: Duration,
+}
 
 #[derive(Debug, Args)]
 pub struct LockArgs {
@@ -44,22 +68,8 @@ pub struct LockArgs {
     /// code, without running CMD
     #[arg(short, long)]
     pub nonblock: bool,
-    /// Give up after waiting DUR: exit with the conflict code
-    #[arg(short = 'w', long, value_name = "DUR", value_parser = fairlock::parse_duration)]
-    pub timeout: Option<Duration>,
-    /// The conflict code, 0-255
-    #[arg(
-        short = 'E',
-        long = "conflict-exit-code",
-        value_name = "N",
-        default_value_t = exit::CONFLICT,
-        value_parser = exit_code
-    )]
-    pub conflict_code: u8,
-    /// When the lock is lost while CMD runs, send SIGKILL this long after
-    /// SIGTERM
-    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = fairlock::parse_duration)]
-    pub kill_after: Duration,
+    #[command(flatten)]
+    pub run: RunWhileHeld,
     /// The lock's name
     #[arg(value_name = "KEY")]
     pub key: Option<String>,
