@@ -13,7 +13,7 @@ use super::place::Waiter;
 use crate::etcd::client::error::EtcdResult;
 use crate::etcd::client::own_watch::Listener;
 use crate::etcd::client::request::retry_backoff;
-use crate::etcd::client::watch::{Subscription, WatchMsg};
+use crate::etcd::client::watch::{Events, Subscription, Target, WatchMsg};
 use crate::etcd::protocol::keys::{passed_along, prefix_end};
 use crate::semantics::fairness::Fairness;
 use crate::util::backoff::Backoff;
@@ -138,7 +138,7 @@ impl Watching {
         let Some((key, since)) = &self.target else {
             return Ok(Some(Signal::Patient));
         };
-        match Box::pin(waiter.watch(key, *since)).await {
+        match Box::pin(watch_deletion(waiter, key, *since)).await {
             Ok(sub) => {
                 self.sub = Some(sub);
                 self.backoff = retry_backoff();
@@ -175,5 +175,23 @@ async fn listen_own(attempt: &LockAttempt) -> EtcdResult<Listener> {
         .state
         .watches
         .listen(&own_prefix, Some(&own_end))
+        .await
+}
+
+/// Watches `key` (our predecessor's queue key, or the lock key) for its
+/// deletion after revision `since`. Replays from there, so no deletion can
+/// slip by; such a watch may start unsynced (~100 ms late), which only
+/// matters when a lock was freed without a handoff.
+async fn watch_deletion(waiter: &Waiter<'_>, key: &[u8], since: i64) -> EtcdResult<Subscription> {
+    waiter
+        .attempt
+        .state
+        .hub
+        .subscribe(Target {
+            key: key.to_vec(),
+            range_end: None,
+            start_revision: Some(since + 1),
+            events: Events::All,
+        })
         .await
 }

@@ -12,7 +12,6 @@ use super::attempt::LockAttempt;
 use super::held_lock::{Behind, Grant};
 use crate::etcd::client::error::EtcdResult;
 use crate::etcd::client::retry::{Budget, Retrying};
-use crate::etcd::client::watch::{Events, Subscription, Target};
 use crate::etcd::protocol::ops::Repeatable;
 use crate::etcd::protocol::queue::{self, Ahead};
 use crate::etcd::protocol::take;
@@ -56,23 +55,6 @@ pub(crate) struct Waiter<'a> {
 impl Waiter<'_> {
     fn state(&self) -> &LockerState {
         &self.attempt.state
-    }
-
-    /// Watches `key` (our predecessor's queue key, or the lock key) for its
-    /// deletion after revision `since`. Replays from there, so no deletion can slip by;
-    /// such a watch may start unsynced (~100 ms late), which only matters
-    /// when a lock was freed without a handoff.
-    pub async fn watch(&self, key: &[u8], since: i64) -> EtcdResult<Subscription> {
-        let key = key.to_vec();
-        self.state()
-            .hub
-            .subscribe(Target {
-                key,
-                range_end: None,
-                start_revision: Some(since + 1),
-                events: Events::All,
-            })
-            .await
     }
 
     /// Our predecessor: the nearest fairlock waiter ahead of us, from
