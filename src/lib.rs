@@ -163,6 +163,8 @@ mod semantics {
 mod util {
     pub(crate) mod backoff;
     pub(crate) mod observe;
+    #[cfg(any(feature = "etcd", feature = "redis"))]
+    pub(crate) mod setters;
     pub(crate) mod unstoppable;
 }
 

@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use super::endpoint::with_default_port;
+use crate::util::setters::{getters, setters};
 use crate::{Error, Result, TlsConfig};
 
 /// The smallest TTL etcd honours (it raises smaller ones to about 2 s).
@@ -55,11 +56,7 @@ impl EtcdConfig {
     /// assert_eq!(config.endpoints(), ["10.0.0.7:2379", "http://etcd-2:2379"]);
     /// ```
     #[must_use]
-    pub fn new<I, S>(endpoints: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
+    pub fn new<I: IntoIterator<Item = S>, S: Into<String>>(endpoints: I) -> Self {
         EtcdConfig {
             endpoints: endpoints
                 .into_iter()
@@ -87,13 +84,43 @@ impl EtcdConfig {
         self
     }
 
-    /// Sets the session lease TTL: how long a crashed holder keeps its locks.
-    /// At least 2 s (etcd's minimum) and at most an hour; rounded up to whole
-    /// seconds.
-    #[must_use]
-    pub fn with_ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
-        self
+    setters! {
+        /// Sets the session lease TTL: how long a crashed holder keeps its
+        /// locks. At least 2 s (etcd's minimum) and at most an hour;
+        /// rounded up to whole seconds.
+        with_ttl(ttl: Duration) => ttl = ttl;
+        /// Sets how long one etcd request may take before it fails.
+        with_request_timeout(timeout: Duration) => request_timeout = timeout;
+        /// Whether lockers that share a connection (made by
+        /// [`super::EtcdLocker::another`], or returned by `get_locker` after
+        /// one [`super::register`]) send the takes and releases they make
+        /// at the same time together, as the branches of one etcd txn (on
+        /// by default). While fewer than 4 writes are on their way, a write
+        /// goes out at once; beyond that it waits (at most 20 ms) for one
+        /// of them to be answered. Each write keeps its own compares and
+        /// its own answer; together they cost etcd one raft proposal
+        /// instead of one each, which matters when many tasks lock
+        /// different keys. Off: every write is a request of its own.
+        with_write_batching(on: bool) => write_batching = on;
+        /// Connects over TLS: `https://` endpoints (a `host:port` endpoint
+        /// is reached with `https://`), trusting the configured CA (or the
+        /// system's roots), presenting the client certificate if set
+        /// (mutual TLS). An `https://` endpoint without this uses TLS with
+        /// the system's roots.
+        ///
+        /// # Examples
+        /// ```
+        /// use fairlock::{TlsConfig, etcd::EtcdConfig};
+        ///
+        /// let config = EtcdConfig::new(["https://etcd-1:2379"]).with_tls(
+        ///     TlsConfig::new()
+        ///         .with_ca_file("ca.pem")
+        ///         .with_cert_file("client.pem")
+        ///         .with_key_file("client.key"),
+        /// );
+        /// assert!(config.validate().is_ok());
+        /// ```
+        with_tls(tls: TlsConfig) => tls = Some(tls);
     }
 
     /// Sets how long connecting may take before [`Error::Connect`].
@@ -109,58 +136,12 @@ impl EtcdConfig {
         self
     }
 
-    /// Sets how long one etcd request may take before it fails.
-    #[must_use]
-    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout;
-        self
-    }
-
-    /// Whether lockers that share a connection (made by
-    /// [`super::EtcdLocker::another`], or returned by `get_locker` after
-    /// one [`super::register`]) send the takes and releases they make at
-    /// the same time together, as the branches of one etcd txn (on by
-    /// default). While fewer than 4 writes are on their way, a write goes
-    /// out at once; beyond that it waits (at most 20 ms) for one of them
-    /// to be answered. Each write keeps its own compares and its own
-    /// answer; together they cost etcd one raft proposal instead of one
-    /// each, which matters when many tasks lock different keys. Off: every
-    /// write is a request of its own.
-    #[must_use]
-    pub fn with_write_batching(mut self, on: bool) -> Self {
-        self.write_batching = on;
-        self
-    }
-
     /// Authenticates as `name` (etcd auth). The password never appears in
     /// `Debug` output. The client renews its token when etcd lets it expire
     /// (`--auth-token-ttl`), so held locks outlive tokens.
     #[must_use]
     pub fn with_user(mut self, name: impl Into<String>, password: impl Into<String>) -> Self {
         self.user = Some((name.into(), password.into()));
-        self
-    }
-
-    /// Connects over TLS: `https://` endpoints (a `host:port` endpoint is
-    /// reached with `https://`), trusting the configured CA (or the system's
-    /// roots), presenting the client certificate if set (mutual TLS). An
-    /// `https://` endpoint without this uses TLS with the system's roots.
-    ///
-    /// # Examples
-    /// ```
-    /// use fairlock::{TlsConfig, etcd::EtcdConfig};
-    ///
-    /// let config = EtcdConfig::new(["https://etcd-1:2379"]).with_tls(
-    ///     TlsConfig::new()
-    ///         .with_ca_file("ca.pem")
-    ///         .with_cert_file("client.pem")
-    ///         .with_key_file("client.key"),
-    /// );
-    /// assert!(config.validate().is_ok());
-    /// ```
-    #[must_use]
-    pub fn with_tls(mut self, tls: TlsConfig) -> Self {
-        self.tls = Some(tls);
         self
     }
 
@@ -188,24 +169,17 @@ impl EtcdConfig {
         &self.prefix
     }
 
-    /// The session lease TTL.
-    #[must_use]
-    pub fn ttl(&self) -> Duration {
-        self.ttl
-    }
-
-    /// The connect timeout.
-    #[must_use]
-    pub fn connect_timeout(&self) -> Duration {
-        self.connect_timeout
-    }
-
-    /// The per-request timeout. `lock` and `try_lock` retry requests that
-    /// failed without an answer for up to twice this long before they
-    /// report the failure.
-    #[must_use]
-    pub fn request_timeout(&self) -> Duration {
-        self.request_timeout
+    getters! {
+        /// The session lease TTL.
+        ttl: Duration;
+        /// The connect timeout.
+        connect_timeout: Duration;
+        /// The per-request timeout. `lock` and `try_lock` retry requests
+        /// that failed without an answer for up to twice this long before
+        /// they report the failure.
+        request_timeout: Duration;
+        /// See [`EtcdConfig::with_write_batching`].
+        write_batching: bool;
     }
 
     /// `true` once [`EtcdConfig::with_connect_timeout`] was called.
@@ -215,12 +189,6 @@ impl EtcdConfig {
 
     pub(crate) fn user(&self) -> Option<&(String, String)> {
         self.user.as_ref()
-    }
-
-    /// See [`EtcdConfig::with_write_batching`].
-    #[must_use]
-    pub fn write_batching(&self) -> bool {
-        self.write_batching
     }
 
     /// The TTL in whole seconds, rounded up.

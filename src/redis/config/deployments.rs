@@ -20,11 +20,7 @@ impl RedisConfig {
     /// assert_eq!(config.quorum(), 1);
     /// ```
     #[must_use]
-    pub fn cluster<I, S>(seeds: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
+    pub fn cluster<I: IntoIterator<Item = S>, S: Into<String>>(seeds: I) -> Self {
         Self::new(seeds).set_deployment(Deployment::Cluster)
     }
 
@@ -43,11 +39,10 @@ impl RedisConfig {
     /// assert!(config.validate().is_ok());
     /// ```
     #[must_use]
-    pub fn sentinel<I, S>(sentinels: I, master: impl Into<String>) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
+    pub fn sentinel<I: IntoIterator<Item = S>, S: Into<String>>(
+        sentinels: I,
+        master: impl Into<String>,
+    ) -> Self {
         Self::new(sentinels).set_deployment(Deployment::Sentinel {
             master: master.into(),
         })

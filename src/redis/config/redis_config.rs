@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::redis::config::topology::{Deployment, ReplicaAcks, Topology, resolve};
 use crate::redis::config::url::redact;
 use crate::redis::config::url_options::split;
+use crate::util::setters::{getters, setters};
 use crate::{Result, TlsConfig};
 
 /// The smallest TTL accepted: the watchdog extends every TTL/3 and each
@@ -78,11 +79,7 @@ impl RedisConfig {
     /// replica acknowledging grants and extends, and a data loss wait of
     /// one TTL (see `with_replica_acks` and `with_data_loss_wait`).
     #[must_use]
-    pub fn new<I, S>(urls: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
+    pub fn new<I: IntoIterator<Item = S>, S: Into<String>>(urls: I) -> Self {
         RedisConfig {
             urls: urls.into_iter().map(Into::into).collect(),
             prefix: DEFAULT_PREFIX.to_string(),
@@ -139,37 +136,39 @@ impl RedisConfig {
             .map(|(user, password)| (user.as_deref(), password.as_str()))
     }
 
-    /// Sets the prefix of every Redis key fairlock writes.
-    #[must_use]
-    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
-    /// Sets the lock TTL: how long a crashed holder keeps its lock. The
-    /// watchdog extends held locks every TTL/3. At least 1 s, at most an
-    /// hour.
-    #[must_use]
-    pub fn with_ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
-        self
-    }
-
-    /// Sets how long one request to one Redis node may take before that
-    /// node counts as not answering. Must be below TTL/3, and an extend
-    /// sent at TTL/3 must end within it before the guard's local deadline
-    /// (TTL - drift - margin, the margin being TTL/10, at most 1 s).
-    #[must_use]
-    pub fn with_node_timeout(mut self, timeout: Duration) -> Self {
-        self.node_timeout = timeout;
-        self
-    }
-
-    /// Sets how long connecting may take before [`Error::Connect`](crate::Error::Connect).
-    #[must_use]
-    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
+    setters! {
+        /// Sets the prefix of every Redis key fairlock writes.
+        with_prefix(prefix: impl Into<String>) => prefix = prefix.into();
+        /// Sets the lock TTL: how long a crashed holder keeps its lock. The
+        /// watchdog extends held locks every TTL/3. At least 1 s, at most an
+        /// hour.
+        with_ttl(ttl: Duration) => ttl = ttl;
+        /// Sets how long one request to one Redis node may take before that
+        /// node counts as not answering. Must be below TTL/3, and an extend
+        /// sent at TTL/3 must end within it before the guard's local deadline
+        /// (TTL - drift - margin, the margin being TTL/10, at most 1 s).
+        with_node_timeout(timeout: Duration) => node_timeout = timeout;
+        /// Sets how long connecting may take before [`Error::Connect`](crate::Error::Connect).
+        with_connect_timeout(timeout: Duration) => connect_timeout = timeout;
+        /// Sets Redlock's clock drift factor (default 0.01): a grant is trusted
+        /// for `ttl - elapsed - (ttl * factor + 2 ms)`.
+        with_drift_factor(factor: f64) => drift_factor = factor;
+        /// TLS settings for `rediss://` URLs: the CA to trust (else the
+        /// system's roots) and a client certificate for servers that demand one
+        /// (`tls-auth-clients yes`). The server name checked is the URL's host.
+        ///
+        /// # Examples
+        /// ```
+        /// use fairlock::{TlsConfig, redis::RedisConfig};
+        ///
+        /// let config = RedisConfig::new(["rediss://locks:secret@redis-1:6380"])
+        ///     .with_tls(TlsConfig::new().with_ca_file("ca.pem"));
+        /// assert!(config.validate().is_ok());
+        /// ```
+        with_tls(tls: TlsConfig) => tls = Some(tls);
+        /// Authenticates as Redis' `default` user with `password` (`requirepass`)
+        /// on every URL that carries no credentials of its own.
+        with_password(password: impl Into<String>) => credentials = Some((None, password.into()));
     }
 
     /// Sets the pause before retrying: a Redlock attempt that got the lock
@@ -182,46 +181,12 @@ impl RedisConfig {
         self
     }
 
-    /// Sets Redlock's clock drift factor (default 0.01): a grant is trusted
-    /// for `ttl - elapsed - (ttl * factor + 2 ms)`.
-    #[must_use]
-    pub fn with_drift_factor(mut self, factor: f64) -> Self {
-        self.drift_factor = factor;
-        self
-    }
-
-    /// TLS settings for `rediss://` URLs: the CA to trust (else the
-    /// system's roots) and a client certificate for servers that demand one
-    /// (`tls-auth-clients yes`). The server name checked is the URL's host.
-    ///
-    /// # Examples
-    /// ```
-    /// use fairlock::{TlsConfig, redis::RedisConfig};
-    ///
-    /// let config = RedisConfig::new(["rediss://locks:secret@redis-1:6380"])
-    ///     .with_tls(TlsConfig::new().with_ca_file("ca.pem"));
-    /// assert!(config.validate().is_ok());
-    /// ```
-    #[must_use]
-    pub fn with_tls(mut self, tls: TlsConfig) -> Self {
-        self.tls = Some(tls);
-        self
-    }
-
     /// Authenticates as the ACL user `name` on every URL that carries no
     /// credentials of its own. The password never appears in `Debug`
     /// output or errors.
     #[must_use]
     pub fn with_user(mut self, name: impl Into<String>, password: impl Into<String>) -> Self {
         self.credentials = Some((Some(name.into()), password.into()));
-        self
-    }
-
-    /// Authenticates as Redis' `default` user with `password` (`requirepass`)
-    /// on every URL that carries no credentials of its own.
-    #[must_use]
-    pub fn with_password(mut self, password: impl Into<String>) -> Self {
-        self.credentials = Some((None, password.into()));
         self
     }
 
@@ -250,34 +215,21 @@ impl RedisConfig {
         &self.prefix
     }
 
-    /// The lock TTL.
-    #[must_use]
-    pub fn ttl(&self) -> Duration {
-        self.ttl
-    }
-
-    /// The per-node request timeout.
-    #[must_use]
-    pub fn node_timeout(&self) -> Duration {
-        self.node_timeout
-    }
-
-    /// The connect timeout.
-    #[must_use]
-    pub fn connect_timeout(&self) -> Duration {
-        self.connect_timeout
+    getters! {
+        /// The lock TTL.
+        ttl: Duration;
+        /// The per-node request timeout.
+        node_timeout: Duration;
+        /// The connect timeout.
+        connect_timeout: Duration;
+        /// The clock drift factor.
+        drift_factor: f64;
     }
 
     /// The first retry pause and its cap.
     #[must_use]
     pub fn retry_delay(&self) -> (Duration, Duration) {
         (self.retry_delay, self.max_retry_delay)
-    }
-
-    /// The clock drift factor.
-    #[must_use]
-    pub fn drift_factor(&self) -> f64 {
-        self.drift_factor
     }
 
     /// How many nodes must grant a lock: 1 for a single instance, a
