@@ -1,4 +1,4 @@
-//! A queued waiter listening for its turn (see `queue.rs`): to its
+//! A queued waiter listening for its turn (see `queue.rs`, the wait): to its
 //! locker's watch of its own queue keys, where a release touches its entry,
 //! and once patient to the deletion of its predecessor's entry or the lock
 //! key.
@@ -9,12 +9,12 @@ use tokio::time::Sleep;
 
 use super::attempt::LockAttempt;
 use super::held_lock::Behind;
-use super::place::Waiter;
 use crate::etcd::client::error::EtcdResult;
 use crate::etcd::client::own_watch::Listener;
 use crate::etcd::client::request::retry_backoff;
 use crate::etcd::client::watch::{Events, Subscription, Target, WatchMsg};
 use crate::etcd::protocol::keys::{passed_along, prefix_end};
+use crate::etcd::session::handout::Lease;
 use crate::semantics::fairness::Fairness;
 use crate::util::backoff::Backoff;
 
@@ -28,8 +28,17 @@ pub(super) enum Signal {
     Changed,
     /// Patience ran out with nothing to watch yet: re-read.
     Patient,
-    /// The lease was lost here (see [`Waiter::revive`]).
+    /// The lease was lost here (the waiter may revive it).
     LeaseLost,
+}
+
+/// The queued entry a [`Watching`] listens for: its attempt, its queue key
+/// (created at `my_rev`) and the lease that key is bound to.
+pub(super) struct Queued<'a> {
+    pub attempt: &'a LockAttempt,
+    pub queue_key: &'a [u8],
+    pub my_rev: i64,
+    pub lease: &'a Lease,
 }
 
 /// What a waiter listens to: its locker's watch of its own queue keys, and
@@ -58,7 +67,7 @@ impl Watching {
     /// watches the target (or, with none known yet, asks for a read).
     pub(super) async fn signal(
         &mut self,
-        waiter: &Waiter<'_>,
+        waiter: &Queued<'_>,
         mut patience: Pin<&mut Sleep>,
     ) -> EtcdResult<Signal> {
         if patience.is_elapsed()
@@ -67,7 +76,7 @@ impl Watching {
         {
             return Ok(signal);
         }
-        let (attempt, my_rev) = (&*waiter.attempt, waiter.my_rev);
+        let (attempt, my_rev) = (waiter.attempt, waiter.my_rev);
         loop {
             tokio::select! {
                 msg = self.own.recv() => match msg {
@@ -134,7 +143,7 @@ impl Watching {
     /// first: [`Signal::Patient`]). A watch that fails to open for a
     /// reason that may pass (no answer, a member cut off) costs a pause and
     /// a re-read, not the waiter's place in line.
-    async fn watch_target(&mut self, waiter: &Waiter<'_>) -> EtcdResult<Option<Signal>> {
+    async fn watch_target(&mut self, waiter: &Queued<'_>) -> EtcdResult<Option<Signal>> {
         let Some((key, since)) = &self.target else {
             return Ok(Some(Signal::Patient));
         };
@@ -154,7 +163,7 @@ impl Watching {
 
     /// Pauses before a watch is opened again; cut short if the lease is
     /// lost meanwhile.
-    async fn pause(&mut self, waiter: &Waiter<'_>) {
+    async fn pause(&mut self, waiter: &Queued<'_>) {
         waiter.lease.pause(&mut self.backoff).await;
     }
 
@@ -182,7 +191,7 @@ async fn listen_own(attempt: &LockAttempt) -> EtcdResult<Listener> {
 /// deletion after revision `since`. Replays from there, so no deletion can
 /// slip by; such a watch may start unsynced (~100 ms late), which only
 /// matters when a lock was freed without a handoff.
-async fn watch_deletion(waiter: &Waiter<'_>, key: &[u8], since: i64) -> EtcdResult<Subscription> {
+async fn watch_deletion(waiter: &Queued<'_>, key: &[u8], since: i64) -> EtcdResult<Subscription> {
     waiter
         .attempt
         .state

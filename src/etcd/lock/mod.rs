@@ -6,9 +6,9 @@
 //! - `release.rs`: unlock, handing the lock key to the next waiter;
 //! - `cleanup.rs`: removing what an abandoned attempt wrote;
 //! - `attempt.rs`: one call to `lock` or `try_lock` and its writes;
-//! - `place.rs`: a queued waiter (`Waiter`) and its re-reads of the
-//!   queue; `listen.rs`: what it listens to; `queue.rs`: the wait in
-//!   line, one state machine over those;
+//! - `listen.rs`: what a queued waiter listens to; `queue.rs`: the wait
+//!   in line, one state machine, and the waiter's re-reads of the queue
+//!   that it drives;
 //! - `etcd_locker.rs`: [`EtcdLocker`](crate::etcd::EtcdLocker); `fence.rs`:
 //!   [`FencedTxn`](crate::etcd::FencedTxn); `status.rs`:
 //!   [`EtcdLocker::status`](crate::etcd::EtcdLocker::status).
@@ -19,7 +19,6 @@ pub(crate) mod etcd_locker;
 pub(crate) mod fence;
 pub(crate) mod held_lock;
 pub(crate) mod listen;
-pub(crate) mod place;
 pub(crate) mod queue;
 pub(crate) mod release;
 pub(crate) mod status;
