@@ -3,13 +3,13 @@
 //! the leader's value.
 
 use std::fmt;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 use crate::election::leader::check_value;
-use crate::{Error, Key, LockGuard, LossCause, Result};
+use crate::{Context, Error, Key, LockGuard, Locker, LossCause, Result};
 
 /// What a backend does with the value of one leadership: the inside of a
 /// [`Leadership`], beside the guard of the election's lock.
@@ -66,8 +66,7 @@ pub struct Leadership {
 }
 
 /// How a backend's campaign writes a new leader's first value
-/// ([`Leadership::take_office`]).
-#[cfg(any(feature = "etcd", feature = "redis"))]
+/// ([`Leadership::campaign`]).
 pub(crate) struct Office {
     /// How long backend errors are retried.
     pub patience: std::time::Duration,
@@ -79,15 +78,34 @@ pub(crate) struct Office {
 }
 
 impl Leadership {
+    /// A campaign, for every backend's elector: checks `value` and `name`,
+    /// takes the election's lock through `locker` (a fair one: candidates
+    /// are elected in arrival order), makes the leader's `record` of the
+    /// guard and the owner value, and writes the first value.
+    pub(crate) async fn campaign(
+        locker: &dyn Locker,
+        (ctx, name, value): (&Context, &Key, &[u8]),
+        office: Office,
+        record: impl FnOnce(&LockGuard, (String, SystemTime)) -> Result<Box<dyn LeaderRecord>> + Send,
+    ) -> Result<Leadership> {
+        check_value(value)?;
+        name.validate()?;
+        let attempt = format!("e{}", uuid::Uuid::new_v4().simple());
+        let owner = crate::api::owner::owner_value(&attempt, "");
+        let guard = locker.lock(ctx, name).await?;
+        let record = record(&guard, (owner, SystemTime::now()))?;
+        Leadership::new(name.clone(), guard, record)
+            .take_office(ctx, value, office)
+            .await
+    }
+
     /// Writes the first value of a leadership just won, retrying backend
     /// errors for `office.patience` while the leadership holds, until
     /// `ctx` ends; on failure resigns first (leaving nothing behind, as a
-    /// `lock` that gives up) and returns the error. For the backends'
-    /// electors.
-    #[cfg(any(feature = "etcd", feature = "redis"))]
-    pub(crate) async fn take_office(
+    /// `lock` that gives up) and returns the error.
+    async fn take_office(
         self,
-        ctx: &crate::Context,
+        ctx: &Context,
         value: &[u8],
         mut office: Office,
     ) -> Result<Leadership> {
@@ -117,6 +135,7 @@ impl Leadership {
             }
         }
     }
+
     /// A leadership of election `name`, held through `guard` (the
     /// election's lock), whose value `record` keeps. For backend authors;
     /// applications get leaderships from [`crate::Elector::campaign`].

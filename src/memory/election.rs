@@ -3,11 +3,12 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 
-use crate::election::leader::check_value;
+use crate::election::leadership::Office;
+use crate::util::backoff::Backoff;
 use crate::{
     ChangeSender, Context, Elector, Key, Leader, LeaderRecord, LeaderWatch, Leadership, Locker,
     Owner, Result,
@@ -128,21 +129,27 @@ impl LeaderRecord for MemoryRecord {
 #[async_trait]
 impl Elector for MemoryElector {
     async fn campaign(&self, ctx: &Context, name: &Key, value: &[u8]) -> Result<Leadership> {
-        check_value(value)?;
-        name.validate()?;
-        let attempt = format!("e{}", uuid::Uuid::new_v4().simple());
-        let owner = Owner::parse(&crate::api::owner::owner_value(&attempt, ""));
-        let guard = self.locker.lock(ctx, name).await?;
-        let record = MemoryRecord {
-            board: Arc::clone(&self.board),
-            name: name.clone(),
-            term: guard.fencing_token(),
-            owner,
-            since: SystemTime::now(),
+        // A value in memory is written at once: nothing to retry.
+        let office = Office {
+            patience: Duration::ZERO,
+            backoff: Backoff::new(Duration::ZERO, Duration::ZERO),
+            resign_within: Duration::from_secs(1),
         };
-        let leadership = Leadership::new(name.clone(), guard, Box::new(record));
-        leadership.proclaim(value).await?;
-        Ok(leadership)
+        Leadership::campaign(
+            &*self.locker,
+            (ctx, name, value),
+            office,
+            |guard, (owner, since)| {
+                Ok(Box::new(MemoryRecord {
+                    board: Arc::clone(&self.board),
+                    name: name.clone(),
+                    term: guard.fencing_token(),
+                    owner: Owner::parse(&owner),
+                    since,
+                }))
+            },
+        )
+        .await
     }
 
     async fn leader(&self, name: &Key) -> Result<Option<Leader>> {

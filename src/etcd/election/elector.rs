@@ -2,20 +2,17 @@
 //! the leader's record (see the spec's "Leader election" section in
 //! `protocol/mod.rs`).
 
-use std::time::SystemTime;
-
 use async_trait::async_trait;
 use etcd_client::Client;
 
 use super::record::EtcdRecord;
 use super::watch;
-use crate::election::leader::check_value;
 use crate::election::leadership::Office;
 use crate::etcd::client::request::retry_backoff;
 use crate::etcd::config::EtcdConfig;
 use crate::etcd::lock::etcd_locker::EtcdLocker;
 use crate::etcd::lock::held_lock::HeldLock;
-use crate::{Context, Elector, Error, Key, Leader, LeaderWatch, Leadership, Locker, Result};
+use crate::{Context, Elector, Error, Key, Leader, LeaderWatch, Leadership, Result};
 
 /// Leader election on etcd: candidates of one elector share its session
 /// lease (a crashed process's candidates and leaderships end a TTL later).
@@ -127,31 +124,26 @@ impl EtcdLocker {
 #[async_trait]
 impl Elector for EtcdElector {
     async fn campaign(&self, ctx: &Context, name: &Key, value: &[u8]) -> Result<Leadership> {
-        check_value(value)?;
-        name.validate()?;
-        let attempt = format!("e{}", uuid::Uuid::new_v4().simple());
-        let owner = crate::api::owner::owner_value(&attempt, "");
-        let guard = self.locker.lock(ctx, name).await?;
-        let Some(held) = guard.backend().and_then(|b| b.downcast_ref::<HeldLock>()) else {
-            return Err(Error::Unsupported(
-                "an etcd election needs a guard of the etcd backend".into(),
-            ));
-        };
-        let record = EtcdRecord::new(
-            held,
-            name.clone(),
-            (owner, SystemTime::now()),
-            guard.lost_token(),
-        );
         // If etcd does not answer a resignation in time, it goes on.
         let office = Office {
             patience: 2 * self.locker.config().request_timeout(),
             backoff: retry_backoff(),
             resign_within: self.locker.config().request_timeout(),
         };
-        Leadership::new(name.clone(), guard, Box::new(record))
-            .take_office(ctx, value, office)
-            .await
+        Leadership::campaign(&self.locker, (ctx, name, value), office, |guard, owner| {
+            let Some(held) = guard.backend().and_then(|b| b.downcast_ref::<HeldLock>()) else {
+                return Err(Error::Unsupported(
+                    "an etcd election needs a guard of the etcd backend".into(),
+                ));
+            };
+            Ok(Box::new(EtcdRecord::new(
+                held,
+                name.clone(),
+                owner,
+                guard.lost_token(),
+            )))
+        })
+        .await
     }
 
     async fn leader(&self, name: &Key) -> Result<Option<Leader>> {

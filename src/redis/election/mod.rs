@@ -28,13 +28,12 @@ mod record;
 mod watch;
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use async_trait::async_trait;
 
 use self::protocol::ElectionKeys;
 use self::record::RedisRecord;
-use crate::election::leader::check_value;
 use crate::election::leadership::Office;
 use crate::redis::protocol::keys::LockKeys;
 use crate::redis::state::Core;
@@ -103,26 +102,24 @@ impl RedisElector {
 #[async_trait]
 impl Elector for RedisElector {
     async fn campaign(&self, ctx: &Context, name: &Key, value: &[u8]) -> Result<Leadership> {
-        check_value(value)?;
         let keys = self.keys(name)?;
-        let attempt = format!("e{}", uuid::Uuid::new_v4().simple());
-        let owner = crate::api::owner::owner_value(&attempt, "");
-        let guard = self.locker.lock(ctx, name).await?;
-        let record = RedisRecord::new(
-            Arc::clone(self.core()),
-            keys,
-            (name.clone(), guard.fencing_token()),
-            (owner, SystemTime::now()),
-            guard.lost_token(),
-        );
         let office = Office {
             patience: 2 * self.core.config.node_timeout(),
             backoff: Backoff::new(Duration::from_millis(20), self.core.poll()),
             resign_within: 2 * self.core.config.node_timeout(),
         };
-        Leadership::new(name.clone(), guard, Box::new(record))
-            .take_office(ctx, value, office)
-            .await
+        Leadership::campaign(&*self.locker, (ctx, name, value), office, |guard, owner| {
+            let term = (name.clone(), guard.fencing_token());
+            let core = Arc::clone(self.core());
+            Ok(Box::new(RedisRecord::new(
+                core,
+                keys,
+                term,
+                owner,
+                guard.lost_token(),
+            )))
+        })
+        .await
     }
 
     async fn leader(&self, name: &Key) -> Result<Option<Leader>> {
