@@ -3,13 +3,14 @@
 //! the leader's value.
 
 use std::fmt;
+use std::future::Future;
 use std::time::{Instant, SystemTime};
 
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 use crate::election::leader::check_value;
-use crate::{Context, Error, Key, LockGuard, Locker, LossCause, Result};
+use crate::{Context, Error, Key, LockGuard, LossCause, Result};
 
 /// What a backend does with the value of one leadership: the inside of a
 /// [`Leadership`], beside the guard of the election's lock.
@@ -79,12 +80,12 @@ pub(crate) struct Office {
 
 impl Leadership {
     /// A campaign, for every backend's elector: checks `value` and `name`,
-    /// takes the election's lock through `locker` (a fair one: candidates
-    /// are elected in arrival order), makes the leader's `record` of the
+    /// takes the election's lock (`lock`, not yet started, of a fair
+    /// locker: candidates are elected in arrival order), makes the leader's `record` of the
     /// guard and the owner value, and writes the first value.
     pub(crate) async fn campaign(
-        locker: &dyn Locker,
         (ctx, name, value): (&Context, &Key, &[u8]),
+        lock: impl Future<Output = Result<LockGuard>> + Send,
         office: Office,
         record: impl FnOnce(&LockGuard, (String, SystemTime)) -> Result<Box<dyn LeaderRecord>> + Send,
     ) -> Result<Leadership> {
@@ -92,7 +93,7 @@ impl Leadership {
         name.validate()?;
         let attempt = format!("e{}", uuid::Uuid::new_v4().simple());
         let owner = crate::api::owner::owner_value(&attempt, "");
-        let guard = locker.lock(ctx, name).await?;
+        let guard = lock.await?;
         let record = record(&guard, (owner, SystemTime::now()))?;
         Leadership::new(name.clone(), guard, record)
             .take_office(ctx, value, office)

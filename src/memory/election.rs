@@ -135,20 +135,16 @@ impl Elector for MemoryElector {
             backoff: Backoff::new(Duration::ZERO, Duration::ZERO),
             resign_within: Duration::from_secs(1),
         };
-        Leadership::campaign(
-            &*self.locker,
-            (ctx, name, value),
-            office,
-            |guard, (owner, since)| {
-                Ok(Box::new(MemoryRecord {
-                    board: Arc::clone(&self.board),
-                    name: name.clone(),
-                    term: guard.fencing_token(),
-                    owner: Owner::parse(&owner),
-                    since,
-                }))
-            },
-        )
+        let lock = self.locker.lock(ctx, name);
+        Leadership::campaign((ctx, name, value), lock, office, |guard, (owner, since)| {
+            Ok(Box::new(MemoryRecord {
+                board: Arc::clone(&self.board),
+                name: name.clone(),
+                term: guard.fencing_token(),
+                owner: Owner::parse(&owner),
+                since,
+            }))
+        })
         .await
     }
 

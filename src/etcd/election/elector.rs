@@ -12,7 +12,7 @@ use crate::etcd::client::request::retry_backoff;
 use crate::etcd::config::EtcdConfig;
 use crate::etcd::lock::etcd_locker::EtcdLocker;
 use crate::etcd::lock::held_lock::HeldLock;
-use crate::{Context, Elector, Error, Key, Leader, LeaderWatch, Leadership, Result};
+use crate::{Context, Elector, Error, Key, Leader, LeaderWatch, Leadership, Locker, Result};
 
 /// Leader election on etcd: candidates of one elector share its session
 /// lease (a crashed process's candidates and leaderships end a TTL later).
@@ -130,7 +130,8 @@ impl Elector for EtcdElector {
             backoff: retry_backoff(),
             resign_within: self.locker.config().request_timeout(),
         };
-        Leadership::campaign(&self.locker, (ctx, name, value), office, |guard, owner| {
+        let lock = self.locker.lock(ctx, name);
+        Leadership::campaign((ctx, name, value), lock, office, |guard, owner| {
             let Some(held) = guard.backend().and_then(|b| b.downcast_ref::<HeldLock>()) else {
                 return Err(Error::Unsupported(
                     "an etcd election needs a guard of the etcd backend".into(),

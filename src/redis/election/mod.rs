@@ -108,7 +108,8 @@ impl Elector for RedisElector {
             backoff: Backoff::new(Duration::from_millis(20), self.core.poll()),
             resign_within: 2 * self.core.config.node_timeout(),
         };
-        Leadership::campaign(&*self.locker, (ctx, name, value), office, |guard, owner| {
+        let lock = self.locker.lock(ctx, name);
+        Leadership::campaign((ctx, name, value), lock, office, |guard, owner| {
             let term = (name.clone(), guard.fencing_token());
             let core = Arc::clone(self.core());
             Ok(Box::new(RedisRecord::new(
