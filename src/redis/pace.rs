@@ -2,8 +2,10 @@
 //! each round, a pause until a wake-up, the next poll, or the moment the
 //! holder ahead expires; node errors are retried for up to a TTL after
 //! the last answered round, but for refusals (see `FailedOp::refusal`),
-//! which end the wait at once.
+//! which end the wait at once. And the pace of a waiter's take-back when it
+//! gives up ([`leave`]).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -84,4 +86,29 @@ impl<'a> Pace<'a> {
             () = tokio::time::sleep(wait) => {}
         }
     }
+}
+
+/// Leaves: `send` once to `nodes` (it returns the nodes that did not
+/// answer, each request bounded by the per-node timeout), then, in a task
+/// of its own, again to those for about one TTL (by then the waiter's
+/// records have expired anyway): past the first pass, a caller that gave
+/// up no longer waits.
+pub(crate) async fn leave<F, S>(core: Arc<Core>, nodes: Vec<usize>, send: S)
+where
+    S: Fn(Arc<Core>, Vec<usize>) -> F + Send + 'static,
+    F: Future<Output = Vec<usize>> + Send,
+{
+    let give_up = Instant::now() + core.config.ttl();
+    let mut pending = send(Arc::clone(&core), nodes).await;
+    if pending.is_empty() {
+        return;
+    }
+    tokio::spawn(async move {
+        let (first, max) = core.config.retry_delay();
+        let mut backoff = Backoff::new(first, max);
+        while !pending.is_empty() && Instant::now() < give_up {
+            backoff.sleep().await;
+            pending = send(Arc::clone(&core), pending).await;
+        }
+    });
 }

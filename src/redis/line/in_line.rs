@@ -18,14 +18,13 @@ use tokio::sync::Notify;
 use crate::redis::connect::node::{Call, Reach};
 use crate::redis::connect::node_error::NodeError;
 use crate::redis::line::held_entry;
-use crate::redis::pace::Pace;
+use crate::redis::pace::{self, Pace};
 use crate::redis::protocol::keys::{LockKeys, owner_value};
 use crate::redis::protocol::line::{Entered, LineKeys, Mode, in_use_as_mutex, spell};
 use crate::redis::protocol::line_lua::{ENTER_SCRIPT, LEAVE_SCRIPT};
 use crate::redis::state::Core;
 use crate::semantics::admission::{Share, conflict};
 use crate::semantics::armed::{Armed, TakeBack, turn_or_done};
-use crate::util::backoff::Backoff;
 use crate::util::observe;
 use crate::{Context, Error, Key, LockGuard, Result};
 
@@ -225,28 +224,18 @@ impl Armed<LineAttempt> {
 }
 
 impl TakeBack for LineAttempt {
-    /// Leaves the line with one request (bounded by the node timeout);
-    /// if Redis does not answer, retries in a task of its own for about a
-    /// TTL (by then the entry's record has expired anyway).
+    /// Leaves the line, at the pace of [`pace::leave`].
     fn take_back(&mut self) -> impl Future<Output = ()> + Send + 'static {
-        let (core, keys, id) = (Arc::clone(&self.core), self.keys.clone(), self.id.clone());
-        async move {
-            let give_up = Instant::now() + core.config.ttl();
-            if send_leave(&core, &keys, &id).await.is_ok() {
-                return;
-            }
-            // Past the first request, a caller that gave up no longer waits.
-            tokio::spawn(async move {
-                let (first, max) = core.config.retry_delay();
-                let mut backoff = Backoff::new(first, max);
-                while Instant::now() < give_up {
-                    backoff.sleep().await;
-                    if send_leave(&core, &keys, &id).await.is_ok() {
-                        return;
-                    }
+        let (keys, id) = (self.keys.clone(), self.id.clone());
+        pace::leave(Arc::clone(&self.core), vec![0], move |core, nodes| {
+            let (keys, id) = (keys.clone(), id.clone());
+            async move {
+                match send_leave(&core, &keys, &id).await {
+                    Ok(_) => Vec::new(),
+                    Err(_) => nodes,
                 }
-            });
-        }
+            }
+        })
     }
 }
 

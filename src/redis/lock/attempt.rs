@@ -9,6 +9,7 @@ use tokio::sync::Notify;
 
 use crate::redis::connect::node::{Call, Reach};
 use crate::redis::lock::held_lock;
+use crate::redis::pace;
 use crate::redis::protocol::keys::{LockKeys, owner_value, waiter_id};
 use crate::redis::protocol::lock_args::{acquire_args, release_args};
 use crate::redis::protocol::lock_lua::{
@@ -16,7 +17,6 @@ use crate::redis::protocol::lock_lua::{
 };
 use crate::redis::state::Core;
 use crate::semantics::armed::{Armed, TakeBack};
-use crate::util::backoff::Backoff;
 use crate::{Key, LockGuard, Result};
 
 /// What one round on every node came to.
@@ -231,34 +231,17 @@ impl Armed<LockAttempt> {
 impl LockAttempt {
     /// Removes what this attempt wrote on `nodes` (queue entries; with
     /// [`Leave::QueueAndLock`], a lock handed over meanwhile is released
-    /// and passed on): one request per node (each bounded by the per-node
-    /// timeout), then, in a task of its own, retries to the nodes that did
-    /// not answer for about one TTL (by then our records have expired
-    /// anyway).
+    /// and passed on), at the pace of [`pace::leave`].
     fn leave(&self, leave: Leave, nodes: Vec<usize>) -> impl Future<Output = ()> + Send + 'static {
-        let core = Arc::clone(&self.core);
-        let keys = self.keys.clone();
-        let id = self.id.clone();
+        let (keys, id) = (self.keys.clone(), self.id.clone());
         let owner = match leave {
             Leave::QueueOnly => String::new(),
             Leave::QueueAndLock => self.owner.clone(),
         };
-        async move {
-            let give_up = Instant::now() + core.config.ttl();
-            let mut pending = send_leave(&core, &keys, &id, &owner, &nodes).await;
-            if pending.is_empty() {
-                return;
-            }
-            // Past the first pass, a caller that gave up no longer waits.
-            tokio::spawn(async move {
-                let (first, max) = core.config.retry_delay();
-                let mut backoff = Backoff::new(first, max);
-                while !pending.is_empty() && Instant::now() < give_up {
-                    backoff.sleep().await;
-                    pending = send_leave(&core, &keys, &id, &owner, &pending).await;
-                }
-            });
-        }
+        pace::leave(Arc::clone(&self.core), nodes, move |core, nodes| {
+            let (keys, id, owner) = (keys.clone(), id.clone(), owner.clone());
+            async move { send_leave(&core, &keys, &id, &owner, &nodes).await }
+        })
     }
 }
 
