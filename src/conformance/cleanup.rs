@@ -1,10 +1,8 @@
 //! The checks of giving up: a `lock` that times out or is cancelled, a
 //! dropped `lock` future and a dropped guard leave nothing behind.
 
-use std::time::Duration;
-
 use super::backend::Backend;
-use super::deadline::patient;
+use super::common::{assert_err, patient, short, spawn, take};
 use crate::{Context, Error, Key};
 
 /// A `lock` on a held key whose context times out returns
@@ -16,25 +14,14 @@ use crate::{Context, Error, Key};
 ///
 /// # Panics
 /// When the error is another, or anything is left behind.
-///
-/// # Cancel safety
-/// As for [`mutual_exclusion`](super::mutual_exclusion).
-///
-/// # Examples
-/// ```
-/// # async fn example(backend: &impl fairlock::conformance::Backend) {
-/// fairlock::conformance::timeout_leaves_nothing(backend, true).await;
-/// # }
-/// ```
 pub async fn timeout_leaves_nothing(b: &impl Backend, fair: bool) {
     if fair && !b.supports_fair() {
         return;
     }
     let key = Key::from("timeout");
     let (h, w) = (b.locker(fair), b.locker(fair));
-    let held = h.try_lock(&key).await.expect("try_lock").expect("free");
-    let ctx = Context::background().with_timeout(Duration::from_millis(200));
-    let err = w.lock(&ctx, &key).await.expect_err("must time out");
+    let held = take(&*h, &key).await;
+    let err = w.lock(&short(200), &key).await.expect_err("must time out");
     assert!(matches!(err, Error::Timeout { .. }), "{err}");
     assert!(err.to_string().contains("timeout") || err.to_string().contains("timed out"));
     held.unlock().await.expect("unlock");
@@ -51,34 +38,24 @@ pub async fn timeout_leaves_nothing(b: &impl Backend, fair: bool) {
 ///
 /// # Panics
 /// When the error is another, or anything is left behind.
-///
-/// # Cancel safety
-/// As for [`mutual_exclusion`](super::mutual_exclusion).
-///
-/// # Examples
-/// ```
-/// # async fn example(backend: &impl fairlock::conformance::Backend) {
-/// fairlock::conformance::cancel_leaves_nothing(backend, true).await;
-/// # }
-/// ```
 pub async fn cancel_leaves_nothing(b: &impl Backend, fair: bool) {
     if fair && !b.supports_fair() {
         return;
     }
     let key = Key::from("cancel");
     let (h, w) = (b.locker(fair), b.locker(fair));
-    let held = h.try_lock(&key).await.expect("try_lock").expect("free");
+    let held = take(&*h, &key).await;
     let (ctx, cancel) = Context::background().with_cancel();
-    let waiter = {
-        let key = key.clone();
-        tokio::spawn(async move { w.lock(&ctx, &key).await })
-    };
+    let waiter = spawn(&w, &key, |w, key| async move { w.lock(&ctx, &key).await });
     if fair {
         b.wait_queued(&key, 1).await;
     }
     cancel.cancel();
-    let err = waiter.await.expect("task").expect_err("must be cancelled");
-    assert!(matches!(err, Error::Cancelled { .. }), "{err}");
+    assert_err!(
+        waiter.await.expect("task"),
+        Error::Cancelled { .. },
+        "cancelled"
+    );
     held.unlock().await.expect("unlock");
     assert!(b.is_clean().await, "a cancelled waiter left keys behind");
     b.finish().await;
@@ -94,27 +71,18 @@ pub async fn cancel_leaves_nothing(b: &impl Backend, fair: bool) {
 /// # Panics
 /// When the entry stays (the wait's guard deadline) or the later `lock`
 /// fails.
-///
-/// # Cancel safety
-/// As for [`mutual_exclusion`](super::mutual_exclusion).
-///
-/// # Examples
-/// ```
-/// # async fn example(backend: &impl fairlock::conformance::Backend) {
-/// fairlock::conformance::drop_future_leaves_nothing(backend, true).await;
-/// # }
-/// ```
 pub async fn drop_future_leaves_nothing(b: &impl Backend, fair: bool) {
     if fair && !b.supports_fair() {
         return;
     }
     let key = Key::from("dropped");
-    let (h, w, later) = (b.locker(fair), b.locker(fair), b.locker(fair));
-    let held = h.try_lock(&key).await.expect("try_lock").expect("free");
-    let waiter = {
-        let key = key.clone();
-        tokio::spawn(async move { w.lock(&patient(), &key).await })
-    };
+    let (h, w) = (b.locker(fair), b.locker(fair));
+    let held = take(&*h, &key).await;
+    let waiter = spawn(
+        &w,
+        &key,
+        |w, key| async move { w.lock(&patient(), &key).await },
+    );
     if fair {
         b.wait_queued(&key, 1).await;
     } else {
@@ -124,10 +92,7 @@ pub async fn drop_future_leaves_nothing(b: &impl Backend, fair: bool) {
     assert!(waiter.await.expect_err("aborted").is_cancelled());
     held.unlock().await.expect("unlock");
     b.wait_clean().await;
-    let guard = later.lock(&patient(), &key).await.expect("lock after drop");
-    guard.unlock().await.expect("unlock");
-    b.wait_clean().await;
-    b.finish().await;
+    lock_again_and_finish(b, fair, &key).await;
 }
 
 /// Dropping a guard without `unlock` releases the lock in the background:
@@ -138,25 +103,21 @@ pub async fn drop_future_leaves_nothing(b: &impl Backend, fair: bool) {
 /// # Panics
 /// When the lock is never released (the guard deadline of the second
 /// `lock`) or anything is left behind.
-///
-/// # Cancel safety
-/// As for [`mutual_exclusion`](super::mutual_exclusion).
-///
-/// # Examples
-/// ```
-/// # async fn example(backend: &impl fairlock::conformance::Backend) {
-/// fairlock::conformance::drop_guard_releases(backend, false).await;
-/// # }
-/// ```
 pub async fn drop_guard_releases(b: &impl Backend, fair: bool) {
     if fair && !b.supports_fair() {
         return;
     }
     let key = Key::from("drop-guard");
-    let (a, c) = (b.locker(fair), b.locker(fair));
-    let guard = a.lock(&patient(), &key).await.expect("lock");
-    drop(guard);
-    let guard = c.lock(&patient(), &key).await.expect("lock after drop");
+    let a = b.locker(fair);
+    drop(a.lock(&patient(), &key).await.expect("lock"));
+    lock_again_and_finish(b, fair, &key).await;
+}
+
+/// A new locker's `lock` of `key` is granted (after a drop); then it
+/// unlocks and the check ends clean.
+async fn lock_again_and_finish(b: &impl Backend, fair: bool, key: &Key) {
+    let later = b.locker(fair);
+    let guard = later.lock(&patient(), key).await.expect("lock after drop");
     guard.unlock().await.expect("unlock");
     b.wait_clean().await;
     b.finish().await;

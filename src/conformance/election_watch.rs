@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::deadline::patient;
+use super::common::{assert_err, assert_leader, patient, short, spawn};
 use super::election::ElectionBackend;
 use crate::{Context, Error, Key, Leader, LeaderWatch, MAX_KEY_LEN, MAX_VALUE_LEN};
 
@@ -37,40 +37,24 @@ async fn values_until_none_after(watch: &mut LeaderWatch, last: &[u8]) -> Vec<(V
 ///
 /// # Panics
 /// When a change is missing, out of order or unexpected.
-///
-/// # Examples
-/// ```
-/// # async fn example(backend: &impl fairlock::conformance::ElectionBackend) {
-/// fairlock::conformance::observers_see_every_change(backend).await;
-/// # }
-/// ```
 pub async fn observers_see_every_change(b: &impl ElectionBackend) {
     let name = Key::from("observed");
     let (a, c, follower) = (b.elector(), b.elector(), b.elector());
     let mut early = follower.observe(&name).await.expect("observe");
     assert_eq!(next_state(&mut early).await, None, "nobody leads yet");
-    let first = a
-        .campaign(&patient(), &name, b"a1")
-        .await
-        .expect("campaign");
+    let first = a.campaign(&patient(), &name, b"a1").await;
+    let first = first.expect("campaign");
     first.proclaim(b"a2").await.expect("proclaim");
     let mut late = follower.observe(&name).await.expect("observe");
     let now = next_state(&mut late).await.expect("a leader");
-    assert_eq!(
-        (now.value.as_slice(), now.fencing_token),
-        (&b"a2"[..], first.fencing_token())
-    );
-    let next = {
-        let name = name.clone();
-        tokio::spawn(async move {
-            let second = c
-                .campaign(&patient(), &name, b"c1")
-                .await
-                .expect("campaign");
-            second.proclaim(b"c2").await.expect("proclaim");
-            second.resign().await.expect("resign");
-        })
-    };
+    let read = (now.value.as_slice(), now.fencing_token);
+    assert_eq!(read, (&b"a2"[..], first.fencing_token()));
+    let next = spawn(&c, &name, |c, name| async move {
+        let second = c.campaign(&patient(), &name, b"c1").await;
+        let second = second.expect("campaign");
+        second.proclaim(b"c2").await.expect("proclaim");
+        second.resign().await.expect("resign");
+    });
     b.wait_candidates(&name, 1).await;
     let (t1, a1) = (first.fencing_token(), b"a1".to_vec());
     first.resign().await.expect("resign");
@@ -80,11 +64,8 @@ pub async fn observers_see_every_change(b: &impl ElectionBackend) {
     assert_eq!(seen[..2], [(a1, t1), (b"a2".to_vec(), t1)], "{seen:?}");
     let t2 = seen[2].1;
     assert!(t2 > t1, "term {t2} after {t1}");
-    assert_eq!(
-        seen[2..],
-        [(b"c1".to_vec(), t2), (b"c2".to_vec(), t2)],
-        "{seen:?}"
-    );
+    let second = [(b"c1".to_vec(), t2), (b"c2".to_vec(), t2)];
+    assert_eq!(seen[2..], second, "{seen:?}");
     let rest = values_until_none_after(&mut late, b"c2").await;
     assert_eq!(rest, seen[2..], "the late observer");
     b.wait_clean().await;
@@ -100,62 +81,37 @@ pub async fn observers_see_every_change(b: &impl ElectionBackend) {
 ///
 /// # Panics
 /// When an error is another or anything is left behind.
-///
-/// # Examples
-/// ```
-/// # async fn example(backend: &impl fairlock::conformance::ElectionBackend) {
-/// fairlock::conformance::giving_up_a_campaign_leaves_nothing(backend).await;
-/// # }
-/// ```
 pub async fn giving_up_a_campaign_leaves_nothing(b: &impl ElectionBackend) {
     let name = Key::from("give-up");
     let (leader, other) = (b.elector(), b.elector());
-    let held = leader
-        .campaign(&patient(), &name, b"l")
-        .await
-        .expect("campaign");
-    let ctx = Context::background().with_timeout(Duration::from_millis(200));
-    let e = other
-        .campaign(&ctx, &name, b"t")
-        .await
-        .expect_err("must time out");
-    assert!(matches!(e, Error::Timeout { .. }), "{e}");
+    let held = leader.campaign(&patient(), &name, b"l").await;
+    let held = held.expect("campaign");
+    let e = other.campaign(&short(200), &name, b"t").await;
+    assert_err!(e, Error::Timeout { .. }, "must time out");
     let (ctx, cancel) = Context::background().with_cancel();
-    let cancelled = {
-        let (other, name) = (std::sync::Arc::clone(&other), name.clone());
-        tokio::spawn(async move { other.campaign(&ctx, &name, b"c").await })
-    };
+    let cancelled = spawn(&other, &name, |other, name| async move {
+        other.campaign(&ctx, &name, b"c").await
+    });
     b.wait_candidates(&name, 1).await;
     cancel.cancel();
-    let e = cancelled
-        .await
-        .expect("task")
-        .expect_err("must be cancelled");
-    assert!(matches!(e, Error::Cancelled { .. }), "{e}");
+    let e = cancelled.await.expect("task");
+    assert_err!(e, Error::Cancelled { .. }, "must be cancelled");
     held.resign().await.expect("resign");
-    assert!(
-        b.is_clean().await,
-        "a campaign that gave up left something behind"
-    );
+    let clean = b.is_clean().await;
+    assert!(clean, "a campaign that gave up left something behind");
 
-    let held = leader
-        .campaign(&patient(), &name, b"l")
-        .await
-        .expect("campaign");
-    let dropped = {
-        let (other, name) = (std::sync::Arc::clone(&other), name.clone());
-        tokio::spawn(async move { other.campaign(&patient(), &name, b"d").await })
-    };
+    let held = leader.campaign(&patient(), &name, b"l").await;
+    let held = held.expect("campaign");
+    let dropped = spawn(&other, &name, |other, name| async move {
+        other.campaign(&patient(), &name, b"d").await
+    });
     b.wait_candidates(&name, 1).await;
     dropped.abort();
     assert!(dropped.await.expect_err("aborted").is_cancelled());
     held.resign().await.expect("resign");
     b.wait_clean().await;
-    let later = other
-        .campaign(&patient(), &name, b"x")
-        .await
-        .expect("campaign");
-    later.resign().await.expect("resign");
+    let later = other.campaign(&patient(), &name, b"x").await;
+    later.expect("campaign").resign().await.expect("resign");
     b.wait_clean().await;
     b.finish().await;
 }
@@ -166,24 +122,13 @@ pub async fn giving_up_a_campaign_leaves_nothing(b: &impl ElectionBackend) {
 /// # Panics
 /// When the candidate is never elected (the guard deadline) or anything is
 /// left behind.
-///
-/// # Examples
-/// ```
-/// # async fn example(backend: &impl fairlock::conformance::ElectionBackend) {
-/// fairlock::conformance::dropping_a_leadership_hands_over(backend).await;
-/// # }
-/// ```
 pub async fn dropping_a_leadership_hands_over(b: &impl ElectionBackend) {
     let name = Key::from("dropped");
     let (a, c) = (b.elector(), b.elector());
     let first = a.campaign(&patient(), &name, b"a").await.expect("campaign");
     drop(first);
     let second = c.campaign(&patient(), &name, b"c").await.expect("campaign");
-    let leader = a.leader(&name).await.expect("leader").expect("some");
-    assert_eq!(
-        (leader.value.as_slice(), leader.fencing_token),
-        (&b"c"[..], second.fencing_token())
-    );
+    assert_leader(&*a, &name, b"c", second.fencing_token()).await;
     second.resign().await.expect("resign");
     b.wait_clean().await;
     b.finish().await;
@@ -197,13 +142,6 @@ pub async fn dropping_a_leadership_hands_over(b: &impl ElectionBackend) {
 ///
 /// # Panics
 /// When an error is missing or another, or anything is left behind.
-///
-/// # Examples
-/// ```
-/// # async fn example(backend: &impl fairlock::conformance::ElectionBackend) {
-/// fairlock::conformance::election_bad_input(backend).await;
-/// # }
-/// ```
 pub async fn election_bad_input(b: &impl ElectionBackend) {
     let elector = b.elector();
     let long = "n".repeat(MAX_KEY_LEN + 1);
@@ -214,11 +152,8 @@ pub async fn election_bad_input(b: &impl ElectionBackend) {
     ] {
         let name = Key::from(name);
         let bad = |e: Error| matches!(&e, Error::InvalidKey { .. }) && e.to_string().contains(says);
-        let e = elector
-            .campaign(&patient(), &name, b"v")
-            .await
-            .expect_err("bad");
-        assert!(bad(e), "campaign {says}");
+        let e = elector.campaign(&patient(), &name, b"v").await;
+        assert!(bad(e.expect_err("bad")), "campaign {says}");
         assert!(bad(elector.leader(&name).await.expect_err("bad")), "leader");
         assert!(
             bad(elector.observe(&name).await.expect_err("bad")),
@@ -226,22 +161,15 @@ pub async fn election_bad_input(b: &impl ElectionBackend) {
         );
     }
     let big = vec![b'x'; MAX_VALUE_LEN + 1];
-    let e = elector
-        .campaign(&patient(), &Key::from("ok"), &big)
-        .await
-        .expect_err("too long");
+    let e = elector.campaign(&patient(), &Key::from("ok"), &big).await;
+    let e = e.expect_err("too long");
     assert!(matches!(e, Error::InvalidValue { .. }), "{e}");
     assert!(e.to_string().contains(&MAX_VALUE_LEN.to_string()), "{e}");
     let (ctx, cancel) = Context::background().with_cancel();
     cancel.cancel();
-    let e = elector
-        .campaign(&ctx, &Key::from("ok"), b"v")
-        .await
-        .expect_err("cancelled");
-    assert!(matches!(e, Error::Cancelled { .. }), "{e}");
-    assert!(
-        b.is_clean().await,
-        "a refused campaign left something behind"
-    );
+    let e = elector.campaign(&ctx, &Key::from("ok"), b"v").await;
+    assert_err!(e, Error::Cancelled { .. }, "cancelled");
+    let clean = b.is_clean().await;
+    assert!(clean, "a refused campaign left something behind");
     b.finish().await;
 }

@@ -2,7 +2,7 @@
 //! errors for bad keys and a context that is already cancelled.
 
 use super::backend::Backend;
-use super::deadline::patient;
+use super::common::{assert_err, patient, refused, take};
 use crate::{Context, Error, Key, MAX_KEY_LEN};
 
 /// `try_lock`, in each supported mode, takes a free key, answers `None` for
@@ -12,16 +12,6 @@ use crate::{Context, Error, Key, MAX_KEY_LEN};
 ///
 /// # Panics
 /// When an answer is wrong or anything is left behind.
-///
-/// # Cancel safety
-/// As for [`mutual_exclusion`](super::mutual_exclusion).
-///
-/// # Examples
-/// ```
-/// # async fn example(backend: &impl fairlock::conformance::Backend) {
-/// fairlock::conformance::try_lock(backend).await;
-/// # }
-/// ```
 pub async fn try_lock(b: &impl Backend) {
     for fair in [true, false] {
         if fair && !b.supports_fair() {
@@ -29,21 +19,12 @@ pub async fn try_lock(b: &impl Backend) {
         }
         let key = Key::from(format!("try-{fair}"));
         let (a, c) = (b.locker(fair), b.locker(fair));
-        let guard = a
-            .try_lock(&key)
-            .await
-            .expect("try_lock")
-            .expect("free lock");
+        let guard = take(&*a, &key).await;
         assert_eq!(guard.key(), &key);
-        assert!(c.try_lock(&key).await.expect("try_lock").is_none());
-        assert!(a.try_lock(&key).await.expect("try_lock").is_none());
+        assert!(refused(c.try_lock(&key)).await, "held, to another locker");
+        assert!(refused(a.try_lock(&key)).await, "held, to its own locker");
         guard.unlock().await.expect("unlock");
-        let again = c
-            .try_lock(&key)
-            .await
-            .expect("try_lock")
-            .expect("free again");
-        again.unlock().await.expect("unlock");
+        take(&*c, &key).await.unlock().await.expect("unlock");
     }
     assert!(b.is_clean().await, "keys left after try_lock and unlock");
     b.finish().await;
@@ -57,16 +38,6 @@ pub async fn try_lock(b: &impl Backend) {
 ///
 /// # Panics
 /// When an error is missing or another, or anything is left behind.
-///
-/// # Cancel safety
-/// As for [`mutual_exclusion`](super::mutual_exclusion).
-///
-/// # Examples
-/// ```
-/// # async fn example(backend: &impl fairlock::conformance::Backend) {
-/// fairlock::conformance::bad_input(backend).await;
-/// # }
-/// ```
 pub async fn bad_input(b: &impl Backend) {
     let long = "k".repeat(MAX_KEY_LEN + 1);
     for fair in [true, false] {
@@ -78,24 +49,17 @@ pub async fn bad_input(b: &impl Backend) {
             (long.as_str(), "at most"),
         ] {
             let key = Key::from(key);
+            let bad =
+                |e: &Error| matches!(e, Error::InvalidKey { .. }) && e.to_string().contains(says);
             let e = l.try_lock(&key).await.expect_err("bad key");
-            assert!(
-                matches!(&e, Error::InvalidKey { .. }) && e.to_string().contains(says),
-                "{e}"
-            );
+            assert!(bad(&e), "{e}");
             let e = l.lock(&patient(), &key).await.expect_err("bad key");
-            assert!(
-                matches!(&e, Error::InvalidKey { .. }) && e.to_string().contains(says),
-                "{e}"
-            );
+            assert!(bad(&e), "{e}");
         }
         let (ctx, cancel) = Context::background().with_cancel();
         cancel.cancel();
-        let e = l
-            .lock(&ctx, &Key::from("ok"))
-            .await
-            .expect_err("cancelled ctx");
-        assert!(matches!(e, Error::Cancelled { .. }), "{e}");
+        let e = l.lock(&ctx, &Key::from("ok")).await;
+        assert_err!(e, Error::Cancelled { .. }, "cancelled ctx");
     }
     assert!(b.is_clean().await, "a rejected call left keys behind");
     b.finish().await;

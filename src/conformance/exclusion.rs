@@ -1,12 +1,10 @@
 //! The checks of who gets the lock: mutual exclusion with strictly growing
 //! fencing tokens, fair (arrival) order, and independent keys.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use super::backend::Backend;
-use super::deadline::patient;
+use super::common::{Turns, join, patient, spawn, take};
 use crate::Key;
 
 /// Many tasks on several lockers, one locker per entry of `modes` (`true`
@@ -28,7 +26,7 @@ use crate::Key;
 /// # Cancel safety
 /// Dropping the future ends the check halfway: its lockers and guards then
 /// release in the background and the store is left as the backend's
-/// cleanup leaves it.
+/// cleanup leaves it. The same holds for every check.
 ///
 /// # Examples
 /// ```
@@ -43,36 +41,20 @@ pub async fn mutual_exclusion(b: &impl Backend, modes: &[bool]) {
     const TASKS_PER_LOCKER: usize = 3;
     const ROUNDS: u64 = 8;
     let key = Key::from("counter");
-    let counter = Arc::new(AtomicU64::new(0));
-    let inside = Arc::new(AtomicU32::new(0));
-    let last_token = Arc::new(AtomicU64::new(0));
+    let turns = Arc::new(Turns::default());
     let mut tasks = Vec::new();
     for &fair in modes {
         let locker = b.locker(fair);
         for _ in 0..TASKS_PER_LOCKER {
-            let (locker, key) = (Arc::clone(&locker), key.clone());
-            let (counter, inside, last_token) = (
-                Arc::clone(&counter),
-                Arc::clone(&inside),
-                Arc::clone(&last_token),
-            );
-            tasks.push(tokio::spawn(async move {
+            let turns = Arc::clone(&turns);
+            tasks.push(spawn(&locker, &key, |locker, key| async move {
                 for _ in 0..ROUNDS {
                     let guard = locker.lock(&patient(), &key).await.expect("lock");
-                    assert_eq!(
-                        inside.fetch_add(1, Ordering::SeqCst),
-                        0,
-                        "two holders at once"
-                    );
                     assert!(guard.is_held(), "a fresh guard must report its lock held");
                     let lost = guard.lost_token();
-                    let token = guard.fencing_token();
-                    let previous = last_token.swap(token, Ordering::SeqCst);
-                    assert!(token > previous, "fencing token {token} after {previous}");
-                    let seen = counter.load(Ordering::SeqCst);
-                    tokio::time::sleep(Duration::from_millis(1)).await; // widen the race
-                    counter.store(seen + 1, Ordering::SeqCst);
-                    inside.fetch_sub(1, Ordering::SeqCst);
+                    turns
+                        .turn(guard.fencing_token(), "two holders at once")
+                        .await;
                     assert!(guard.is_held(), "lost while held");
                     locker.unlock(guard).await.expect("unlock");
                     // Our own release (a handoff changes the lock key) is
@@ -82,11 +64,8 @@ pub async fn mutual_exclusion(b: &impl Backend, modes: &[bool]) {
             }));
         }
     }
-    for t in tasks {
-        t.await.expect("task");
-    }
-    let want = modes.len() as u64 * TASKS_PER_LOCKER as u64 * ROUNDS;
-    assert_eq!(counter.load(Ordering::SeqCst), want, "lost updates");
+    join(tasks).await;
+    turns.assert_count(modes.len() as u64 * TASKS_PER_LOCKER as u64 * ROUNDS);
     b.wait_clean().await;
     b.finish().await;
 }
@@ -99,16 +78,6 @@ pub async fn mutual_exclusion(b: &impl Backend, modes: &[bool]) {
 ///
 /// # Panics
 /// When a waiter is granted out of order or a lock call fails.
-///
-/// # Cancel safety
-/// As for [`mutual_exclusion`].
-///
-/// # Examples
-/// ```
-/// # async fn example(backend: &impl fairlock::conformance::Backend) {
-/// fairlock::conformance::fair_order(backend).await;
-/// # }
-/// ```
 pub async fn fair_order(b: &impl Backend) {
     if !b.supports_fair() {
         return;
@@ -116,17 +85,12 @@ pub async fn fair_order(b: &impl Backend) {
     const WAITERS: usize = 6;
     let key = Key::from("queue");
     let holder = b.locker(true);
-    let first = holder
-        .try_lock(&key)
-        .await
-        .expect("try_lock")
-        .expect("free");
+    let first = take(&*holder, &key).await;
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for i in 0..WAITERS {
-        let locker = b.locker(true);
-        let (k, order) = (key.clone(), Arc::clone(&order));
-        tasks.push(tokio::spawn(async move {
+        let order = Arc::clone(&order);
+        tasks.push(spawn(&b.locker(true), &key, |locker, k| async move {
             let guard = locker.lock(&patient(), &k).await.expect("lock");
             order.lock().unwrap_or_else(|e| e.into_inner()).push(i);
             guard.unlock().await.expect("unlock");
@@ -134,9 +98,7 @@ pub async fn fair_order(b: &impl Backend) {
         b.wait_queued(&key, i + 1).await;
     }
     first.unlock().await.expect("unlock");
-    for t in tasks {
-        t.await.expect("task");
-    }
+    join(tasks).await;
     let order = order.lock().unwrap_or_else(|e| e.into_inner()).clone();
     assert_eq!(order, (0..WAITERS).collect::<Vec<_>>(), "grant order");
     b.wait_clean().await;
@@ -152,45 +114,23 @@ pub async fn fair_order(b: &impl Backend) {
 ///
 /// # Panics
 /// When a lock on one key grants or blocks another, or a lock call fails.
-///
-/// # Cancel safety
-/// As for [`mutual_exclusion`].
-///
-/// # Examples
-/// ```
-/// # async fn example(backend: &impl fairlock::conformance::Backend) {
-/// fairlock::conformance::key_isolation(backend, false).await;
-/// # }
-/// ```
 pub async fn key_isolation(b: &impl Backend, fair: bool) {
     if fair && !b.supports_fair() {
         return;
     }
     let (a, ab, a_b) = (Key::from("a"), Key::from("ab"), Key::from("a/b"));
     let (h, w, other) = (b.locker(fair), b.locker(fair), b.locker(fair));
-    let held = h
-        .try_lock(&a)
-        .await
-        .expect("try_lock a")
-        .expect("a is free");
-    let waiter = {
-        let a = a.clone();
-        tokio::spawn(async move {
-            let g = w.lock(&patient(), &a).await.expect("lock a");
-            g.unlock().await.expect("unlock");
-        })
-    };
+    let held = take(&*h, &a).await;
+    let waiter = spawn(&w, &a, |w, a| async move {
+        let g = w.lock(&patient(), &a).await.expect("lock a");
+        g.unlock().await.expect("unlock");
+    });
     if fair {
         b.wait_queued(&a, 1).await;
     }
     for _ in 0..5 {
         for k in [&ab, &a_b] {
-            let g = other
-                .try_lock(k)
-                .await
-                .expect("try_lock")
-                .expect("independent key is free");
-            g.unlock().await.expect("unlock");
+            take(&*other, k).await.unlock().await.expect("unlock");
         }
     }
     assert!(

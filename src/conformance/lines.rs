@@ -4,11 +4,11 @@
 //! which order, and that giving up leaves nothing behind.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
+use super::Backend;
+use super::common::{assert_err, patient, refused, short, spawn};
 use super::permits::{most_held, several_permits};
-use super::{Backend, patient};
-use crate::{Context, Error, Key, LockGuard};
+use crate::{Context, Error, Key};
 
 /// What the tasks of a check did, in order.
 type Log = Arc<Mutex<Vec<&'static str>>>;
@@ -30,16 +30,6 @@ fn logged(log: &Log) -> Vec<&'static str> {
 ///
 /// # Panics
 /// When a grant breaks these rules, or a call fails.
-///
-/// # Cancel safety
-/// As for [`mutual_exclusion`](super::mutual_exclusion).
-///
-/// # Examples
-/// ```
-/// # async fn example(backend: &impl fairlock::conformance::Backend) {
-/// fairlock::conformance::read_write_lock(backend).await;
-/// # }
-/// ```
 pub async fn read_write_lock(b: &impl Backend) {
     if !b.supports_shared() {
         return;
@@ -47,64 +37,36 @@ pub async fn read_write_lock(b: &impl Backend) {
     let key = Key::from("rw");
     let lockers: Vec<_> = (0..5).map(|_| b.locker(true)).collect();
     let r1 = lockers[0].read_lock(&patient(), &key).await.expect("read");
-    let r2 = lockers[1]
-        .read_lock(&patient(), &key)
-        .await
-        .expect("readers share");
-    assert!(
-        lockers[2]
-            .try_write_lock(&key)
-            .await
-            .expect("try_write")
-            .is_none(),
-        "a writer took the lock from two readers"
-    );
+    let r2 = lockers[1].read_lock(&patient(), &key).await.expect("share");
+    let held = refused(lockers[2].try_write_lock(&key)).await;
+    assert!(held, "a writer took the lock from two readers");
     let order: Log = Arc::default();
-    let writer = {
-        let (locker, key, order) = (Arc::clone(&lockers[2]), key.clone(), Arc::clone(&order));
-        tokio::spawn(async move {
-            let guard = locker.write_lock(&patient(), &key).await.expect("write");
-            log(&order, "writer");
-            guard
-        })
-    };
+    let o = Arc::clone(&order);
+    let writer = spawn(&lockers[2], &key, |locker, key| async move {
+        let guard = locker.write_lock(&patient(), &key).await.expect("write");
+        log(&o, "writer");
+        guard
+    });
     b.wait_queued(&key, 3).await;
-    assert!(
-        lockers[3]
-            .try_read_lock(&key)
-            .await
-            .expect("try_read")
-            .is_none(),
-        "a reader went past a waiting writer"
-    );
-    let late_reader = {
-        let (locker, key, order) = (Arc::clone(&lockers[3]), key.clone(), Arc::clone(&order));
-        tokio::spawn(async move {
-            let guard = locker.read_lock(&patient(), &key).await.expect("read");
-            log(&order, "late reader");
-            guard
-        })
-    };
+    let held = refused(lockers[3].try_read_lock(&key)).await;
+    assert!(held, "a reader went past a waiting writer");
+    let o = Arc::clone(&order);
+    let late_reader = spawn(&lockers[3], &key, |locker, key| async move {
+        let guard = locker.read_lock(&patient(), &key).await.expect("read");
+        log(&o, "late reader");
+        guard
+    });
     b.wait_queued(&key, 4).await;
     let tokens = [r1.fencing_token(), r2.fencing_token()];
     r1.unlock().await.expect("unlock");
-    assert!(
-        logged(&order).is_empty(),
-        "granted while a reader held: {:?}",
-        logged(&order)
-    );
+    let early = logged(&order);
+    assert!(early.is_empty(), "granted while a reader held: {early:?}");
     r2.unlock().await.expect("unlock");
     let w = writer.await.expect("writer task");
     assert_eq!(logged(&order), ["writer"], "the writer holds alone");
     assert!(tokens.iter().all(|&t| w.fencing_token() > t), "tokens grow");
-    assert!(
-        lockers[4]
-            .try_read_lock(&key)
-            .await
-            .expect("try_read")
-            .is_none(),
-        "a reader held beside the writer"
-    );
+    let held = refused(lockers[4].try_read_lock(&key)).await;
+    assert!(held, "a reader held beside the writer");
     w.unlock().await.expect("unlock");
     let late = late_reader.await.expect("reader task");
     assert_eq!(logged(&order), ["writer", "late reader"]);
@@ -122,16 +84,6 @@ pub async fn read_write_lock(b: &impl Backend) {
 ///
 /// # Panics
 /// When more than the limit hold, the order is broken, or a call fails.
-///
-/// # Cancel safety
-/// As for [`mutual_exclusion`](super::mutual_exclusion).
-///
-/// # Examples
-/// ```
-/// # async fn example(backend: &impl fairlock::conformance::Backend) {
-/// fairlock::conformance::semaphore(backend).await;
-/// # }
-/// ```
 pub async fn semaphore(b: &impl Backend) {
     if !b.supports_shared() {
         return;
@@ -139,32 +91,19 @@ pub async fn semaphore(b: &impl Backend) {
     const LIMIT: u32 = 2;
     let key = Key::from("sem");
     let lockers: Vec<_> = (0..4).map(|_| b.locker(true)).collect();
-    let one = lockers[0]
-        .try_acquire_permits(&key, 1, LIMIT)
-        .await
-        .expect("try")
-        .expect("free");
-    let two = lockers[1]
-        .acquire_permits(&patient(), &key, 1, LIMIT)
-        .await
-        .expect("second permit");
-    assert!(
-        lockers[2]
-            .try_acquire_permits(&key, 1, LIMIT)
-            .await
-            .expect("try")
-            .is_none(),
-        "a third permit of two"
-    );
+    let one = lockers[0].try_acquire_permits(&key, 1, LIMIT).await;
+    let one = one.expect("try").expect("free");
+    let two = lockers[1].acquire_permits(&patient(), &key, 1, LIMIT).await;
+    let two = two.expect("second permit");
+    let held = refused(lockers[2].try_acquire_permits(&key, 1, LIMIT)).await;
+    assert!(held, "a third permit of two");
     let order: Log = Arc::default();
     let mut waiters = Vec::new();
     for (i, name) in [(2, "third"), (3, "fourth")] {
-        let (locker, k, order) = (Arc::clone(&lockers[i]), key.clone(), Arc::clone(&order));
-        waiters.push(tokio::spawn(async move {
-            let guard = locker
-                .acquire_permits(&patient(), &k, 1, LIMIT)
-                .await
-                .expect("acquire");
+        let order = Arc::clone(&order);
+        waiters.push(spawn(&lockers[i], &key, move |locker, k| async move {
+            let guard = locker.acquire_permits(&patient(), &k, 1, LIMIT).await;
+            let guard = guard.expect("acquire");
             log(&order, name);
             guard
         }));
@@ -173,11 +112,8 @@ pub async fn semaphore(b: &impl Backend) {
     one.unlock().await.expect("unlock");
     let mut waiters = waiters.into_iter();
     let third = waiters.next().expect("third").await.expect("task");
-    assert_eq!(
-        logged(&order),
-        ["third"],
-        "one permit freed, one granted, in order"
-    );
+    let first = logged(&order);
+    assert_eq!(first, ["third"], "one permit freed, one granted, in order");
     two.unlock().await.expect("unlock");
     let fourth = waiters.next().expect("fourth").await.expect("task");
     assert_eq!(logged(&order), ["third", "fourth"]);
@@ -190,10 +126,7 @@ pub async fn semaphore(b: &impl Backend) {
 
     // Under load: never more than the limit at once.
     let most = most_held(b, &key, LIMIT, (5, 4), |_, _| 1).await;
-    assert!(
-        most <= LIMIT as usize,
-        "{most} held a semaphore of {LIMIT} at once"
-    );
+    assert!(most <= LIMIT as usize, "{most} held a semaphore of {LIMIT}");
     several_permits(b).await;
     b.wait_clean().await;
     b.finish().await;
@@ -207,16 +140,6 @@ pub async fn semaphore(b: &impl Backend) {
 ///
 /// # Panics
 /// When something is left behind or a later call is not granted.
-///
-/// # Cancel safety
-/// As for [`mutual_exclusion`](super::mutual_exclusion).
-///
-/// # Examples
-/// ```
-/// # async fn example(backend: &impl fairlock::conformance::Backend) {
-/// fairlock::conformance::shared_giving_up_leaves_nothing(backend).await;
-/// # }
-/// ```
 pub async fn shared_giving_up_leaves_nothing(b: &impl Backend) {
     if !b.supports_shared() {
         return;
@@ -225,35 +148,29 @@ pub async fn shared_giving_up_leaves_nothing(b: &impl Backend) {
     let (h, w) = (b.locker(true), b.locker(true));
     let held = h.write_lock(&patient(), &key).await.expect("write");
     // A deadline passes.
-    let short = Context::background().with_timeout(Duration::from_millis(50));
-    let err = w
-        .read_lock(&short, &key)
-        .await
-        .map(drop)
-        .expect_err("must time out");
-    assert!(matches!(err, Error::Timeout { .. }), "{err}");
+    let late = w.read_lock(&short(50), &key).await;
+    assert_err!(late, Error::Timeout { .. }, "must time out");
     // Cancelled.
     let (ctx, cancel) = Context::background().with_cancel();
-    let waiter = {
-        let (w, key) = (Arc::clone(&w), key.clone());
-        tokio::spawn(async move { w.write_lock(&ctx, &key).await.map(drop) })
-    };
+    let waiter = spawn(&w, &key, |w, key| async move {
+        w.write_lock(&ctx, &key).await.map(drop)
+    });
     b.wait_queued(&key, 2).await;
     cancel.cancel();
-    let err = waiter.await.expect("task").expect_err("must be cancelled");
-    assert!(matches!(err, Error::Cancelled { .. }), "{err}");
+    assert_err!(
+        waiter.await.expect("task"),
+        Error::Cancelled { .. },
+        "cancel"
+    );
     held.unlock().await.expect("unlock");
     // Both cleaned up before they returned.
-    assert!(
-        b.is_clean().await,
-        "a read or write lock that gave up left its entry"
-    );
+    let clean = b.is_clean().await;
+    assert!(clean, "a read or write lock that gave up left its entry");
     // Dropped while waiting: cleaned up in the background.
     let held = h.write_lock(&patient(), &key).await.expect("write");
-    let dropped = {
-        let (w, key) = (Arc::clone(&w), key.clone());
-        tokio::spawn(async move { w.write_lock(&patient(), &key).await.map(drop) })
-    };
+    let dropped = spawn(&w, &key, |w, key| async move {
+        w.write_lock(&patient(), &key).await.map(drop)
+    });
     b.wait_queued(&key, 2).await;
     dropped.abort();
     let _ = dropped.await;
@@ -262,23 +179,17 @@ pub async fn shared_giving_up_leaves_nothing(b: &impl Backend) {
     // A permit that times out; a dropped guard releases, and the next
     // caller gets the permit.
     let key = Key::from("give-up-permit");
-    let permit = h
-        .acquire_permits(&patient(), &key, 1, 1)
-        .await
-        .expect("acquire");
-    let short = Context::background().with_timeout(Duration::from_millis(50));
-    let err = w
-        .acquire_permits(&short, &key, 1, 1)
-        .await
-        .map(drop)
-        .expect_err("must time out");
-    assert!(matches!(err, Error::Timeout { .. }), "{err}");
+    let permit = h.acquire_permits(&patient(), &key, 1, 1).await;
+    let permit = permit.expect("acquire");
+    let late = w.acquire_permits(&short(50), &key, 1, 1).await;
+    assert_err!(late, Error::Timeout { .. }, "must time out");
     drop(permit);
-    let again: LockGuard = w
-        .acquire_permits(&patient(), &key, 1, 1)
+    let again = w.acquire_permits(&patient(), &key, 1, 1).await;
+    again
+        .expect("acquire after drop")
+        .unlock()
         .await
-        .expect("acquire after drop");
-    again.unlock().await.expect("unlock");
+        .expect("unlock");
     b.wait_clean().await;
     b.finish().await;
 }
@@ -290,61 +201,25 @@ pub async fn shared_giving_up_leaves_nothing(b: &impl Backend) {
 ///
 /// # Panics
 /// When an error is not the documented one.
-///
-/// # Cancel safety
-/// As for [`mutual_exclusion`](super::mutual_exclusion).
-///
-/// # Examples
-/// ```
-/// # async fn example(backend: &impl fairlock::conformance::Backend) {
-/// fairlock::conformance::shared_bad_input(backend).await;
-/// # }
-/// ```
 pub async fn shared_bad_input(b: &impl Backend) {
     if !b.supports_shared() {
         return;
     }
-    let locker = b.locker(true);
+    let (locker, other) = (b.locker(true), b.locker(true));
     let key = Key::from("kinds");
-    let err = locker
-        .try_acquire_permits(&key, 1, 0)
-        .await
-        .map(drop)
-        .expect_err("limit 0");
-    assert!(matches!(err, Error::InvalidConfig(_)), "{err}");
-    let permit = locker
-        .acquire_permits(&patient(), &key, 1, 3)
-        .await
-        .expect("acquire");
-    let other = b.locker(true);
-    let err = other
-        .try_acquire_permits(&key, 1, 4)
-        .await
-        .map(drop)
-        .expect_err("another limit");
-    assert!(matches!(err, Error::InvalidKey { .. }), "{err}");
-    let err = other
-        .read_lock(&patient(), &key)
-        .await
-        .map(drop)
-        .expect_err("a read lock");
-    assert!(matches!(err, Error::InvalidKey { .. }), "{err}");
-    let err = other
-        .try_write_lock(&"".into())
-        .await
-        .map(drop)
-        .expect_err("empty key");
-    assert!(matches!(err, Error::InvalidKey { .. }), "{err}");
+    let e = locker.try_acquire_permits(&key, 1, 0).await;
+    assert_err!(e, Error::InvalidConfig(_), "limit 0");
+    let permit = locker.acquire_permits(&patient(), &key, 1, 3).await;
+    let permit = permit.expect("acquire");
+    let e = other.try_acquire_permits(&key, 1, 4).await;
+    assert_err!(e, Error::InvalidKey { .. }, "another limit");
+    let e = other.read_lock(&patient(), &key).await;
+    assert_err!(e, Error::InvalidKey { .. }, "a read lock");
+    let e = other.try_write_lock(&"".into()).await;
+    assert_err!(e, Error::InvalidKey { .. }, "empty key");
     for (n, limit) in [(0, 3), (4, 3)] {
-        let err = other
-            .try_acquire_permits(&key, n, limit)
-            .await
-            .map(drop)
-            .expect_err("n of 0 or over the limit");
-        assert!(
-            matches!(err, Error::InvalidConfig(_)),
-            "{n} of {limit}: {err}"
-        );
+        let e = other.try_acquire_permits(&key, n, limit).await;
+        assert_err!(e, Error::InvalidConfig(_), format!("{n} of {limit}"));
     }
     // A mutex of a key held as a semaphore (or read/write lock) is never
     // granted: refused, or waited for.
@@ -353,8 +228,7 @@ pub async fn shared_bad_input(b: &impl Backend) {
         Ok(Some(_)) => panic!("the mutex of a key whose permit is held was granted"),
         Err(e) => panic!("try_lock of a key held as a semaphore: {e}"),
     }
-    let short = Context::background().with_timeout(Duration::from_millis(200));
-    match other.lock(&short, &key).await {
+    match other.lock(&short(200), &key).await {
         Err(Error::InvalidKey { .. } | Error::Timeout { .. }) => {}
         Ok(_) => panic!("the mutex of a key whose permit is held was granted"),
         Err(e) => panic!("lock of a key held as a semaphore: {e}"),

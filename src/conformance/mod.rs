@@ -44,7 +44,9 @@
 //!   ([`Backend::supports_shared`]).
 //!
 //! [`patient`] is the context the checks give every `lock` that must
-//! succeed.
+//! succeed. Every check is called as
+//! `conformance::check(&backend, mode...).await` (see the example below),
+//! and is cancel safe as [`mutual_exclusion`] tells.
 //!
 //! # Leader election
 //! A backend with an [`Elector`](crate::Elector) also implements
@@ -112,12 +114,12 @@
 //!
 //! # Map
 //! - `backend.rs`: [`Backend`], the contract of the backend under test.
-//! - `deadline.rs`: [`patient`].
+//! - `common.rs`: [`patient`] and the helpers the checks share.
 //! - `exclusion.rs`: [`mutual_exclusion`], [`fair_order`], [`key_isolation`].
 //! - `cleanup.rs`: [`timeout_leaves_nothing`], [`cancel_leaves_nothing`],
 //!   [`drop_future_leaves_nothing`], [`drop_guard_releases`].
 //! - `entry_points.rs`: [`try_lock`], [`bad_input`].
-//! - `suite.rs`: [`run`] and [`conformance_tests!`](crate::conformance_tests).
+//! - `suite.rs`: [`run`] and the two macros.
 //!
 //! The checks use only this crate's own dependencies (tokio,
 //! async-trait), none of its dev-dependencies.
@@ -126,7 +128,7 @@
 
 mod backend;
 mod cleanup;
-mod deadline;
+mod common;
 mod election;
 mod election_watch;
 mod entry_points;
@@ -140,7 +142,7 @@ pub use backend::Backend;
 pub use cleanup::{
     cancel_leaves_nothing, drop_future_leaves_nothing, drop_guard_releases, timeout_leaves_nothing,
 };
-pub use deadline::patient;
+pub use common::patient;
 pub use election::{
     ElectionBackend, election_order, one_leader_at_a_time, proclaim_changes_the_value,
     resign_hands_over,

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::{Backend, patient};
+use super::Backend;
+use super::common::{join, patient, refused, spawn};
 use crate::Key;
 
 /// Calls that take several permits: a call that does not fit waits, and
@@ -14,44 +15,28 @@ use crate::Key;
 pub(super) async fn several_permits(b: &impl Backend) {
     const LIMIT: u32 = 3;
     let key = Key::from("sem-n");
-    let lockers: Vec<_> = (0..4).map(|_| Arc::new(b.locker(true))).collect();
-    let two = lockers[0]
-        .try_acquire_permits(&key, 2, LIMIT)
-        .await
-        .expect("try")
-        .expect("free");
-    assert!(
-        lockers[1]
-            .try_acquire_permits(&key, 2, LIMIT)
-            .await
-            .expect("try")
-            .is_none(),
-        "2 + 2 permits of 3"
-    );
+    let lockers: Vec<_> = (0..4).map(|_| b.locker(true)).collect();
+    let two = lockers[0].try_acquire_permits(&key, 2, LIMIT).await;
+    let two = two.expect("try").expect("free");
+    let held = refused(lockers[1].try_acquire_permits(&key, 2, LIMIT)).await;
+    assert!(held, "2 + 2 permits of 3");
     let mut waiters = Vec::new();
     for (i, n) in [(1, 2), (2, 1)] {
-        let (locker, k) = (Arc::clone(&lockers[i]), key.clone());
-        waiters.push(tokio::spawn(async move {
+        waiters.push(spawn(&lockers[i], &key, move |locker, k| async move {
             locker.acquire_permits(&patient(), &k, n, LIMIT).await
         }));
         b.wait_queued(&key, i + 1).await;
     }
     // One permit is free, but a call of 2 waits ahead: nobody barges.
-    assert!(
-        lockers[3]
-            .try_acquire_permits(&key, 1, LIMIT)
-            .await
-            .expect("try")
-            .is_none(),
-        "a permit taken past a waiting call of 2"
-    );
+    let held = refused(lockers[3].try_acquire_permits(&key, 1, LIMIT)).await;
+    assert!(held, "a permit taken past a waiting call of 2");
     two.unlock().await.expect("unlock");
-    let mut granted = Vec::new();
-    for w in waiters {
-        granted.push(w.await.expect("task").expect("2 + 1 fit in 3 once 2 left"));
-    }
+    let granted = join(waiters).await;
     for g in granted {
-        g.unlock().await.expect("unlock");
+        g.expect("2 + 1 fit in 3 once 2 left")
+            .unlock()
+            .await
+            .expect("unlock");
     }
 
     // Under load, calls of 1 to 3 permits: never more than the limit held.
@@ -59,10 +44,7 @@ pub(super) async fn several_permits(b: &impl Backend) {
         (task + round) % LIMIT + 1
     })
     .await;
-    assert!(
-        most <= LIMIT as usize,
-        "{most} permits of {LIMIT} held at once"
-    );
+    assert!(most <= LIMIT as usize, "{most} permits of {LIMIT} at once");
 }
 
 /// The most permits of `key` (limit `limit`) held at once while `tasks`
@@ -79,15 +61,12 @@ pub(super) async fn most_held(
     let most = Arc::new(AtomicUsize::new(0));
     let tasks: Vec<_> = (0..tasks)
         .map(|task| {
-            let (locker, key) = (b.locker(true), key.clone());
             let (holding, most) = (Arc::clone(&holding), Arc::clone(&most));
-            tokio::spawn(async move {
+            spawn(&b.locker(true), key, move |locker, key| async move {
                 for round in 0..rounds {
                     let n = n(task, round);
-                    let guard = locker
-                        .acquire_permits(&patient(), &key, n, limit)
-                        .await
-                        .expect("acquire");
+                    let guard = locker.acquire_permits(&patient(), &key, n, limit).await;
+                    let guard = guard.expect("acquire");
                     let n = n as usize;
                     let now = holding.fetch_add(n, Ordering::SeqCst) + n;
                     most.fetch_max(now, Ordering::SeqCst);
@@ -98,8 +77,6 @@ pub(super) async fn most_held(
             })
         })
         .collect();
-    for t in tasks {
-        t.await.expect("task");
-    }
+    join(tasks).await;
     most.load(Ordering::SeqCst)
 }

@@ -26,7 +26,7 @@ pub fn run<F: Future>(check: F) -> F::Output {
 }
 
 /// Declares the whole conformance suite as tests: a module
-/// `conformance_suite` with one `#[test]` per check and mode (20 tests).
+/// `conformance_suite` with one `#[test]` per check and mode (22 tests).
 ///
 /// The argument is the path of an `async fn(&str) -> B` where `B` implements
 /// [`conformance::Backend`](crate::conformance::Backend): each test calls
@@ -42,125 +42,74 @@ macro_rules! conformance_tests {
         mod conformance_suite {
             #[allow(unused_imports)]
             use super::*;
-            use $crate::conformance as suite;
-
-            #[test]
-            fn mutual_exclusion_fair() {
-                suite::run(async {
-                    suite::mutual_exclusion(&$make("mx-fair").await, &[true, true, true]).await
-                });
-            }
-            #[test]
-            fn mutual_exclusion_unfair() {
-                suite::run(async {
-                    suite::mutual_exclusion(&$make("mx-unfair").await, &[false, false, false]).await
-                });
-            }
-            #[test]
-            fn mutual_exclusion_mixed_fair_and_unfair() {
-                suite::run(async {
-                    suite::mutual_exclusion(&$make("mx-mixed").await, &[true, false, true, false])
-                        .await
-                });
-            }
-            #[test]
-            fn fair_order_in_arrival() {
-                suite::run(async { suite::fair_order(&$make("order").await).await });
-            }
-            #[test]
-            fn try_lock_semantics() {
-                suite::run(async { suite::try_lock(&$make("try").await).await });
-            }
-            #[test]
-            fn timeout_leaves_nothing_fair() {
-                suite::run(async {
-                    suite::timeout_leaves_nothing(&$make("timeout-fair").await, true).await
-                });
-            }
-            #[test]
-            fn timeout_leaves_nothing_unfair() {
-                suite::run(async {
-                    suite::timeout_leaves_nothing(&$make("timeout-unfair").await, false).await
-                });
-            }
-            #[test]
-            fn cancel_leaves_nothing_fair() {
-                suite::run(async {
-                    suite::cancel_leaves_nothing(&$make("cancel-fair").await, true).await
-                });
-            }
-            #[test]
-            fn cancel_leaves_nothing_unfair() {
-                suite::run(async {
-                    suite::cancel_leaves_nothing(&$make("cancel-unfair").await, false).await
-                });
-            }
-            #[test]
-            fn drop_future_leaves_nothing_fair() {
-                suite::run(async {
-                    suite::drop_future_leaves_nothing(&$make("dropf-fair").await, true).await
-                });
-            }
-            #[test]
-            fn drop_future_leaves_nothing_unfair() {
-                suite::run(async {
-                    suite::drop_future_leaves_nothing(&$make("dropf-unfair").await, false).await
-                });
-            }
-            #[test]
-            fn drop_guard_releases_fair() {
-                suite::run(async {
-                    suite::drop_guard_releases(&$make("dropg-fair").await, true).await
-                });
-            }
-            #[test]
-            fn drop_guard_releases_unfair() {
-                suite::run(async {
-                    suite::drop_guard_releases(&$make("dropg-unfair").await, false).await
-                });
-            }
-            #[test]
-            fn key_isolation_fair() {
-                suite::run(async { suite::key_isolation(&$make("iso-fair").await, true).await });
-            }
-            #[test]
-            fn key_isolation_unfair() {
-                suite::run(async { suite::key_isolation(&$make("iso-unfair").await, false).await });
-            }
-            #[test]
-            fn bad_input_is_a_clear_error() {
-                suite::run(async { suite::bad_input(&$make("bad").await).await });
-            }
-            #[test]
-            fn read_write_lock() {
-                suite::run(async { suite::read_write_lock(&$make("rw").await).await });
-            }
-            #[test]
-            fn semaphore() {
-                suite::run(async { suite::semaphore(&$make("sem").await).await });
-            }
-            #[test]
-            fn shared_giving_up_leaves_nothing() {
-                suite::run(async {
-                    suite::shared_giving_up_leaves_nothing(&$make("shared-give-up").await).await
-                });
-            }
-            #[test]
-            fn lock_is_the_write_lock_of_a_read_key() {
-                suite::run(async {
-                    suite::lock_is_the_write_lock_of_a_read_key(&$make("mixed").await).await
-                });
-            }
-            #[test]
-            fn read_lock_waits_for_the_mutex() {
-                suite::run(async {
-                    suite::read_lock_waits_for_the_mutex(&$make("after-mutex").await).await
-                });
-            }
-            #[test]
-            fn shared_bad_input_is_a_clear_error() {
-                suite::run(async { suite::shared_bad_input(&$make("shared-bad").await).await });
-            }
+            $crate::__conformance_module!($make, {
+                mutual_exclusion_fair: mutual_exclusion("mx-fair", &[true, true, true]),
+                mutual_exclusion_unfair: mutual_exclusion("mx-unfair", &[false, false, false]),
+                mutual_exclusion_mixed_fair_and_unfair:
+                    mutual_exclusion("mx-mixed", &[true, false, true, false]),
+                fair_order_in_arrival: fair_order("order"),
+                try_lock_semantics: try_lock("try"),
+                timeout_leaves_nothing_fair: timeout_leaves_nothing("timeout-fair", true),
+                timeout_leaves_nothing_unfair: timeout_leaves_nothing("timeout-unfair", false),
+                cancel_leaves_nothing_fair: cancel_leaves_nothing("cancel-fair", true),
+                cancel_leaves_nothing_unfair: cancel_leaves_nothing("cancel-unfair", false),
+                drop_future_leaves_nothing_fair: drop_future_leaves_nothing("dropf-fair", true),
+                drop_future_leaves_nothing_unfair:
+                    drop_future_leaves_nothing("dropf-unfair", false),
+                drop_guard_releases_fair: drop_guard_releases("dropg-fair", true),
+                drop_guard_releases_unfair: drop_guard_releases("dropg-unfair", false),
+                key_isolation_fair: key_isolation("iso-fair", true),
+                key_isolation_unfair: key_isolation("iso-unfair", false),
+                bad_input_is_a_clear_error: bad_input("bad"),
+                read_write_lock: read_write_lock("rw"),
+                semaphore: semaphore("sem"),
+                shared_giving_up_leaves_nothing: shared_giving_up_leaves_nothing("shared-give-up"),
+                lock_is_the_write_lock_of_a_read_key: lock_is_the_write_lock_of_a_read_key("mixed"),
+                read_lock_waits_for_the_mutex: read_lock_waits_for_the_mutex("after-mutex"),
+                shared_bad_input_is_a_clear_error: shared_bad_input("shared-bad"),
+            });
         }
+    };
+}
+
+/// Declares the election checks as tests: a module
+/// `election_conformance_suite` with one `#[test]` per check (8 tests),
+/// each calling `$make(name)` for a fresh
+/// [`ElectionBackend`](crate::conformance::ElectionBackend), as
+/// [`conformance_tests!`](crate::conformance_tests) does for lockers.
+#[macro_export]
+macro_rules! election_conformance_tests {
+    ($make:path) => {
+        mod election_conformance_suite {
+            #[allow(unused_imports)]
+            use super::*;
+            $crate::__conformance_module!($make, {
+                election_order: election_order("el-order"),
+                one_leader_at_a_time: one_leader_at_a_time("el-one"),
+                resign_hands_over: resign_hands_over("el-resign"),
+                proclaim_changes_the_value: proclaim_changes_the_value("el-proclaim"),
+                observers_see_every_change: observers_see_every_change("el-observe"),
+                giving_up_a_campaign_leaves_nothing:
+                    giving_up_a_campaign_leaves_nothing("el-give-up"),
+                dropping_a_leadership_hands_over: dropping_a_leadership_hands_over("el-drop"),
+                election_bad_input: election_bad_input("el-bad"),
+            });
+        }
+    };
+}
+
+/// The table behind both macros: per row `test: check("name", args...)`,
+/// a `#[test] fn test` that [`run`]s `check(&$make("name").await, args...)`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_module {
+    ($make:path, { $($test:ident: $check:ident($name:literal $(, $arg:expr)*)),* $(,)? }) => {
+        use $crate::conformance as suite;
+        $(
+            #[test]
+            fn $test() {
+                suite::run(async { suite::$check(&$make($name).await $(, $arg)*).await });
+            }
+        )*
     };
 }
