@@ -9,6 +9,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::semantics::admission::Share;
 use crate::{Leader, Owner};
 
 /// One lock as a backend sees it at one moment.
@@ -203,4 +204,49 @@ impl NodeCount {
     pub fn new(holding: usize, total: usize) -> Self {
         NodeCount { holding, total }
     }
+}
+
+/// One entry of a read/write lock's or semaphore's line, as a backend read
+/// it.
+pub(crate) struct LineEntry {
+    pub(crate) share: Share,
+    pub(crate) owner: Owner,
+    /// The id of the entry's locker.
+    pub(crate) locker: String,
+    /// Its fencing token when it holds; `None` while it waits.
+    pub(crate) held: Option<u64>,
+    /// etcd: the lease of its key.
+    pub(crate) lease: Option<LeaseId>,
+}
+
+impl LockStatus {
+    /// Fills in this lock's line from `entries`, in line order: its kind,
+    /// its holders (the first is also [`LockStatus::holder`]) and its
+    /// (fair) waiters.
+    pub(crate) fn fill_line(&mut self, entries: impl IntoIterator<Item = LineEntry>) {
+        for e in entries {
+            let (kind, permits) = match e.share {
+                Share::Permit { limit, n } => (LockKind::Semaphore { limit }, n),
+                Share::Read | Share::Write => (LockKind::ReadWrite, 1),
+            };
+            self.kind = kind;
+            let reads = e.share == Share::Read;
+            if let Some(token) = e.held {
+                let mut holder = LockHolder::new(e.owner, token);
+                (holder.lease, holder.reads, holder.permits) = (e.lease, reads, permits);
+                self.holders.push(holder);
+            } else {
+                let mut waiter = LockWaiter::new(e.owner, e.locker, true);
+                (waiter.reads, waiter.permits) = (reads, permits);
+                self.waiters.push(waiter);
+            }
+        }
+        self.holder = self.holders.first().cloned();
+    }
+}
+
+/// The locker an owner names (its `locker=` field; Redis), or "".
+#[cfg(feature = "redis")]
+pub(crate) fn locker_of(owner: &Owner) -> String {
+    owner.field("locker").unwrap_or_default().to_owned()
 }

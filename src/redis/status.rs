@@ -4,6 +4,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
+use crate::api::status::{LineEntry, locker_of};
 use crate::redis::connect::node::Node;
 use crate::redis::connect::node::{Call, Reach};
 use crate::redis::connect::node_error::NodeError;
@@ -12,8 +13,7 @@ use crate::redis::protocol::line::{LineKeys, parse_entry};
 use crate::redis::protocol::line_lua::STATUS_SCRIPT as LINE_STATUS_SCRIPT;
 use crate::redis::protocol::lock_lua::STATUS_SCRIPT;
 use crate::redis::redis_locker::RedisLocker;
-use crate::semantics::admission::Share;
-use crate::{Elector, Key, LockHolder, LockKind, LockStatus, LockWaiter, NodeCount, Owner, Result};
+use crate::{Elector, Key, LockHolder, LockStatus, LockWaiter, NodeCount, Owner, Result};
 
 /// What one node says about one lock.
 struct NodeView {
@@ -157,33 +157,21 @@ impl RedisLocker {
             })
             .await
             .map_err(|e| self.inner().nodes.unavailable("status", vec![e]))?;
-        for pair in values.chunks(2) {
-            let [_, record] = pair else { continue };
+        lock.fill_line(values.chunks(2).filter_map(|pair| {
+            let [_, record] = pair else { return None };
             let record = String::from_utf8_lossy(record);
-            let Some((share, token, owner)) = parse_entry(&record) else {
-                continue;
-            };
-            let (reads, permits, kind) = match share {
-                Share::Read => (true, 1, LockKind::ReadWrite),
-                Share::Write => (false, 1, LockKind::ReadWrite),
-                Share::Permit { limit, n } => (false, n, LockKind::Semaphore { limit }),
-            };
-            lock.kind = kind;
+            let (share, token, owner) = parse_entry(&record)?;
             let owner = Owner::parse(owner);
-            if token > 0 {
-                let mut holder = LockHolder::new(owner, token);
-                holder.reads = reads;
-                holder.permits = permits;
-                lock.holders.push(holder);
-            } else {
-                let locker = owner.field("locker").unwrap_or_default().to_owned();
-                let mut waiter = LockWaiter::new(owner, locker, true);
-                waiter.reads = reads;
-                waiter.permits = permits;
-                lock.waiters.push(waiter);
-            }
-        }
-        lock.holder = lock.holders.first().cloned();
+            let locker = locker_of(&owner);
+            let (held, lease) = ((token > 0).then_some(token), None);
+            Some(LineEntry {
+                share,
+                owner,
+                locker,
+                held,
+                lease,
+            })
+        }));
         Ok(())
     }
 }
@@ -341,8 +329,11 @@ fn merge(name: &str, layout: &Layout, views: &[NodeView], total: usize) -> LockS
                     let mut parts = record.splitn(4, ' ');
                     let (_hub, _mode, _ttl) = (parts.next()?, parts.next()?, parts.next()?);
                     let owner = Owner::parse(parts.next()?);
-                    let locker = owner.field("locker").unwrap_or_default().to_owned();
-                    Some(LockWaiter::new(owner, locker, id.starts_with('f')))
+                    Some(LockWaiter::new(
+                        owner.clone(),
+                        locker_of(&owner),
+                        id.starts_with('f'),
+                    ))
                 })
                 .collect()
         })

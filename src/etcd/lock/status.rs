@@ -8,6 +8,7 @@ use std::time::Duration;
 use etcd_client::{GetOptions, SortOrder, SortTarget};
 
 use super::etcd_locker::EtcdLocker;
+use crate::api::status::LineEntry;
 use crate::etcd::client::error::EtcdError;
 use crate::etcd::client::request::request;
 use crate::etcd::protocol::election::{decode, is_value_key};
@@ -15,8 +16,7 @@ use crate::etcd::protocol::keys::{entry_name, prefix_end};
 use crate::etcd::protocol::line::LineKeys;
 use crate::semantics::admission::{Admission, Share};
 use crate::{
-    Key, Leader, LeaseId, LockHolder, LockKind, LockStatus, LockWaiter, Owner, RESERVED_SEGMENT,
-    Result,
+    Key, Leader, LeaseId, LockHolder, LockStatus, LockWaiter, Owner, RESERVED_SEGMENT, Result,
 };
 
 impl EtcdLocker {
@@ -181,8 +181,8 @@ fn group(prefix: &str, kvs: Vec<(Vec<u8>, Vec<u8>, i64, i64)>) -> Vec<LockStatus
                         share,
                         locker,
                         owner,
-                        token: mod_revision,
-                        lease,
+                        held: Some(u64::try_from(mod_revision).unwrap_or_default()),
+                        lease: Some(LeaseId(lease)),
                     })
                 }
                 None => entry.foreign.push(key.clone().into_owned()),
@@ -195,9 +195,14 @@ fn group(prefix: &str, kvs: Vec<(Vec<u8>, Vec<u8>, i64, i64)>) -> Vec<LockStatus
             }
         }
     }
-    for (lock, entries) in lines {
+    // Holders and waiters told apart by the rule every backend grants by.
+    for (lock, mut entries) in lines {
+        let mut admission = Admission::default();
+        for e in &mut entries {
+            e.held = e.held.filter(|_| admission.next(e.share));
+        }
         if let Some(status) = locks.get_mut(&lock) {
-            line_status(status, entries);
+            status.fill_line(entries);
         }
     }
     // An election's leader: the record of the lock holder's term (one of
@@ -219,15 +224,6 @@ fn group(prefix: &str, kvs: Vec<(Vec<u8>, Vec<u8>, i64, i64)>) -> Vec<LockStatus
     locks.into_values().collect()
 }
 
-/// An entry of a read/write lock's or semaphore's line, as read.
-struct LineEntry {
-    share: Share,
-    locker: String,
-    owner: Owner,
-    token: i64,
-    lease: i64,
-}
-
 /// What line entry `key` of lock `lock` asks for, and its locker's id.
 fn line_entry(prefix: &str, lock: &str, key: &[u8], lease: i64) -> Option<(Share, String)> {
     if lease == 0 {
@@ -238,36 +234,6 @@ fn line_entry(prefix: &str, lock: &str, key: &[u8], lease: i64) -> Option<(Share
     keys.parse(key)
         .filter(|&(_, _, index)| index == 0)
         .map(|(share, locker, _)| (share, locker.to_owned()))
-}
-
-/// Fills `status` with its line's holders and waiters, told apart by the
-/// rule every backend grants by (`crate::semantics::admission`).
-fn line_status(status: &mut LockStatus, entries: Vec<LineEntry>) {
-    let mut admission = Admission::default();
-    for e in entries {
-        status.kind = match e.share {
-            Share::Permit { limit, .. } => LockKind::Semaphore { limit },
-            Share::Read | Share::Write => LockKind::ReadWrite,
-        };
-        let reads = e.share == Share::Read;
-        let permits = match e.share {
-            Share::Permit { n, .. } => n,
-            Share::Read | Share::Write => 1,
-        };
-        if admission.next(e.share) {
-            let mut holder = LockHolder::new(e.owner, u64::try_from(e.token).unwrap_or_default());
-            holder.lease = Some(LeaseId(e.lease));
-            holder.reads = reads;
-            holder.permits = permits;
-            status.holders.push(holder);
-        } else {
-            let mut waiter = LockWaiter::new(e.owner, e.locker, true);
-            waiter.reads = reads;
-            waiter.permits = permits;
-            status.waiters.push(waiter);
-        }
-    }
-    status.holder = status.holders.first().cloned();
 }
 
 #[cfg(test)]
