@@ -9,6 +9,7 @@
 use std::fmt;
 use std::time::Duration;
 
+#[cfg(any(feature = "etcd", feature = "redis"))]
 use crate::semantics::admission::Share;
 use crate::{Leader, Owner};
 
@@ -208,6 +209,7 @@ impl NodeCount {
 
 /// One entry of a read/write lock's or semaphore's line, as a backend read
 /// it.
+#[cfg(any(feature = "etcd", feature = "redis"))]
 pub(crate) struct LineEntry {
     pub(crate) share: Share,
     pub(crate) owner: Owner,
@@ -219,6 +221,7 @@ pub(crate) struct LineEntry {
     pub(crate) lease: Option<LeaseId>,
 }
 
+#[cfg(any(feature = "etcd", feature = "redis"))]
 impl LockStatus {
     /// Fills in this lock's line from `entries`, in line order: its kind,
     /// its holders (the first is also [`LockStatus::holder`]) and its
