@@ -85,12 +85,14 @@ pub(super) struct Turns {
 
 impl Turns {
     /// One turn of a holder with `token`: it must be alone inside (`who`
-    /// names two at once) and its token greater than the last; it then
-    /// does a read-sleep-write of the counter.
-    pub(super) async fn turn(&self, token: u64, who: &str) {
+    /// names two at once) and its token greater than the last; it then runs
+    /// `inside` (more checks of the holder, counted as inside) and does a
+    /// read-sleep-write of the counter.
+    pub(super) async fn turn(&self, token: u64, who: &str, inside: impl Future<Output = ()>) {
         assert_eq!(self.inside.fetch_add(1, Ordering::SeqCst), 0, "{who}");
         let previous = self.last.swap(token, Ordering::SeqCst);
         assert!(token > previous, "token {token} after {previous}");
+        inside.await;
         let seen = self.counter.load(Ordering::SeqCst);
         tokio::time::sleep(Duration::from_millis(1)).await; // widen the race
         self.counter.store(seen + 1, Ordering::SeqCst);

@@ -53,7 +53,7 @@ pub async fn mutual_exclusion(b: &impl Backend, modes: &[bool]) {
                     assert!(guard.is_held(), "a fresh guard must report its lock held");
                     let lost = guard.lost_token();
                     turns
-                        .turn(guard.fencing_token(), "two holders at once")
+                        .turn(guard.fencing_token(), "two holders at once", async {})
                         .await;
                     assert!(guard.is_held(), "lost while held");
                     locker.unlock(guard).await.expect("unlock");
