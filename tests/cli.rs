@@ -142,6 +142,43 @@ fn exit_status_passes_through() {
     assert!(token.parse::<u64>().is_ok_and(|t| t > 0), "{said}");
 }
 
+/// Commands nest as with `flock`: an inner `lock` (any form) or `elect`
+/// runs while the outer one holds its key, and the innermost command
+/// finds the outer key taken. `FAIRLOCK_KEY`, which the outer command
+/// sets to its key, is never read as the TLS client key (it was: the
+/// inner command then exited 2, "a client key was given without its
+/// certificate").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_commands_hold_both_keys() {
+    let prefix = support::unique_prefix("cli-nest");
+    let forms: [&[&str]; 4] = [
+        &["lock"],
+        &["lock", "--read"],
+        &["lock", "--write"],
+        &["elect"],
+    ];
+    for outer in forms {
+        for inner in forms {
+            // The innermost command: is `a` free? It must not be (exit 7).
+            let check = "echo \"$FAIRLOCK_TOKEN\"; exec \"$0\" lock -n -E 7 a -- true";
+            let out = run(fairlock(&prefix)
+                .args(outer)
+                .args(["a", "--", BIN])
+                .args(inner)
+                .args(["b", "--", "sh", "-c", check, BIN]));
+            assert_eq!(
+                out.status.code(),
+                Some(7),
+                "{outer:?} a -- {inner:?} b: {}",
+                stderr(&out)
+            );
+            let token = text(&out.stdout);
+            assert!(token.trim().parse::<u64>().is_ok_and(|t| t > 0), "{token}");
+        }
+    }
+    wait_clean(&prefix).await;
+}
+
 /// A holder killed with SIGKILL frees the lock after its TTL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_holder_frees_the_lock_after_its_ttl() {

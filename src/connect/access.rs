@@ -40,7 +40,7 @@ pub struct Access {
 }
 
 impl Access {
-    /// `FAIRLOCK_CACERT`, `FAIRLOCK_CERT`, `FAIRLOCK_KEY`, `FAIRLOCK_USER`
+    /// `FAIRLOCK_CACERT`, `FAIRLOCK_CERT`, `FAIRLOCK_CLIENT_KEY`, `FAIRLOCK_USER`
     /// and `FAIRLOCK_PASSWORD` (unset or empty ones are `None`).
     #[must_use]
     pub fn from_env() -> Access {
@@ -48,7 +48,7 @@ impl Access {
         Access {
             cacert: var("FAIRLOCK_CACERT").map(PathBuf::from),
             cert: var("FAIRLOCK_CERT").map(PathBuf::from),
-            key: var("FAIRLOCK_KEY").map(PathBuf::from),
+            key: var("FAIRLOCK_CLIENT_KEY").map(PathBuf::from),
             user: var("FAIRLOCK_USER"),
             password: var("FAIRLOCK_PASSWORD"),
         }

@@ -75,7 +75,7 @@ impl crate::etcd::EtcdConfig {
     /// Reads the environment: `FAIRLOCK_ENDPOINTS` (comma separated, default
     /// `127.0.0.1:2379`), `FAIRLOCK_PREFIX`, `FAIRLOCK_TTL` (e.g. `10s`,
     /// `1500ms`, `2m`, or plain seconds), `FAIRLOCK_CACERT`,
-    /// `FAIRLOCK_CERT`, `FAIRLOCK_KEY` (TLS) and `FAIRLOCK_USER`,
+    /// `FAIRLOCK_CERT`, `FAIRLOCK_CLIENT_KEY` (TLS) and `FAIRLOCK_USER`,
     /// `FAIRLOCK_PASSWORD` (etcd auth), as [`crate::BackendConfig::from_env`]
     /// does for every backend.
     ///

@@ -150,12 +150,14 @@ impl TlsConfig {
         match (&self.cert, &self.key) {
             (Some(_), None) => Err(Error::InvalidConfig(
                 "a client certificate was given without its key; pass both --cert FILE and \
-                 --key FILE (FAIRLOCK_CERT and FAIRLOCK_KEY), or neither"
+                 --key FILE (FAIRLOCK_CERT and FAIRLOCK_CLIENT_KEY), or neither \
+                 (FAIRLOCK_KEY does not name the client key: it is the held lock's \
+                 name, set for the command `fairlock lock` runs)"
                     .into(),
             )),
             (None, Some(_)) => Err(Error::InvalidConfig(
                 "a client key was given without its certificate; pass both --cert FILE and \
-                 --key FILE (FAIRLOCK_CERT and FAIRLOCK_KEY), or neither"
+                 --key FILE (FAIRLOCK_CERT and FAIRLOCK_CLIENT_KEY), or neither"
                     .into(),
             )),
             _ => Ok(()),
@@ -292,7 +294,7 @@ fn explain(err: &rustls::Error) -> String {
         }
         E::AlertReceived(A::CertificateRequired | A::HandshakeFailure | A::BadCertificate) => {
             "the server refused the handshake: it requires a client certificate it \
-             trusts; pass --cert FILE and --key FILE (FAIRLOCK_CERT, FAIRLOCK_KEY) signed \
+             trusts; pass --cert FILE and --key FILE (FAIRLOCK_CERT, FAIRLOCK_CLIENT_KEY) signed \
              by a CA the server trusts"
                 .into()
         }
@@ -308,7 +310,8 @@ fn explain(err: &rustls::Error) -> String {
                 .into()
         }
         _ => {
-            "check --cacert, --cert and --key (FAIRLOCK_CACERT, FAIRLOCK_CERT, FAIRLOCK_KEY)".into()
+            "check --cacert, --cert and --key (FAIRLOCK_CACERT, FAIRLOCK_CERT, FAIRLOCK_CLIENT_KEY)"
+                .into()
         }
     }
 }

@@ -97,7 +97,7 @@ pub struct Global {
     /// Client certificate (PEM) for mutual TLS [env FAIRLOCK_CERT]
     #[arg(long, global = true, value_name = "FILE")]
     pub cert: Option<String>,
-    /// The client certificate's key (PEM) [env FAIRLOCK_KEY]
+    /// The client certificate's key (PEM) [env FAIRLOCK_CLIENT_KEY]
     #[arg(id = "client_key", long = "key", global = true, value_name = "FILE")]
     pub client_key: Option<String>,
     /// etcd user, or Redis ACL user; the password comes from

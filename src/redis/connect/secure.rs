@@ -92,7 +92,7 @@ pub(crate) fn tls_failure(config: &RedisConfig, err: &NodeError) -> Option<Strin
     (tls && no_identity && closed).then(|| {
         "the server closed the connection during the TLS handshake: it most likely \
          requires a client certificate; pass --cert FILE and --key FILE (FAIRLOCK_CERT, \
-         FAIRLOCK_KEY) signed by a CA the server trusts"
+         FAIRLOCK_CLIENT_KEY) signed by a CA the server trusts"
             .into()
     })
 }
