@@ -122,6 +122,7 @@ mod api {
     pub(crate) mod key;
     pub(crate) mod locker;
     pub(crate) mod loss;
+    pub(crate) mod multi_guard;
     pub(crate) mod owner;
     #[cfg(feature = "serde")]
     mod serialize;
@@ -152,6 +153,7 @@ mod connect {
 // the caller's context (armed), the lines' admission rule, mixed use.
 mod semantics {
     pub(crate) mod admission;
+    pub(crate) mod all_keys;
     pub(crate) mod armed;
     pub(crate) mod dispatch;
     pub(crate) mod fairness;
@@ -191,6 +193,7 @@ pub use api::guard::LockGuard;
 pub use api::key::{Key, MAX_KEY_LEN};
 pub use api::locker::Locker;
 pub use api::loss::LossCause;
+pub use api::multi_guard::MultiGuard;
 pub use api::status::{LeaseId, LockHolder, LockKind, LockStatus, LockWaiter, NodeCount};
 pub use connect::registry::{
     get_elector, get_locker, register_elector_provider, register_locker_provider,

@@ -179,6 +179,83 @@ async fn nested_commands_hold_both_keys() {
     wait_clean(&prefix).await;
 }
 
+/// `fairlock lock a b -- CMD` holds both keys while CMD runs (with every
+/// key and token in its environment); `status` shows the holder on each
+/// key and a multi-key waiter in each key's queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_keys_are_held_together() {
+    let prefix = support::unique_prefix("cli-multi");
+    let check = "printf '%s|%s|' \"$FAIRLOCK_KEYS\" \"$FAIRLOCK_TOKENS\"; \
+                 exec \"$0\" lock -n -E 7 b -- true";
+    let out = run(fairlock(&prefix).args(["lock", "a", "b", "--", "sh", "-c", check, BIN]));
+    assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+    let said = text(&out.stdout);
+    let [keys, tokens, _] = said.split('|').collect::<Vec<_>>()[..] else {
+        panic!("{said}")
+    };
+    assert_eq!(keys, "a\nb");
+    assert!(tokens.lines().count() == 2, "{tokens}");
+    let (holder, _) = hold(&prefix, "b", &["a"]);
+    let waiter = fairlock(&prefix)
+        .args(["lock", "b", "a", "--", "true"])
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    wait_queued(&prefix, "a", 1).await;
+    wait_queued(&prefix, "b", 1).await;
+    let out = run(fairlock(&prefix).args(["status", "--json"]));
+    let locks: Vec<serde_json::Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON object per line"))
+        .collect();
+    assert_eq!(locks.len(), 2, "{locks:?}");
+    // One holder on both: one txn (one token), one lease, one process.
+    let holder_of = |i: usize| {
+        let h = &locks[i]["holder"];
+        (
+            h["fencing_token"].clone(),
+            h["lease"].clone(),
+            h["owner"]["pid"].clone(),
+        )
+    };
+    assert_eq!(holder_of(0), holder_of(1));
+    assert!(holder_of(0).0.as_u64().is_some_and(|t| t > 0), "{locks:?}");
+    for lock in &locks {
+        assert_eq!(lock["waiters"].as_array().map(Vec::len), Some(1), "{lock}");
+    }
+    assert!(finish(holder).success());
+    let mut waiter = waiter;
+    assert!(waiter.wait().expect("waiter").success());
+    wait_clean(&prefix).await;
+}
+
+/// Commands taking the same two keys in opposite orders all run, one at
+/// a time (`flock` one by one in the caller's order deadlocks here).
+#[test]
+fn opposite_orders_never_deadlock() {
+    let prefix = support::unique_prefix("cli-opposite");
+    let dir = tempfile::tempdir().expect("tmp");
+    let file = dir.path().join("count");
+    std::fs::write(&file, "0").expect("write");
+    let step = "n=$(cat \"$1\"); sleep 0.05; echo $((n + 1)) > \"$1\"";
+    let children: Vec<Child> = (0..6)
+        .map(|i| {
+            let keys = if i % 2 == 0 { ["x", "y"] } else { ["y", "x"] };
+            fairlock(&prefix)
+                .arg("lock")
+                .args(keys)
+                .args(["--", "sh", "-c", step, "sh"])
+                .arg(&file)
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    for mut child in children {
+        assert!(child.wait().expect("wait").success());
+    }
+    assert_eq!(std::fs::read_to_string(&file).expect("read").trim(), "6");
+}
+
 /// A holder killed with SIGKILL frees the lock after its TTL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_holder_frees_the_lock_after_its_ttl() {

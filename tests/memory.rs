@@ -46,6 +46,9 @@ impl Backend for Memory {
     fn supports_shared(&self) -> bool {
         true
     }
+    fn supports_lock_all(&self) -> bool {
+        true
+    }
 }
 
 fairlock::conformance_tests!(memory);

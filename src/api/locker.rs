@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 
-use crate::{Context, Key, Leader, LeaderStream, Leadership, LockGuard, Result};
+use crate::{Context, Key, Leader, LeaderStream, Leadership, LockGuard, MultiGuard, Result};
 
 /// A source of distributed locks: one backend, one mode (fair or unfair).
 ///
@@ -200,6 +200,67 @@ pub trait Locker: Send + Sync + 'static {
     ) -> Result<Option<LockGuard>> {
         let _ = (key, n, limit);
         Err(unsupported("semaphores"))
+    }
+
+    /// Waits until every key of `keys` is held as a mutex, all together:
+    /// the guard holds all of them or the call holds none.
+    ///
+    /// Fair mode joins every key's queue in one step, so that all waiters
+    /// of all keys are ordered by one number: per key the queue is in
+    /// arrival order (single-key [`Locker::lock`] calls and `lock_all`
+    /// calls alike), and the earliest waiter of all is first in each of
+    /// its queues, so some caller always makes progress, whatever order
+    /// callers name their keys in (no deadlock, no livelock). A key that
+    /// comes free before the others stays held for this caller while it
+    /// waits for the rest, as its turn in that key's queue. Unfair mode
+    /// takes all the keys in one step when all are free, and otherwise
+    /// waits for one of them to come free and tries again, holding none
+    /// meanwhile.
+    ///
+    /// Keys named twice count once. How many keys one call may name
+    /// depends on the backend (etcd: 32, see the error).
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> fairlock::Result<()> {
+    /// use fairlock::{Context, Key, Locker, memory::MemoryStore};
+    ///
+    /// let locker = MemoryStore::new().locker(true);
+    /// let keys = [Key::from("accounts/17"), Key::from("accounts/42")];
+    /// let both = locker.lock_all(&Context::background(), &keys).await?;
+    /// // ... move the money ...
+    /// both.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Locker::lock`] ([`crate::Error::Timeout`] and
+    /// [`crate::Error::Cancelled`] once every entry is removed and every
+    /// key granted meanwhile released); [`crate::Error::InvalidKey`] for an
+    /// empty list, too many keys, a bad key or a key in use as a
+    /// read/write lock or semaphore; [`crate::Error::Unsupported`] where
+    /// the deployment cannot take several keys in one step (Redlock; keys
+    /// of different slots on a Redis Cluster: the error says how to fix it).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future removes its entries and releases
+    /// the keys granted meanwhile, in the background.
+    async fn lock_all(&self, ctx: &Context, keys: &[Key]) -> Result<MultiGuard> {
+        let _ = (ctx, keys);
+        Err(unsupported("multi-key locks"))
+    }
+
+    /// Takes every key of `keys` in one step if all are free now (in fair
+    /// mode: and nobody queues for any of them), else takes none.
+    ///
+    /// # Errors
+    /// As [`Locker::lock_all`].
+    ///
+    /// # Cancel safety
+    /// As [`Locker::try_lock`].
+    async fn try_lock_all(&self, keys: &[Key]) -> Result<Option<MultiGuard>> {
+        let _ = keys;
+        Err(unsupported("multi-key locks"))
     }
 
     /// Releases a lock taken from this locker; the same as

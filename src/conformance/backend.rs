@@ -71,4 +71,11 @@ pub trait Backend: Send + Sync + 'static {
     fn supports_shared(&self) -> bool {
         false
     }
+
+    /// `true` for a backend with [`Locker::lock_all`]: its checks run
+    /// only then. `false` by default, as for a backend of one's own
+    /// written before `lock_all` existed.
+    fn supports_lock_all(&self) -> bool {
+        false
+    }
 }

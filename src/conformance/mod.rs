@@ -42,6 +42,11 @@
 //!   [`read_lock_waits_for_the_mutex`]:
 //!   read/write locks and semaphores, for a backend that has them
 //!   ([`Backend::supports_shared`]).
+//! - [`lock_all_is_all_or_nothing`], [`lock_all_opposite_orders`],
+//!   [`lock_all_overlapping_sets`], [`lock_all_keeps_arrival_order`],
+//!   [`lock_all_giving_up_leaves_nothing`], [`lock_all_bad_input`]:
+//!   several keys at once, for a backend that has them
+//!   ([`Backend::supports_lock_all`]).
 //!
 //! [`patient`] is the context the checks give every `lock` that must
 //! succeed. Every check is called as
@@ -119,6 +124,7 @@
 //! - `cleanup.rs`: [`timeout_leaves_nothing`], [`cancel_leaves_nothing`],
 //!   [`drop_future_leaves_nothing`], [`drop_guard_releases`].
 //! - `entry_points.rs`: [`try_lock`], [`bad_input`].
+//! - `all_keys.rs`: the `lock_all` checks.
 //! - `suite.rs`: [`run`] and the two macros.
 //!
 //! The checks use only this crate's own dependencies (tokio,
@@ -126,6 +132,7 @@
 //!
 //! [`Locker`]: crate::Locker
 
+mod all_keys;
 mod backend;
 mod cleanup;
 mod common;
@@ -138,6 +145,10 @@ mod mixed;
 mod permits;
 mod suite;
 
+pub use all_keys::{
+    lock_all_bad_input, lock_all_giving_up_leaves_nothing, lock_all_is_all_or_nothing,
+    lock_all_keeps_arrival_order, lock_all_opposite_orders, lock_all_overlapping_sets,
+};
 pub use backend::Backend;
 pub use cleanup::{
     cancel_leaves_nothing, drop_future_leaves_nothing, drop_guard_releases, timeout_leaves_nothing,

@@ -26,7 +26,7 @@ pub fn run<F: Future>(check: F) -> F::Output {
 }
 
 /// Declares the whole conformance suite as tests: a module
-/// `conformance_suite` with one `#[test]` per check and mode (22 tests).
+/// `conformance_suite` with one `#[test]` per check and mode (32 tests).
 ///
 /// The argument is the path of an `async fn(&str) -> B` where `B` implements
 /// [`conformance::Backend`](crate::conformance::Backend): each test calls
@@ -67,6 +67,20 @@ macro_rules! conformance_tests {
                 lock_is_the_write_lock_of_a_read_key: lock_is_the_write_lock_of_a_read_key("mixed"),
                 read_lock_waits_for_the_mutex: read_lock_waits_for_the_mutex("after-mutex"),
                 shared_bad_input_is_a_clear_error: shared_bad_input("shared-bad"),
+                lock_all_is_all_or_nothing_fair: lock_all_is_all_or_nothing("all-fair", true),
+                lock_all_is_all_or_nothing_unfair:
+                    lock_all_is_all_or_nothing("all-unfair", false),
+                lock_all_opposite_orders_fair: lock_all_opposite_orders("all-opp-fair", true),
+                lock_all_opposite_orders_unfair: lock_all_opposite_orders("all-opp-unfair", false),
+                lock_all_overlapping_sets_fair: lock_all_overlapping_sets("all-sets-fair", true),
+                lock_all_overlapping_sets_unfair:
+                    lock_all_overlapping_sets("all-sets-unfair", false),
+                lock_all_keeps_arrival_order: lock_all_keeps_arrival_order("all-order"),
+                lock_all_giving_up_leaves_nothing_fair:
+                    lock_all_giving_up_leaves_nothing("all-give-up-fair", true),
+                lock_all_giving_up_leaves_nothing_unfair:
+                    lock_all_giving_up_leaves_nothing("all-give-up-unfair", false),
+                lock_all_bad_input: lock_all_bad_input("all-bad"),
             });
         }
     };

@@ -5,7 +5,9 @@
 use super::election::elector::EtcdElector;
 use super::line::join;
 use super::lock::etcd_locker::EtcdLocker;
+use super::protocol::take_all;
 use crate::semantics::admission::Share;
+use crate::semantics::all_keys::KeyLimit;
 use crate::semantics::dispatch::{LockServer, impl_locker};
 use crate::semantics::fairness::Fairness;
 use crate::util::observe::Site;
@@ -28,6 +30,23 @@ impl LockServer for EtcdLocker {
 
     async fn try_lock_mutex(&self, key: &Key) -> Result<Option<LockGuard>> {
         self.try_lock_now(key).await
+    }
+
+    fn key_limit(&self) -> KeyLimit {
+        KeyLimit {
+            keys: take_all::MAX_KEYS,
+            bytes: take_all::MAX_KEY_BYTES,
+            why: "one etcd txn takes them all, and etcd's --max-txn-ops (128 by default) \
+                  caps its compares at 3 per key; its request size caps the bytes",
+        }
+    }
+
+    async fn lock_mutexes(&self, ctx: &Context, keys: &[Key]) -> Result<Vec<LockGuard>> {
+        self.lock_all_in_queue(ctx, keys).await
+    }
+
+    async fn try_lock_mutexes(&self, keys: &[Key]) -> Result<Option<Vec<LockGuard>>> {
+        self.try_lock_all_now(keys).await
     }
 
     async fn join_line(&self, ctx: &Context, key: &Key, share: Share) -> Result<LockGuard> {

@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use super::election::MemoryElector;
 use super::store::{Enqueued, MemoryStore, lost};
+use futures_util::future::select_all;
+
 use crate::semantics::admission::Share;
+use crate::semantics::all_keys::{KeyLimit, every_turn};
 use crate::semantics::armed::{Armed, TakeBack, turn_or_done};
 use crate::semantics::dispatch::{LockServer, impl_locker};
 use crate::semantics::fairness::Fairness;
@@ -108,17 +111,33 @@ impl MemoryLocker {
         (id, held): (u64, Held),
         rx: tokio::sync::oneshot::Receiver<u64>,
     ) -> Result<LockGuard> {
-        let mut give_up = Armed::new(GiveUp {
+        let give_up = self.give_up(key, id, held);
+        self.turn(ctx, key, give_up, rx).await
+    }
+
+    /// Waiter `id`, armed to be taken out when its caller gives up.
+    fn give_up(&self, key: &Key, id: u64, held: Held) -> Armed<GiveUp> {
+        Armed::new(GiveUp {
             store: self.store.clone(),
             key: key.to_string(),
             id,
             held,
-        });
+        })
+    }
+
+    /// [`MemoryLocker::wait`] for a waiter armed already.
+    async fn turn(
+        &self,
+        ctx: &Context,
+        key: &Key,
+        mut give_up: Armed<GiveUp>,
+        rx: tokio::sync::oneshot::Receiver<u64>,
+    ) -> Result<LockGuard> {
         let granted = async { rx.await.map_err(|_| lost(key.as_str())) };
         match turn_or_done(ctx, key, granted).await {
             Ok(token) => {
                 give_up.set_armed(false);
-                Ok(self.guard(key, id, token, held))
+                Ok(self.guard(key, give_up.id, token, give_up.held))
             }
             Err(e) => {
                 // At once: the store is in this process.
@@ -126,6 +145,61 @@ impl MemoryLocker {
                 Err(e)
             }
         }
+    }
+
+    /// Fair `lock_all`: every key's queue joined in one step, then each
+    /// key's turn. The keys held at once and the waiters are armed before
+    /// anything awaits, so a dropped call leaves nothing behind.
+    async fn lock_all_fair(&self, ctx: &Context, keys: &[Key]) -> Result<Vec<LockGuard>> {
+        let (_, entered) = self.store.enqueue_all(keys)?;
+        let turns = keys
+            .iter()
+            .zip(entered)
+            .map(|(key, entered)| match entered {
+                Enqueued::Holds(id, token) => Ok(self.guard(key, id, token, Held::Mutex)),
+                Enqueued::Waits(id, rx) => Err((self.give_up(key, id, Held::Mutex), rx)),
+            });
+        let turns: Vec<_> = turns
+            .zip(keys)
+            .map(|(turn, key)| async move {
+                match turn {
+                    Ok(guard) => Ok(guard),
+                    Err((give_up, rx)) => self.turn(ctx, key, give_up, rx).await,
+                }
+            })
+            .collect();
+        every_turn(ctx, turns).await
+    }
+
+    /// Unfair `lock_all`: all keys in one step once all are free, holding
+    /// none while it waits for one of them to come free.
+    async fn lock_all_unfair(&self, ctx: &Context, keys: &[Key]) -> Result<Vec<LockGuard>> {
+        loop {
+            let freed: Vec<_> = keys.iter().map(|k| self.store.freed(k.as_str())).collect();
+            let mut notified: Vec<_> = freed.iter().map(|f| Box::pin(f.notified())).collect();
+            for n in &mut notified {
+                n.as_mut().enable();
+            }
+            if let Some(taken) = self.store.take_all_if_free(keys, false)? {
+                return Ok(self.guards(keys, taken));
+            }
+            let one_freed = async {
+                select_all(notified).await;
+                Ok::<_, crate::Error>(())
+            };
+            if let Err(e) = turn_or_done(ctx, &keys[0], one_freed).await {
+                self.store.tidy_all(keys);
+                return Err(e);
+            }
+        }
+    }
+
+    /// The guards of keys taken in one step by `id`.
+    fn guards(&self, keys: &[Key], (id, tokens): (u64, Vec<u64>)) -> Vec<LockGuard> {
+        keys.iter()
+            .zip(tokens)
+            .map(|(key, token)| self.guard(key, id, token, Held::Mutex))
+            .collect()
     }
 
     async fn lock_fair(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
@@ -176,6 +250,26 @@ impl LockServer for MemoryLocker {
             .store
             .take_if_free(key.as_str(), self.fairness.is_fair())?;
         Ok(taken.map(|(id, token)| self.guard(key, id, token, Held::Mutex)))
+    }
+
+    fn key_limit(&self) -> KeyLimit {
+        KeyLimit {
+            keys: 1024,
+            bytes: 1 << 20,
+            why: "a bound on one call's work in memory, above every other backend's",
+        }
+    }
+
+    async fn lock_mutexes(&self, ctx: &Context, keys: &[Key]) -> Result<Vec<LockGuard>> {
+        match self.fairness {
+            Fairness::Fair => self.lock_all_fair(ctx, keys).await,
+            Fairness::Unfair => self.lock_all_unfair(ctx, keys).await,
+        }
+    }
+
+    async fn try_lock_mutexes(&self, keys: &[Key]) -> Result<Option<Vec<LockGuard>>> {
+        let taken = self.store.take_all_if_free(keys, self.fairness.is_fair())?;
+        Ok(taken.map(|taken| self.guards(keys, taken)))
     }
 
     async fn join_line(&self, ctx: &Context, key: &Key, share: Share) -> Result<LockGuard> {

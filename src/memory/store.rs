@@ -147,6 +147,87 @@ impl MemoryStore {
         Ok(Enqueued::Waits(id, rx))
     }
 
+    /// `lock_all`, fair: joins every key's queue in one step under one id
+    /// (taking each key that is free with nobody queued), so that all
+    /// waiters of all keys are in one order. Refused, with nothing
+    /// written, while any key is in use as a read/write lock or semaphore.
+    pub(super) fn enqueue_all(&self, keys: &[Key]) -> Result<(u64, Vec<Enqueued>)> {
+        let mut state = self.state();
+        for key in keys {
+            state.no_line(key.as_str())?;
+        }
+        let id = state.next_id();
+        let StoreState {
+            revision,
+            keys: all,
+            ..
+        } = &mut *state;
+        let entered = keys
+            .iter()
+            .map(|key| {
+                let ks = all.entry(key.to_string()).or_default();
+                if let Some(token) = ks.take_if_free(id, true, revision) {
+                    return Enqueued::Holds(id, token);
+                }
+                let (tx, rx) = oneshot::channel();
+                ks.queue.push_back(FairWaiter { id, grant: tx });
+                Enqueued::Waits(id, rx)
+            })
+            .collect();
+        Ok((id, entered))
+    }
+
+    /// `try_lock_all`, and each try of an unfair `lock_all`: takes every
+    /// key in one step if all are free (and, with `fair`, nobody is
+    /// queued for any), else none: the id and each key's token.
+    pub(super) fn take_all_if_free(
+        &self,
+        keys: &[Key],
+        fair: bool,
+    ) -> Result<Option<(u64, Vec<u64>)>> {
+        let mut state = self.state();
+        let refused = keys.iter().find_map(|k| state.no_line(k.as_str()).err());
+        let free = |ks: Option<&KeyState>| {
+            ks.is_none_or(|ks| ks.holder.is_none() && (!fair || ks.queue.is_empty()))
+        };
+        let all_free = keys.iter().all(|k| free(state.keys.get(k.as_str())));
+        let taken = match (refused, all_free) {
+            (Some(e), _) => Err(e),
+            (None, false) => Ok(None),
+            (None, true) => {
+                let id = state.next_id();
+                let StoreState {
+                    revision,
+                    keys: all,
+                    ..
+                } = &mut *state;
+                let tokens = keys
+                    .iter()
+                    .filter_map(|k| {
+                        all.entry(k.to_string())
+                            .or_default()
+                            .take_if_free(id, fair, revision)
+                    })
+                    .collect();
+                Ok(Some((id, tokens)))
+            }
+        };
+        // An unfair waiter's `freed` made the keys' entries: remove idle ones.
+        for key in keys {
+            state.tidy(key.as_str());
+        }
+        taken
+    }
+
+    /// Forgets the idle entries of `keys` (an unfair `lock_all` that gave
+    /// up made them, waiting for each to come free).
+    pub(super) fn tidy_all(&self, keys: &[Key]) {
+        let mut state = self.state();
+        for key in keys {
+            state.tidy(key.as_str());
+        }
+    }
+
     /// What unfair waiters of `key` wait on: notified when it is freed.
     pub(super) fn freed(&self, key: &str) -> Arc<Notify> {
         let mut state = self.state();

@@ -16,6 +16,7 @@ use crate::redis::pace::Pace;
 use crate::redis::protocol::line::in_use_as_line;
 use crate::redis::state::{Core, fair_redlock_unsupported};
 use crate::semantics::admission::Share;
+use crate::semantics::all_keys::KeyLimit;
 use crate::semantics::armed::turn_or_done;
 use crate::semantics::dispatch::{LockServer, Want, impl_locker};
 use crate::semantics::fairness::Fairness;
@@ -258,6 +259,29 @@ impl LockServer for RedisLocker {
             .map_err(|e| mutex_error(e, key))
     }
 
+    fn key_limit(&self) -> KeyLimit {
+        KeyLimit {
+            keys: 32,
+            bytes: 128 * 1024,
+            why: "the same bound as etcd's",
+        }
+    }
+
+    /// Not built on Redis yet: refused before any request (see
+    /// [`not_yet`]).
+    fn admits_all(&self, _keys: &[Key]) -> Result<()> {
+        self.core.check_mode()?;
+        Err(not_yet())
+    }
+
+    async fn lock_mutexes(&self, _ctx: &Context, _keys: &[Key]) -> Result<Vec<LockGuard>> {
+        Err(not_yet())
+    }
+
+    async fn try_lock_mutexes(&self, _keys: &[Key]) -> Result<Option<Vec<LockGuard>>> {
+        Err(not_yet())
+    }
+
     async fn join_line(&self, ctx: &Context, key: &Key, share: Share) -> Result<LockGuard> {
         wait_shared(&self.core, ctx, key, share).await
     }
@@ -274,3 +298,14 @@ impl LockServer for RedisLocker {
 }
 
 impl_locker!(RedisLocker);
+
+/// `lock_all` on Redis: not built yet (it is planned as the acquire
+/// script of every key in one `MULTI`, so on one node, and for a cluster
+/// in one slot); Redlock will refuse it for good.
+fn not_yet() -> crate::Error {
+    crate::Error::Unsupported(
+        "lock_all is not available on Redis yet; take several keys at once on etcd (or the \
+         in-memory backend), or lock one key that stands for the group"
+            .into(),
+    )
+}

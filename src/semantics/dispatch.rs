@@ -6,14 +6,17 @@
 //! context, what the deployment cannot serve); the mixed use of a key (`mixed_use.rs`:
 //! `lock` of a read/write-locked key is its write lock, a read or write
 //! lock waits while the key is a mutex); then the backend's mutex or line.
+//! `lock_all` checks its list of keys (`all_keys.rs`, with why it cannot
+//! deadlock) and refuses a key in use as a line.
 //! A new primitive is written here once and once per backend below.
 
 use crate::election::elector::Elector;
 use crate::semantics::admission::Share;
+use crate::semantics::all_keys::{self, KeyLimit};
 use crate::semantics::fairness::Fairness;
-use crate::semantics::mixed_use::{after_the_mutex, none_while_the_mutex, or_write_lock};
+use crate::semantics::mixed_use::{self, after_the_mutex, none_while_the_mutex, or_write_lock};
 use crate::util::observe::{self, Site};
-use crate::{Context, Key, LockGuard, Result};
+use crate::{Context, Key, LockGuard, MultiGuard, Result};
 
 /// What one call asks to hold, as a backend's checks see it.
 #[derive(Clone, Copy, Debug)]
@@ -62,6 +65,35 @@ pub(crate) trait LockServer: Clone + Send + Sync + 'static {
 
     /// Takes `key` as a mutex if that needs no wait.
     fn try_lock_mutex(&self, key: &Key) -> impl Future<Output = Result<Option<LockGuard>>> + Send;
+
+    /// The most keys one `lock_all` call may name here.
+    fn key_limit(&self) -> KeyLimit;
+
+    /// Refuses, before any request, keys this deployment cannot take in
+    /// one step (Redis: Redlock, keys across cluster slots).
+    ///
+    /// # Errors
+    /// The refusal, saying what to do instead.
+    fn admits_all(&self, _keys: &[Key]) -> Result<()> {
+        Ok(())
+    }
+
+    /// Waits until every key of `keys` (valid, distinct, within
+    /// [`LockServer::key_limit`]) is held as a mutex: fair, by joining
+    /// every key's queue in one step (see `all_keys.rs`); unfair, by
+    /// taking all in one step once all are free. On an error or when the
+    /// context ends, nothing is left behind.
+    fn lock_mutexes(
+        &self,
+        ctx: &Context,
+        keys: &[Key],
+    ) -> impl Future<Output = Result<Vec<LockGuard>>> + Send;
+
+    /// Takes every key's mutex in one step if that needs no wait.
+    fn try_lock_mutexes(
+        &self,
+        keys: &[Key],
+    ) -> impl Future<Output = Result<Option<Vec<LockGuard>>>> + Send;
 
     /// Waits until `key` is held as `share` in its line.
     fn join_line(
@@ -112,6 +144,37 @@ pub(crate) async fn try_lock<S: LockServer>(s: &S, key: &Key) -> Result<Option<L
         };
         let write = async { none_while_the_mutex(try_line(s, key, Ok(Share::Write)).await) };
         or_write_lock(taken.await, write).await
+    })
+    .await
+}
+
+/// `lock_all`: every key's mutex, all or none.
+pub(crate) async fn lock_all<S: LockServer>(
+    s: &S,
+    ctx: &Context,
+    keys: &[Key],
+) -> Result<MultiGuard> {
+    let first = keys.first().cloned().unwrap_or_else(|| Key::from(""));
+    observe::lock(s.site(), &first, async {
+        let keys = all_keys::checked(keys, s.key_limit())?;
+        ctx.check(first.as_str())?;
+        s.admits_all(&keys)?;
+        let guards = s.lock_mutexes(ctx, &keys).await;
+        Ok(MultiGuard::new(guards.map_err(mixed_use::mutexes_only)?))
+    })
+    .await
+}
+
+/// `try_lock_all`: every key's mutex if all are free now, else none.
+pub(crate) async fn try_lock_all<S: LockServer>(s: &S, keys: &[Key]) -> Result<Option<MultiGuard>> {
+    let first = keys.first().cloned().unwrap_or_else(|| Key::from(""));
+    observe::try_lock(s.site(), &first, async {
+        let keys = all_keys::checked(keys, s.key_limit())?;
+        s.admits_all(&keys)?;
+        let guards = s.try_lock_mutexes(&keys).await;
+        Ok(guards
+            .map_err(mixed_use::mutexes_only)?
+            .map(MultiGuard::new))
     })
     .await
 }
@@ -197,6 +260,21 @@ macro_rules! impl_locker {
                 key: &$crate::Key,
             ) -> $crate::Result<$crate::LockGuard> {
                 $crate::semantics::dispatch::lock(self, ctx, key).await
+            }
+
+            async fn lock_all(
+                &self,
+                ctx: &$crate::Context,
+                keys: &[$crate::Key],
+            ) -> $crate::Result<$crate::MultiGuard> {
+                $crate::semantics::dispatch::lock_all(self, ctx, keys).await
+            }
+
+            async fn try_lock_all(
+                &self,
+                keys: &[$crate::Key],
+            ) -> $crate::Result<Option<$crate::MultiGuard>> {
+                $crate::semantics::dispatch::try_lock_all(self, keys).await
             }
 
             async fn read_lock(

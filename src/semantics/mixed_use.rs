@@ -137,6 +137,23 @@ pub(crate) async fn or_write_lock<T>(
     }
 }
 
+/// A `lock_all` or `try_lock_all` error as the caller sees it: a key in
+/// use as a read/write lock or semaphore is refused (several keys are
+/// taken as mutexes only, in one step; there is no write lock to fall
+/// back to).
+pub(crate) fn mutexes_only(e: Error) -> Error {
+    match InUse::of(&e) {
+        Some(in_use) if matches!(in_use.how, How::AsLine) => Error::InvalidKey {
+            key: in_use.key.clone(),
+            reason: "it is in use as a read/write lock or semaphore, and lock_all takes \
+                     mutexes only; lock it with write_lock on its own, or give the mutex a \
+                     key of its own"
+                .into(),
+        },
+        _ => public(e),
+    }
+}
+
 /// A `try_read_lock` or `try_write_lock` answer: `None` (it would wait)
 /// while the key is held or awaited as a mutex.
 pub(crate) fn none_while_the_mutex<T>(tried: Result<Option<T>>) -> Result<Option<T>> {

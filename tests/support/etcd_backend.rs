@@ -59,6 +59,9 @@ impl Backend for EtcdBackend {
     fn supports_shared(&self) -> bool {
         true
     }
+    fn supports_lock_all(&self) -> bool {
+        true
+    }
     async fn wait_queued(&self, key: &Key, n: usize) {
         let queue = format!("{}{key}/_OWNERS_/", self.config.prefix());
         wait_for_calls(&mut self.checker.clone(), &queue, n as i64).await;

@@ -16,7 +16,7 @@ use fairlock::redis::ReplicaAcks;
 use crate::exit;
 use election_args::{ELECT_AFTER_HELP, ElectArgs, LeaderArgs, check_elect, check_leader};
 use help::{AFTER_HELP, LOCK_AFTER_HELP};
-use lock_args::LockArgs;
+use lock_args::{Hold, LockArgs};
 
 /// fairlock: run commands under a distributed lock held in etcd or Redis.
 #[derive(Debug, Parser)]
@@ -206,7 +206,15 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let cli = Cli::try_parse_from(argv)?;
+    let argv: Vec<T> = argv.into_iter().collect();
+    let dashes = argv
+        .iter()
+        .filter(|a| Into::<std::ffi::OsString>::into((*a).clone()) == "--")
+        .count();
+    let mut cli = Cli::try_parse_from(argv)?;
+    if let Command::Lock(a) = &mut cli.command {
+        a.split_keys(dashes);
+    }
     check(&cli.command)?;
     Ok(cli)
 }
@@ -226,10 +234,17 @@ fn check(command: &Command) -> Result<(), clap::Error> {
                 ErrorKind::MissingRequiredArgument,
                 "lock needs a KEY and a command: fairlock lock KEY -- CMD [ARGS...]".into(),
             ),
-            Some(key) if key.is_empty() => fail(
+            Some(_) if a.keys().iter().any(|k| k.is_empty()) => fail(
                 "lock",
                 ErrorKind::InvalidValue,
                 "KEY is empty; name the lock, e.g. `fairlock lock backups -- CMD`".into(),
+            ),
+            Some(_) if !a.more_keys.is_empty() && a.hold() != Hold::Lock => fail(
+                "lock",
+                ErrorKind::ArgumentConflict,
+                "several keys are taken as mutexes only, all at once; --read, --write and \
+                 --limit take one KEY"
+                    .into(),
             ),
             Some(key) if a.cmd.is_empty() => fail(
                 "lock",
@@ -358,6 +373,31 @@ mod tests {
         assert_eq!(l.run.conflict_code, 9);
         assert_eq!(l.run.timeout, Some(Duration::from_secs(120)));
         assert!(!lock("lock --fair --unfair k true").is_fair());
+    }
+
+    #[test]
+    fn several_keys_come_before_the_dashes() {
+        let l = lock("lock a b c -- ls -- x");
+        assert_eq!(
+            (l.keys(), l.cmd.as_slice()),
+            (
+                vec!["a", "b", "c"],
+                &["ls".to_owned(), "--".to_owned(), "x".to_owned()][..]
+            )
+        );
+        let l = lock("lock -n a -- ls -- x");
+        assert_eq!((l.keys(), l.cmd.len()), (vec!["a"], 3));
+        let l = lock("lock a b -- true");
+        assert_eq!(
+            (l.keys(), l.cmd.as_slice()),
+            (vec!["a", "b"], &["true".to_owned()][..])
+        );
+        let l = lock("lock a ls -l");
+        assert_eq!((l.keys(), l.cmd.len()), (vec!["a"], 2));
+        let err = parse_str("lock --read a b -- true").expect_err("read of two keys");
+        assert!(err.to_string().contains("mutexes only"), "{err}");
+        let err = parse_str("lock a b --").expect_err("no command");
+        assert!(err.to_string().contains("no command"), "{err}");
     }
 
     #[test]

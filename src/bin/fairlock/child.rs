@@ -8,7 +8,7 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fairlock::{Error, Leadership, LockGuard, LossCause};
+use fairlock::{Error, Leadership, LockGuard, LossCause, MultiGuard};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::exit::{self, report};
@@ -61,6 +61,20 @@ impl Hold for LockGuard {
     }
     fn loss_cause(&self) -> Option<LossCause> {
         LockGuard::loss_cause(self)
+    }
+    async fn release(self) -> fairlock::Result<()> {
+        self.unlock().await
+    }
+}
+
+#[async_trait]
+impl Hold for MultiGuard {
+    const NOUN: &'static str = "a lock";
+    async fn lost(&self) {
+        MultiGuard::lost(self).await;
+    }
+    fn loss_cause(&self) -> Option<LossCause> {
+        MultiGuard::loss_cause(self).map(|(_, cause)| cause)
     }
     async fn release(self) -> fairlock::Result<()> {
         self.unlock().await

@@ -4,7 +4,7 @@
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
-use fairlock::{BackendConfig, Context, Error, Key, LockGuard, LockStatus};
+use fairlock::{BackendConfig, Context, Error, Key, LockGuard, LockStatus, MultiGuard};
 
 use crate::args::lock_args::{Hold, LockArgs};
 use crate::backend::Conn;
@@ -19,8 +19,8 @@ pub async fn run(config: BackendConfig, a: LockArgs) -> u8 {
             return exit::UNAVAILABLE;
         }
     };
-    let key = Key::from(a.key());
-    if let Err(e) = key.validate() {
+    let keys: Vec<Key> = a.keys().into_iter().map(Key::from).collect();
+    if let Some(e) = keys.iter().find_map(|k| k.validate().err()) {
         report(&e);
         return exit::USAGE;
     }
@@ -35,14 +35,16 @@ pub async fn run(config: BackendConfig, a: LockArgs) -> u8 {
             return exit::of(&e);
         }
     };
-    let guard = match acquire(&locker, &key, &a, &mut signals).await {
-        Ok(guard) => guard,
-        Err(code) => {
-            let _ = locker.close().await;
-            return code;
-        }
+    let code = match &keys[..] {
+        [key] => match acquire(&locker, key, &a, &mut signals).await {
+            Ok(guard) => run_holding(guard, &a, &mut signals).await,
+            Err(code) => code,
+        },
+        keys => match acquire_all(&locker, keys, &a, &mut signals).await {
+            Ok(guard) => run_holding_all(guard, &a, &mut signals).await,
+            Err(code) => code,
+        },
     };
-    let code = run_holding(guard, &a, &mut signals).await;
     let _ = locker.close().await;
     code
 }
@@ -54,42 +56,105 @@ async fn acquire(
     a: &LockArgs,
     signals: &mut Signals,
 ) -> Result<LockGuard, u8> {
+    let inner = locker.locker();
     if a.nonblock {
-        let inner = locker.locker();
         let tried = match a.hold() {
             Hold::Lock => inner.try_lock(key).await,
             Hold::Read => inner.try_read_lock(key).await,
             Hold::Write => inner.try_write_lock(key).await,
             Hold::Permits { n, limit } => inner.try_acquire_permits(key, n, limit).await,
         };
-        return match tried {
-            Ok(Some(guard)) => Ok(guard),
-            Ok(None) => {
-                let holder = describe_holder(locker, key).await;
-                eprintln!(
-                    "fairlock: lock {key} is {holder}; not running {} (--nonblock)",
-                    a.cmd[0]
-                );
-                Err(a.run.conflict_code)
-            }
-            Err(e) => {
-                report(&e);
-                Err(exit::of(&e))
-            }
-        };
+        return tried_or_busy(locker, key, a, tried).await;
     }
-    let mut ctx = Context::background();
-    if let Some(timeout) = a.run.timeout {
-        ctx = ctx.with_timeout(timeout);
-    }
-    let (ctx, cancel) = ctx.with_cancel();
-    let inner = locker.locker();
+    let (ctx, cancel) = context(a);
     let lock = match a.hold() {
         Hold::Lock => inner.lock(&ctx, key),
         Hold::Read => inner.read_lock(&ctx, key),
         Hold::Write => inner.write_lock(&ctx, key),
         Hold::Permits { n, limit } => inner.acquire_permits(&ctx, key, n, limit),
     };
+    wait(locker, key, a, signals, (lock, cancel)).await
+}
+
+/// Takes every key at once (`lock_all`), or says why not.
+async fn acquire_all(
+    locker: &Conn,
+    keys: &[Key],
+    a: &LockArgs,
+    signals: &mut Signals,
+) -> Result<MultiGuard, u8> {
+    let inner = locker.locker();
+    if a.nonblock {
+        let tried = inner.try_lock_all(keys).await;
+        let busy = busy_key(locker, keys).await;
+        return tried_or_busy(locker, &busy, a, tried).await;
+    }
+    let (ctx, cancel) = context(a);
+    let lock = inner.lock_all(&ctx, keys);
+    let shown = busy_key(locker, keys).await;
+    wait(locker, &shown, a, signals, (lock, cancel)).await
+}
+
+/// The first of `keys` that is held or waited for (else the first): the
+/// one the messages name.
+async fn busy_key(locker: &Conn, keys: &[Key]) -> Key {
+    for key in keys {
+        let status = locker.status(Some(key)).await;
+        if status.is_ok_and(|s| {
+            s.first()
+                .is_some_and(|l| l.holder.is_some() || !l.waiters.is_empty())
+        }) {
+            return key.clone();
+        }
+    }
+    keys[0].clone()
+}
+
+/// The context of the wait: `--timeout`, and a cancel for signals.
+fn context(a: &LockArgs) -> (Context, fairlock::CancellationToken) {
+    let mut ctx = Context::background();
+    if let Some(timeout) = a.run.timeout {
+        ctx = ctx.with_timeout(timeout);
+    }
+    ctx.with_cancel()
+}
+
+/// A `--nonblock` answer: held, or the conflict code.
+async fn tried_or_busy<G>(
+    locker: &Conn,
+    key: &Key,
+    a: &LockArgs,
+    tried: fairlock::Result<Option<G>>,
+) -> Result<G, u8> {
+    match tried {
+        Ok(Some(guard)) => Ok(guard),
+        Ok(None) => {
+            let holder = describe_holder(locker, key).await;
+            eprintln!(
+                "fairlock: lock {key} is {holder}; not running {} (--nonblock)",
+                a.cmd[0]
+            );
+            Err(a.run.conflict_code)
+        }
+        Err(e) => {
+            report(&e);
+            Err(exit::of(&e))
+        }
+    }
+}
+
+/// Waits for `lock`, showing progress on `key` every second and leaving
+/// the queue on a signal (through `cancel`).
+async fn wait<G>(
+    locker: &Conn,
+    key: &Key,
+    a: &LockArgs,
+    signals: &mut Signals,
+    (lock, cancel): (
+        impl Future<Output = fairlock::Result<G>>,
+        fairlock::CancellationToken,
+    ),
+) -> Result<G, u8> {
     tokio::pin!(lock);
     let started = Instant::now();
     let mut progress = Progress::new();
@@ -148,6 +213,32 @@ async fn run_holding(guard: LockGuard, a: &LockArgs, signals: &mut Signals) -> u
         ],
         kill_after: a.run.kill_after,
         what: format!("lock {key}"),
+    };
+    run_while_held(guard, child, signals).await
+}
+
+/// Runs the command while holding every key: `FAIRLOCK_KEY` and
+/// `FAIRLOCK_TOKEN` name the first, `FAIRLOCK_KEYS` and `FAIRLOCK_TOKENS`
+/// all of them, one per line, in the same order.
+async fn run_holding_all(guard: MultiGuard, a: &LockArgs, signals: &mut Signals) -> u8 {
+    let first = guard.guards()[0].key().clone();
+    let lines = |f: &dyn Fn(&LockGuard) -> String| {
+        guard.guards().iter().map(f).collect::<Vec<_>>().join("\n")
+    };
+    let keys = lines(&|g| g.key().to_string());
+    let child = Child {
+        cmd: &a.cmd,
+        env: vec![
+            ("FAIRLOCK_KEY", first.as_str().to_owned()),
+            (
+                "FAIRLOCK_TOKEN",
+                guard.guards()[0].fencing_token().to_string(),
+            ),
+            ("FAIRLOCK_TOKENS", lines(&|g| g.fencing_token().to_string())),
+            ("FAIRLOCK_KEYS", keys.clone()),
+        ],
+        kill_after: a.run.kill_after,
+        what: format!("locks {}", keys.replace('\n', ", ")),
     };
     run_while_held(guard, child, signals).await
 }

@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use etcd_client::Txn;
 
-use super::cleanup::{self, InflightWrite, Written};
+use tokio::sync::watch;
+
+use super::cleanup::{self, InflightWrite, Landing, Written};
 use super::held_lock::{Grant, HeldLock};
 use crate::etcd::client::batch::Answer;
 use crate::etcd::client::error::{EtcdError, EtcdResult};
@@ -36,6 +38,10 @@ pub(crate) struct LockAttempt {
     /// mutex only to make the attempt `Sync`: it is reached through
     /// `&mut self`, which needs no locking.)
     inflight: Mutex<Option<InflightWrite>>,
+    /// The outcome of a write another attempt of the same `lock_all` call
+    /// sent for this one too (see [`LockAttempt::write_together`]):
+    /// `Some(answered)` once it ended.
+    landing: Option<watch::Receiver<Option<bool>>>,
     /// A write failed in a way that does not tell whether etcd applied it
     /// (no answer, connection lost): it may still land later.
     unanswered: bool,
@@ -76,6 +82,7 @@ impl LockAttempt {
             keys,
             lease: None,
             inflight: Mutex::new(None),
+            landing: None,
             unanswered: false,
             revived: false,
         })
@@ -116,7 +123,18 @@ impl LockAttempt {
         lease: &Arc<Lease>,
         txn: impl Into<Outgoing>,
     ) -> EtcdResult<Answer> {
-        let txn = txn.into();
+        self.send(op, lease, (txn.into(), true), None).await
+    }
+
+    /// [`LockAttempt::write`], `batched` or alone, telling `landed` (if
+    /// any) whether it was answered once it ends.
+    async fn send(
+        &mut self,
+        op: &'static str,
+        lease: &Arc<Lease>,
+        (txn, batched): (Outgoing, bool),
+        landed: Option<watch::Sender<Option<bool>>>,
+    ) -> EtcdResult<Answer> {
         self.lease = Some(Arc::clone(lease));
         let state = Arc::clone(&self.state);
         let lock = self.keys.lock.clone();
@@ -133,12 +151,18 @@ impl LockAttempt {
         self.unanswered |= inflight.is_some();
         let write = inflight.insert(Box::pin(Unstoppable::new(
             async move {
-                let within = state.config.request_timeout();
-                let path = Path::Batched {
-                    lock: &lock,
-                    within,
+                let path = match batched {
+                    true => Path::Batched {
+                        lock: &lock,
+                        within: state.config.request_timeout(),
+                    },
+                    false => Path::Alone,
                 };
-                state.send(op, path, txn).await
+                let answer = state.send(op, path, txn).await;
+                if let Some(landed) = landed {
+                    let _ = landed.send(Some(answer.is_ok()));
+                }
+                answer
             },
             || {
                 Err(EtcdError::Failed {
@@ -155,6 +179,42 @@ impl LockAttempt {
                 Err(self.state.lease_error(&self.key, lease, e).await)
             }
             ok => ok,
+        }
+    }
+
+    /// Sends `build(lease id)`, one txn that writes the keys of every
+    /// attempt of one `lock_all` call, alone (it names several locks), on
+    /// the session lease, replaced once if etcd no longer knows it. Sent
+    /// by the first attempt; every attempt's cleanup waits for it.
+    pub async fn write_together(
+        all: &mut [Armed<LockAttempt>],
+        op: &'static str,
+        build: impl Fn(i64) -> Txn,
+    ) -> EtcdResult<(Answer, Arc<Lease>)> {
+        let Some((first, others)) = all.split_first_mut() else {
+            return Err(EtcdError::Failed {
+                op,
+                why: "no key to write".into(),
+            });
+        };
+        let mut retried = false;
+        loop {
+            let lease = Box::pin(first.state.session.lease()).await?;
+            let (landed, landing) = watch::channel(None);
+            for other in others.iter_mut() {
+                other.lease = Some(Arc::clone(&lease));
+                other.landing = Some(landing.clone());
+            }
+            let txn = (Outgoing::from(build(lease.id)), false);
+            let result = Box::pin(first.send(op, &lease, txn, Some(landed))).await;
+            for other in others.iter_mut() {
+                other.landing = None;
+                other.unanswered |= result.as_ref().is_err_and(EtcdError::is_transient);
+            }
+            match result {
+                Err(e) if e.is_session_lost() && !retried => retried = true,
+                result => return Ok((result?, lease)),
+            }
         }
     }
 
@@ -227,7 +287,18 @@ impl TakeBack for LockAttempt {
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        let cleanup = cleanup::abandon(Arc::clone(&self.state), written, inflight, self.unanswered);
+        let landing = self.landing.take();
+        // Whether the write still on its way (this attempt's own, or the
+        // one of its `lock_all` call) was answered, once it ends.
+        let answered: Option<Landing> = match (inflight, landing) {
+            (Some(write), _) => Some(Box::pin(async move { write.await.is_ok() })),
+            (None, Some(mut landing)) => Some(Box::pin(async move {
+                let landed = landing.wait_for(Option::is_some).await;
+                landed.is_ok_and(|answered| *answered == Some(true))
+            })),
+            (None, None) => None,
+        };
+        let cleanup = cleanup::abandon(Arc::clone(&self.state), written, answered, self.unanswered);
         async move {
             let _ = cleanup.await;
         }

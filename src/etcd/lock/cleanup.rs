@@ -22,6 +22,10 @@ use crate::etcd::session::state::LockerState;
 /// caller left it (see `LockAttempt::send`).
 pub(crate) type InflightWrite = Pin<Box<dyn Future<Output = EtcdResult<Answer>> + Send>>;
 
+/// The end of a write still on its way when an attempt was abandoned:
+/// `true` if it was answered.
+pub(crate) type Landing = Pin<Box<dyn Future<Output = bool> + Send>>;
+
 /// What an abandoned attempt may have written.
 pub(crate) struct Written {
     pub key: Key,
@@ -39,13 +43,13 @@ pub(crate) struct Written {
 pub(crate) async fn abandon(
     state: Arc<LockerState>,
     mut written: Written,
-    inflight: Option<InflightWrite>,
+    inflight: Option<Landing>,
     unanswered: bool,
 ) -> EtcdResult<()> {
     // Wait for a write still in flight: its outcome is what we clean up.
     let unanswered = unanswered
         || match inflight {
-            Some(write) => write.await.is_err(),
+            Some(write) => !write.await,
             None => false,
         };
     let mut slot = written.slot.take();

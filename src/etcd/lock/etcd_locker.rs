@@ -46,14 +46,14 @@ pub struct EtcdLocker {
 }
 
 /// A failed attempt of `lock`, cleaned up, and whether to try again.
-struct Failed {
-    error: EtcdError,
-    again: Again,
+pub(super) struct Failed {
+    pub error: EtcdError,
+    pub again: Again,
 }
 
 /// The grant of a lock taken with nobody waiting, by the txn answered
 /// with `resp`.
-fn uncontended(resp: &Answer, lease: Arc<Lease>) -> Grant {
+pub(super) fn uncontended(resp: &Answer, lease: Arc<Lease>) -> Grant {
     Grant {
         token: resp.revision,
         queue_rev: None,

@@ -9,10 +9,12 @@
 //! - `listen.rs`: what a queued waiter listens to; `queue.rs`: the wait
 //!   in line, one state machine, and the waiter's re-reads of the queue
 //!   that it drives;
-//! - `etcd_locker.rs`: [`EtcdLocker`](crate::etcd::EtcdLocker); `fence.rs`:
+//! - `etcd_locker.rs`: [`EtcdLocker`](crate::etcd::EtcdLocker); `all_keys.rs`:
+//!   its `lock_all` and `try_lock_all`; `fence.rs`:
 //!   [`FencedTxn`](crate::etcd::FencedTxn); `status.rs`:
 //!   [`EtcdLocker::status`](crate::etcd::EtcdLocker::status).
 
+pub(crate) mod all_keys;
 pub(crate) mod attempt;
 pub(crate) mod cleanup;
 pub(crate) mod etcd_locker;

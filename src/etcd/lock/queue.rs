@@ -46,7 +46,7 @@ use super::listen::{Queued, Signal, Watching};
 use crate::etcd::client::error::{ENTRY_GONE, EtcdError, EtcdResult, LEASE_LOST};
 use crate::etcd::client::own_watch::Listener;
 use crate::etcd::client::retry::{Budget, Retrying};
-use crate::etcd::protocol::keys::prefix_end;
+use crate::etcd::protocol::keys::{LockKeys, prefix_end};
 use crate::etcd::protocol::ops::Repeatable;
 use crate::etcd::protocol::queue::{self, Ahead};
 use crate::etcd::protocol::take;
@@ -58,13 +58,17 @@ use crate::util::observe;
 enum Enqueued {
     /// The lock was free (fair: and nobody queued): taken at once.
     Granted(Grant),
-    /// Queued at `my_rev`.
-    Queued {
-        my_rev: i64,
-        lease: Arc<Lease>,
-        own: Listener,
-        own_watch: OwnWatch,
-    },
+    /// Queued.
+    Queued(InLine),
+}
+
+/// A waiter queued at `my_rev` on `lease`, listening to its locker's
+/// watch of its own queue keys.
+pub(super) struct InLine {
+    pub my_rev: i64,
+    pub lease: Arc<Lease>,
+    own: Listener,
+    own_watch: OwnWatch,
 }
 
 /// How the waiter listens to the locker's watch of its own queue keys.
@@ -94,15 +98,24 @@ enum Step {
 /// key. Request futures and the enqueue are awaited boxed (`Box::pin`):
 /// this future lives as long as a lock waits.
 pub(crate) async fn acquire(attempt: &mut LockAttempt, queue_key: &[u8]) -> EtcdResult<Grant> {
-    let (my_rev, lease, own, own_watch) = match Box::pin(enqueue(attempt, queue_key)).await? {
-        Enqueued::Granted(grant) => return Ok(grant),
-        Enqueued::Queued {
-            my_rev,
-            lease,
-            own,
-            own_watch,
-        } => (my_rev, lease, own, own_watch),
-    };
+    match Box::pin(enqueue(attempt, queue_key)).await? {
+        Enqueued::Granted(grant) => Ok(grant),
+        Enqueued::Queued(in_line) => wait_in_line(attempt, queue_key, in_line).await,
+    }
+}
+
+/// Waits in the queue, from the enqueue on, until granted.
+pub(super) async fn wait_in_line(
+    attempt: &mut LockAttempt,
+    queue_key: &[u8],
+    in_line: InLine,
+) -> EtcdResult<Grant> {
+    let InLine {
+        my_rev,
+        lease,
+        own,
+        own_watch,
+    } = in_line;
     observe::queued(None);
     let mut watching = Watching::new(own);
     let patience = tokio::time::sleep(margin(attempt.state.config.ttl()));
@@ -193,26 +206,42 @@ pub(crate) async fn acquire(attempt: &mut LockAttempt, queue_key: &[u8]) -> Etcd
 async fn enqueue(attempt: &mut LockAttempt, queue_key: &[u8]) -> EtcdResult<Enqueued> {
     let state = Arc::clone(&attempt.state);
     let (keys, value) = (attempt.keys.clone(), attempt.value.clone());
-
-    // Touches arrive on the locker's long-lived watch of its own queue keys.
-    // If it is open, subscribe before enqueueing so no touch can be missed;
-    // if not, open it after (a locker that never waits never watches) and
-    // close the gap with one read.
-    let own_prefix = keys.locker_queue(&state.id);
-    let own_end = prefix_end(&own_prefix);
-    let open_own = Box::pin(state.watches.existing(&own_prefix, Some(&own_end))).await;
-
+    let open_own = own_watch_before(&state, &keys).await;
     let enqueue = |lease: i64| take::enqueue(&keys, state.fairness, (&value, lease), queue_key);
     let (resp, lease) = Box::pin(attempt.write_with_lease("enqueue", enqueue)).await?;
-    let my_rev = resp.revision;
     if resp.succeeded() {
         return Ok(Enqueued::Granted(Grant {
-            token: my_rev,
+            token: resp.revision,
             queue_rev: None,
             behind: Behind::Nobody,
             lease,
         }));
     }
+    let in_line = own_watch_after(&state, &keys, open_own, resp.revision, lease).await?;
+    Ok(Enqueued::Queued(in_line))
+}
+
+/// Before an enqueue under `keys`: the locker's watch of its own queue
+/// keys there, subscribed to if it is open, so that no touch can be
+/// missed. A locker that never waits never opens it.
+pub(super) async fn own_watch_before(state: &LockerState, keys: &LockKeys) -> Option<Listener> {
+    let own_prefix = keys.locker_queue(&state.id);
+    let own_end = prefix_end(&own_prefix);
+    Box::pin(state.watches.existing(&own_prefix, Some(&own_end))).await
+}
+
+/// After an enqueue that queued at `my_rev` on `lease`: the waiter, with
+/// the watch [`own_watch_before`] found open, or opened now (the first
+/// read then closes the gap).
+pub(super) async fn own_watch_after(
+    state: &LockerState,
+    keys: &LockKeys,
+    open_own: Option<Listener>,
+    my_rev: i64,
+    lease: Arc<Lease>,
+) -> EtcdResult<InLine> {
+    let own_prefix = keys.locker_queue(&state.id);
+    let own_end = prefix_end(&own_prefix);
     let (own, own_watch) = match open_own {
         Some(listener) => {
             state.watches.touch(&own_prefix, Some(&own_end)).await;
@@ -232,7 +261,7 @@ async fn enqueue(attempt: &mut LockAttempt, queue_key: &[u8]) -> EtcdResult<Enqu
             (listener, OwnWatch::OpenedAfter)
         }
     };
-    Ok(Enqueued::Queued {
+    Ok(InLine {
         my_rev,
         lease,
         own,

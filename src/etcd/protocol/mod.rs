@@ -185,6 +185,8 @@
 //!   send twice;
 //! - `queue.rs`: reading the queue: successors and a waiter's place;
 //! - `take.rs`: enqueue, take and `try_lock`;
+//! - `take_all.rs`: `lock_all` and `try_lock_all`: every key of a call in
+//!   one txn, one revision (its own spec, and why that cannot deadlock);
 //! - `release.rs`: the release round, freeing, serving a free lock;
 //! - `abandon.rs`: cleaning up after an attempt, clearing a lost holding;
 //! - `fence.rs`: the fence of a holder's own txns;
@@ -247,3 +249,4 @@ pub(crate) mod release;
 #[cfg(test)]
 mod spec_tests;
 pub(crate) mod take;
+pub(crate) mod take_all;

@@ -15,7 +15,7 @@ const FOREIGN_SCAN: i64 = 16;
 /// The compares under which a lock is free for a newcomer: the lock key
 /// absent, no read/write lock or semaphore entry of the same name, and,
 /// for a fair one, nobody queued.
-fn free_for_newcomer(keys: &LockKeys, fairness: Fairness) -> Vec<Compare> {
+pub(crate) fn free_for_newcomer(keys: &LockKeys, fairness: Fairness) -> Vec<Compare> {
     let mut free = vec![lock_absent(keys), no_line(keys)];
     if fairness.is_fair() {
         free.push(Compare::create_revision(keys.queue.clone(), CompareOp::Equal, 0).with_prefix());

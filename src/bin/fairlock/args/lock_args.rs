@@ -70,9 +70,13 @@ pub struct LockArgs {
     pub nonblock: bool,
     #[command(flatten)]
     pub run: RunWhileHeld,
-    /// The lock's name
+    /// The lock's name (several: `KEY1 KEY2 ... -- CMD` holds them all)
     #[arg(value_name = "KEY")]
     pub key: Option<String>,
+    /// The keys after the first (set by `parse`, from the words before
+    /// `--`).
+    #[arg(skip)]
+    pub more_keys: Vec<String>,
     /// The command to run while holding the lock, with its arguments
     /// (after `--` if they start with `-`)
     #[arg(
@@ -106,6 +110,31 @@ impl LockArgs {
     /// The key, checked to be there and not empty.
     pub fn key(&self) -> &str {
         self.key.as_deref().unwrap_or_default()
+    }
+
+    /// Every key named, the first one first.
+    pub fn keys(&self) -> Vec<&str> {
+        std::iter::once(self.key())
+            .chain(self.more_keys.iter().map(String::as_str))
+            .collect()
+    }
+
+    /// `fairlock lock K1 K2 ... -- CMD`: clap reads `K1` as the key and
+    /// the rest as the command; the words before the first `--` that clap
+    /// left in the command are more keys. `dashes` counts the `--` in the
+    /// whole command line: one more than the command holds means the
+    /// first came right after `K1` (clap took it), so the command is all
+    /// command (`fairlock lock k -- ls -- x`).
+    pub fn split_keys(&mut self, dashes: usize) {
+        let in_cmd = self.cmd.iter().filter(|w| *w == "--").count();
+        if dashes > in_cmd {
+            return;
+        }
+        if let Some(at) = self.cmd.iter().position(|w| w == "--") {
+            let rest = self.cmd.split_off(at + 1);
+            self.cmd.pop();
+            self.more_keys = std::mem::replace(&mut self.cmd, rest);
+        }
     }
 }
 

@@ -1,0 +1,127 @@
+//! [`MultiGuard`], what [`crate::Locker::lock_all`] hands out: one
+//! [`LockGuard`] per key, held together and given back together.
+
+use std::fmt;
+
+use futures_util::future::{join_all, select_all};
+
+use crate::util::observe::{Granted, Site};
+use crate::{Key, LockGuard, LossCause, Result};
+
+/// Proof of holding every key of one [`crate::Locker::lock_all`] call;
+/// releases them all on [`MultiGuard::unlock`] or drop.
+///
+/// Each key keeps its own fencing token ([`MultiGuard::fencing_token`]),
+/// so a fenced write per key works as with [`LockGuard`]; the guard is
+/// lost ([`MultiGuard::lost`]) as soon as any of its keys is.
+///
+/// # Examples
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> fairlock::Result<()> {
+/// use fairlock::{Context, Key, Locker, memory::MemoryStore};
+///
+/// let store = MemoryStore::new();
+/// let locker = store.locker(true);
+/// let (from, to) = (Key::from("accounts/17"), Key::from("accounts/42"));
+/// let both = locker.lock_all(&Context::background(), &[from.clone(), to.clone()]).await?;
+/// assert!(both.fencing_token(&from).is_some() && both.fencing_token(&to).is_some());
+/// assert!(locker.try_lock(&to).await?.is_none());
+/// both.unlock().await?;
+/// # Ok(()) }
+/// ```
+#[must_use = "if unused the locks are released at once"]
+#[clippy::has_significant_drop]
+pub struct MultiGuard {
+    guards: Vec<LockGuard>,
+}
+
+impl MultiGuard {
+    /// The guard of every key, in the order the call named them (each
+    /// key once). For the crate's backends.
+    pub(crate) fn new(guards: Vec<LockGuard>) -> Self {
+        MultiGuard { guards }
+    }
+
+    /// The keys held, in the order the call named them (each once).
+    pub fn keys(&self) -> impl Iterator<Item = &Key> {
+        self.guards.iter().map(LockGuard::key)
+    }
+
+    /// The guard of each key, e.g. for `fairlock::etcd::FencedTxn` per key.
+    pub fn guards(&self) -> &[LockGuard] {
+        &self.guards
+    }
+
+    /// The guard of `key`, if this guard holds it.
+    #[must_use]
+    pub fn guard(&self, key: &Key) -> Option<&LockGuard> {
+        self.guards.iter().find(|g| g.key() == key)
+    }
+
+    /// `key`'s fencing token (see [`LockGuard::fencing_token`]): each key's
+    /// tokens grow with its own holders; tokens of different keys are
+    /// unrelated. `None` if this guard does not hold `key`.
+    #[must_use]
+    pub fn fencing_token(&self, key: &Key) -> Option<u64> {
+        self.guard(key).map(LockGuard::fencing_token)
+    }
+
+    /// `true` while every key is held as far as this process can tell
+    /// (see [`LockGuard::is_held`]).
+    #[must_use]
+    pub fn is_held(&self) -> bool {
+        self.guards.iter().all(LockGuard::is_held)
+    }
+
+    /// Resolves when any of the keys is lost (see [`LockGuard::lost`]).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits.
+    pub async fn lost(&self) {
+        if self.guards.is_empty() {
+            return;
+        }
+        let _ = select_all(self.guards.iter().map(|g| Box::pin(g.lost()))).await;
+    }
+
+    /// The first key found lost and why, or `None` while every key is held.
+    #[must_use]
+    pub fn loss_cause(&self) -> Option<(&Key, LossCause)> {
+        self.guards
+            .iter()
+            .find_map(|g| g.loss_cause().map(|cause| (g.key(), cause)))
+    }
+
+    /// Releases every key, all at once.
+    ///
+    /// # Errors
+    /// The first error of a key's release ([`crate::Error::LockLost`] if
+    /// that key was no longer held); the other keys are released all the
+    /// same.
+    ///
+    /// # Cancel safety
+    /// If the future is dropped (within a tokio runtime) the releases go
+    /// on in the background.
+    pub async fn unlock(self) -> Result<()> {
+        let results = join_all(self.guards.into_iter().map(LockGuard::unlock)).await;
+        results.into_iter().collect()
+    }
+}
+
+impl Granted for MultiGuard {
+    /// The first key's, for the grant's event.
+    fn fencing_token(&self) -> u64 {
+        self.guards.first().map_or(0, LockGuard::fencing_token)
+    }
+
+    fn observed(self, site: Site) -> Self {
+        let guards = self.guards.into_iter().map(|g| g.observed(site)).collect();
+        MultiGuard { guards }
+    }
+}
+
+impl fmt::Debug for MultiGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(&self.guards).finish()
+    }
+}
