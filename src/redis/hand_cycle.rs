@@ -7,7 +7,7 @@ use redis::ScriptInvocation;
 use crate::Key;
 use crate::redis::connect::node::invocation;
 use crate::redis::protocol::keys::{LockKeys, owner_value, waiter_id};
-use crate::redis::protocol::lock_args::{acquire_args, release_args};
+use crate::redis::protocol::lock_args::{Joined, acquire_args, release_args};
 use crate::redis::protocol::lock_lua::{ACQUIRE_SCRIPT, RELEASE_SCRIPT};
 use crate::redis::state::Core;
 
@@ -64,7 +64,7 @@ impl HandCycle {
             &keys,
             &core.nodes.list[0].hub.id,
             &core.record_ttl().as_millis().to_string(),
-            false,
+            Joined::No,
             &core.config.data_loss_wait_ms(),
         );
         HandCycle {
@@ -97,7 +97,7 @@ mod tests {
             &keys,
             "h",
             "3000",
-            false,
+            Joined::No,
             "10000",
         );
         assert_eq!(args.len(), 10);

@@ -7,20 +7,18 @@ use std::sync::Arc;
 
 use super::election::RedisElector;
 use crate::redis::config::redis_config::RedisConfig;
-use crate::redis::connect::failed_op::is_in_use_as_line;
 use crate::redis::connect::node::Nodes;
 use crate::redis::hand_cycle::HandCycle;
 use crate::redis::line::in_line::{try_shared, wait_shared};
-use crate::redis::lock::attempt::{AttemptKind, LockAttempt, Round};
+use crate::redis::lock::attempt::{AttemptKind, LockAttempt, Round, mutex_error};
 use crate::redis::pace::Pace;
-use crate::redis::protocol::line::in_use_as_line;
 use crate::redis::state::{Core, fair_redlock_unsupported};
 use crate::semantics::admission::Share;
 use crate::semantics::all_keys::KeyLimit;
 use crate::semantics::armed::turn_or_done;
 use crate::semantics::dispatch::{LockServer, Want, impl_locker};
 use crate::semantics::fairness::Fairness;
-use crate::util::observe::{self, Site};
+use crate::util::observe::Site;
 use crate::{Context, Key, LockGuard, Result};
 
 /// A fair or unfair locker on one Redis instance, or on several
@@ -133,36 +131,9 @@ async fn lock(core: &Arc<Core>, ctx: &Context, key: &Key) -> Result<LockGuard> {
     let mut attempt = LockAttempt::new(core, key, AttemptKind::Lock);
     let notify = Arc::clone(&attempt.notify);
     let waited = async {
-        // Wake-ups need the subscriptions: wait for them (all nodes at
-        // once, each at most a per-node timeout; polling covers the
-        // rest), but not past the context.
-        futures_util::future::join_all(
-            core.nodes
-                .list
-                .iter()
-                .map(|node| node.hub.ready(core.config.node_timeout())),
-        )
-        .await;
+        core.wakeups_ready().await;
         let mut pace = Pace::new(core, notify);
-        loop {
-            match attempt.round().await {
-                Ok(Round::Granted(guard)) => return Ok(guard),
-                Ok(Round::Busy {
-                    split, expires_in, ..
-                }) => {
-                    if attempt.rounds() == 1 {
-                        observe::queued(None);
-                    }
-                    if split {
-                        pace.after_split().await;
-                    } else {
-                        pace.after_busy(expires_in).await;
-                    }
-                }
-                // Refresh the queue record before it expires.
-                Err(e) => pace.after_error(e).await?,
-            }
-        }
+        attempt.until_granted(&mut pace).await
     };
     match turn_or_done(ctx, key, waited).await {
         Ok(guard) => Ok(guard),
@@ -174,15 +145,6 @@ async fn lock(core: &Arc<Core>, ctx: &Context, key: &Key) -> Result<LockGuard> {
             Err(e)
         }
     }
-}
-
-/// A mutex's error, with the key's use as a read/write lock or semaphore
-/// told as [`crate::Error::InvalidKey`].
-fn mutex_error(e: crate::Error, key: &Key) -> crate::Error {
-    if is_in_use_as_line(&e) {
-        return in_use_as_line(key);
-    }
-    e
 }
 
 impl RedisLocker {

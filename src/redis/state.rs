@@ -92,6 +92,19 @@ impl Core {
         }
     }
 
+    /// Waits for the wake-up subscriptions a waiter needs (all nodes at
+    /// once, each at most a per-node timeout; polling covers the rest).
+    /// Callers race it with their context.
+    pub async fn wakeups_ready(&self) {
+        futures_util::future::join_all(
+            self.nodes
+                .list
+                .iter()
+                .map(|node| node.hub.ready(self.config.node_timeout())),
+        )
+        .await;
+    }
+
     pub fn site(&self) -> Site {
         Site::new("redis", self.fairness)
     }

@@ -7,16 +7,19 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
+use crate::redis::connect::failed_op::is_in_use_as_line;
 use crate::redis::connect::node::{Call, Reach};
 use crate::redis::lock::held_lock;
-use crate::redis::pace;
+use crate::redis::pace::{self, Pace};
 use crate::redis::protocol::keys::{LockKeys, owner_value, waiter_id};
-use crate::redis::protocol::lock_args::{acquire_args, release_args};
+use crate::redis::protocol::line::in_use_as_line;
+use crate::redis::protocol::lock_args::{Joined, acquire_args, release_args};
 use crate::redis::protocol::lock_lua::{
     ACQUIRE_SCRIPT, LEAVE_SCRIPT, RAISE_SCRIPT, RELEASE_SCRIPT,
 };
 use crate::redis::state::Core;
 use crate::semantics::armed::{Armed, TakeBack};
+use crate::util::observe;
 use crate::{Key, LockGuard, Result};
 
 /// What one round on every node came to.
@@ -96,7 +99,10 @@ impl LockAttempt {
 impl Armed<LockAttempt> {
     /// Runs the acquire script on every node and decides.
     pub async fn round(&mut self) -> Result<Round> {
-        let joined = self.rounds > 0;
+        let joined = match self.rounds {
+            0 => Joined::No,
+            _ => Joined::Yes,
+        };
         self.rounds += 1;
         let core = Arc::clone(&self.core);
         let (nodes, config, keys) = (&core.nodes, &core.config, &self.keys);
@@ -201,6 +207,34 @@ impl Armed<LockAttempt> {
         results.into_iter().filter(|r| matches!(r, Ok(1))).count()
     }
 
+    /// Rounds until granted, pausing between them as `pace` says (a busy
+    /// round: until a wake-up, a poll or the holder's expiry; an error:
+    /// a backoff, while the wait may go on).
+    ///
+    /// # Errors
+    /// A round's error, when `pace` ends the wait.
+    pub async fn until_granted(&mut self, pace: &mut Pace<'_>) -> Result<LockGuard> {
+        loop {
+            match self.round().await {
+                Ok(Round::Granted(guard)) => return Ok(guard),
+                Ok(Round::Busy {
+                    split, expires_in, ..
+                }) => {
+                    if self.rounds() == 1 {
+                        observe::queued(None);
+                    }
+                    if split {
+                        pace.after_split().await;
+                    } else {
+                        pace.after_busy(expires_in).await;
+                    }
+                }
+                // Refresh the queue record before it expires.
+                Err(e) => pace.after_error(e).await?,
+            }
+        }
+    }
+
     /// The guard for a grant; the attempt is done.
     fn granted(&mut self, token: u64, started: Instant, granted: &[(usize, u64)]) -> LockGuard {
         self.set_armed(false);
@@ -252,6 +286,15 @@ impl TakeBack for LockAttempt {
             (0..self.core.nodes.list.len()).collect(),
         )
     }
+}
+
+/// A mutex's error, with the key's use as a read/write lock or semaphore
+/// told as [`crate::semantics::mixed_use`] tells it.
+pub(crate) fn mutex_error(e: crate::Error, key: &Key) -> crate::Error {
+    if is_in_use_as_line(&e) {
+        return in_use_as_line(key);
+    }
+    e
 }
 
 /// Sends the leave script once to `nodes`; returns those that did not answer.

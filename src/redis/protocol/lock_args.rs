@@ -5,6 +5,27 @@
 use crate::redis::protocol::keys::{LockKeys, mode_tag};
 use crate::semantics::fairness::Fairness;
 
+/// What an acquire round knows of its waiter's queue entry: the script's
+/// `joined` argument (see `lock_lua.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Joined {
+    /// `0`: the attempt's first round; nothing of it is queued yet.
+    No,
+    /// `1`: an earlier round may have queued it; an entry found missing
+    /// is made again, at the end of the queue.
+    Yes,
+}
+
+impl Joined {
+    /// The script's argument.
+    pub(crate) fn arg(self) -> &'static str {
+        match self {
+            Joined::No => "0",
+            Joined::Yes => "1",
+        }
+    }
+}
+
 /// The acquire script's `ARGV` (see `lock_lua.rs`): `[owner, ttl ms, f|u,
 /// id or "", waiters, wake, hub, record ttl ms, joined, data loss wait ms]`.
 #[allow(clippy::too_many_arguments)]
@@ -16,7 +37,7 @@ pub(crate) fn acquire_args(
     keys: &LockKeys,
     hub: &str,
     record_ms: &str,
-    joined: bool,
+    joined: Joined,
     loss_wait_ms: &str,
 ) -> Vec<String> {
     vec![
@@ -28,7 +49,7 @@ pub(crate) fn acquire_args(
         keys.wake.clone(),
         hub.to_owned(),
         record_ms.to_owned(),
-        if joined { "1" } else { "0" }.into(),
+        joined.arg().into(),
         loss_wait_ms.to_owned(),
     ]
 }
