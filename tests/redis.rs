@@ -806,23 +806,3 @@ async fn status_lists_the_holders_and_waiters_of_a_line() {
     assert!(r.base.status(None).await.expect("status").is_empty());
     r.finish().await;
 }
-
-/// `lock_all` is not built on Redis yet: it is refused before anything
-/// is written, saying what to use instead (issue 44 builds it next).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lock_all_is_refused_for_now() {
-    let r = redis("all-refused").await;
-    let keys = [Key::from("a"), Key::from("b")];
-    for fair in [true, false] {
-        let l = r.locker(fair);
-        for err in [
-            l.lock_all(&patient(), &keys).await.expect_err("refused"),
-            l.try_lock_all(&keys).await.expect_err("refused"),
-        ] {
-            assert!(matches!(err, Error::Unsupported(_)), "{err}");
-            assert!(err.to_string().contains("etcd"), "{err}");
-        }
-    }
-    assert!(r.is_clean().await);
-    r.finish().await;
-}

@@ -107,6 +107,51 @@ async fn fencing_tokens_grow_per_key() {
     r.finish().await;
 }
 
+/// `lock_all` takes keys of one hash slot only: keys of different slots
+/// are refused before any request, in both modes, saying how to fix it
+/// (a common hash tag); keys that start with the same `{tag}` share a slot
+/// and are taken together.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_all_takes_keys_of_one_slot_only() {
+    let c = rc::shared();
+    let r = cluster("all-slots").await;
+    let apart = [Key::from("a"), Key::from("b")];
+    assert_ne!(
+        c.slot(&r.lock_key(&apart[0])).await,
+        c.slot(&r.lock_key(&apart[1])).await
+    );
+    for fair in [true, false] {
+        let locker = r.base.locker(fair);
+        for err in [
+            locker.lock_all(&patient(), &apart).await.map(drop),
+            locker.try_lock_all(&apart).await.map(drop),
+        ] {
+            let err = err.expect_err("refused");
+            assert!(matches!(err, Error::Unsupported(_)), "{err}");
+            let text = err.to_string();
+            assert!(
+                text.contains("different hash slots") && text.contains("{orders}/17"),
+                "{text}"
+            );
+        }
+    }
+    assert!(r.is_clean().await, "a refused lock_all left keys behind");
+    let together = [Key::from("{orders}/17"), Key::from("{orders}/42")];
+    let slot = c.slot(&r.lock_key(&together[0])).await;
+    assert_eq!(slot, c.slot(&r.lock_key(&together[1])).await);
+    let both = r
+        .base
+        .locker(true)
+        .lock_all(&patient(), &together)
+        .await
+        .expect("lock_all of one slot");
+    for key in &together {
+        assert!(r.base.try_lock(key).await.expect("try_lock").is_none());
+    }
+    both.unlock().await.expect("unlock");
+    r.finish().await;
+}
+
 /// Moves the slot of `lock_key` from its master to another with
 /// `CLUSTER SETSLOT ... IMPORTING / MIGRATING`, `MIGRATE` and `SETSLOT
 /// NODE`, as `redis-cli --cluster reshard` does; returns the new owner's

@@ -164,6 +164,34 @@ async fn shared_locks_are_refused_on_redlock() {
     r.finish().await;
 }
 
+/// `lock_all` and `try_lock_all` are refused on Redlock for good (one
+/// atomic step over independent masters does not exist), in both modes,
+/// saying what to use instead, before anything is written.
+#[tokio::test]
+async fn lock_all_is_refused_on_redlock() {
+    let r = redlock("all-refused").await;
+    let keys = [Key::from("a"), Key::from("b")];
+    for fair in [false, true] {
+        let locker = r.base.locker(fair);
+        for err in [
+            locker.lock_all(&patient(), &keys).await.map(drop),
+            locker.try_lock_all(&keys).await.map(drop),
+        ] {
+            let err = err.expect_err("refused");
+            assert!(matches!(err, Error::Unsupported(_)), "{err}");
+            let text = err.to_string();
+            assert!(
+                text.contains("lock_all on Redlock")
+                    && text.contains("one atomic step")
+                    && text.contains("etcd"),
+                "{text}"
+            );
+        }
+    }
+    assert!(r.is_clean().await, "a refused lock_all left keys behind");
+    r.finish().await;
+}
+
 /// Fencing tokens keep growing when the masters' counters disagree: the
 /// highest among the quorum is taken and the others are raised to it, so
 /// the next quorum, without the nodes that had the high counters, still

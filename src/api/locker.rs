@@ -218,7 +218,7 @@ pub trait Locker: Send + Sync + 'static {
     /// meanwhile.
     ///
     /// Keys named twice count once. How many keys one call may name
-    /// depends on the backend (etcd: 32, see the error).
+    /// depends on the backend (etcd and Redis: 32, see the error).
     ///
     /// # Examples
     /// ```

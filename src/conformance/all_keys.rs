@@ -12,8 +12,8 @@ use super::backend::Backend;
 use super::common::{assert_err, join, patient, refused, short, spawn, take};
 use crate::{Context, Error, Key, Locker};
 
-fn keys(names: &[&str]) -> Vec<Key> {
-    names.iter().map(|n| Key::from(*n)).collect()
+fn keys(b: &impl Backend, names: &[&str]) -> Vec<Key> {
+    names.iter().map(|n| b.lock_all_key(n)).collect()
 }
 
 fn skip(b: &impl Backend, fair: bool) -> bool {
@@ -36,7 +36,11 @@ pub async fn lock_all_is_all_or_nothing(b: &impl Backend, fair: bool) {
     if skip(b, fair) {
         return;
     }
-    let [x, y, z] = [Key::from("x"), Key::from("y"), Key::from("z")];
+    let [x, y, z] = [
+        b.lock_all_key("x"),
+        b.lock_all_key("y"),
+        b.lock_all_key("z"),
+    ];
     let all = [x.clone(), y.clone(), z.clone()];
     let (h, m, other) = (b.locker(fair), b.locker(fair), b.locker(fair));
     let before = take(&*other, &x).await;
@@ -90,10 +94,10 @@ pub async fn lock_all_opposite_orders(b: &impl Backend, fair: bool) {
     let inside = Arc::new(AtomicU32::new(0));
     let mut tasks = Vec::new();
     for order in [["p", "q"], ["q", "p"], ["p", "q"], ["q", "p"]] {
-        let (locker, inside) = (b.locker(fair), Arc::clone(&inside));
+        let (locker, inside, order) = (b.locker(fair), Arc::clone(&inside), keys(b, &order));
         tasks.push(tokio::spawn(async move {
             for _ in 0..ROUNDS {
-                let both = locker.lock_all(&patient(), &keys(&order)).await;
+                let both = locker.lock_all(&patient(), &order).await;
                 let both = both.expect("lock_all");
                 assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two inside");
                 tokio::task::yield_now().await;
@@ -121,7 +125,9 @@ pub async fn lock_all_overlapping_sets(b: &impl Backend, fair: bool) {
     const KEYS: usize = 8;
     const CALLERS: usize = 16;
     const ROUNDS: usize = 3;
-    let names: Vec<Key> = (0..KEYS).map(|i| Key::from(format!("k{i}"))).collect();
+    let names: Vec<Key> = (0..KEYS)
+        .map(|i| b.lock_all_key(&format!("k{i}")))
+        .collect();
     let inside: Arc<Vec<AtomicU32>> = Arc::new((0..KEYS).map(|_| AtomicU32::new(0)).collect());
     let last: Arc<Vec<AtomicU64>> = Arc::new((0..KEYS).map(|_| AtomicU64::new(0)).collect());
     let lockers: Vec<Arc<dyn Locker>> = (0..4).map(|_| b.locker(fair)).collect();
@@ -176,7 +182,7 @@ pub async fn lock_all_keeps_arrival_order(b: &impl Backend) {
     if skip(b, true) {
         return;
     }
-    let (a, bee) = (Key::from("a"), Key::from("b"));
+    let (a, bee) = (b.lock_all_key("a"), b.lock_all_key("b"));
     let held = take(&*b.locker(true), &a).await;
     let order = Arc::new(Mutex::new(Vec::new()));
     let record = |order: &Arc<Mutex<Vec<&'static str>>>, who| {
@@ -229,7 +235,7 @@ pub async fn lock_all_giving_up_leaves_nothing(b: &impl Backend, fair: bool) {
     if skip(b, fair) {
         return;
     }
-    let (free, busy) = (Key::from("free"), Key::from("busy"));
+    let (free, busy) = (b.lock_all_key("free"), b.lock_all_key("busy"));
     let both = [free.clone(), busy.clone()];
     let (h, w) = (b.locker(fair), b.locker(fair));
     let held = take(&*h, &busy).await;
@@ -295,7 +301,7 @@ pub async fn lock_all_bad_input(b: &impl Backend) {
         return;
     }
     let l = b.locker(b.supports_fair());
-    let ok = Key::from("ok");
+    let ok = b.lock_all_key("ok");
     assert_err!(
         l.lock_all(&patient(), &[]).await,
         Error::InvalidKey { .. },
@@ -315,7 +321,7 @@ pub async fn lock_all_bad_input(b: &impl Backend) {
         other => panic!("5000 keys: {other:?}"),
     }
     if b.supports_shared() {
-        let line = Key::from("line");
+        let line = b.lock_all_key("line");
         let reader = l.read_lock(&patient(), &line).await.expect("read_lock");
         let mixed = [ok.clone(), line.clone()];
         assert_err!(

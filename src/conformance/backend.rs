@@ -78,4 +78,12 @@ pub trait Backend: Send + Sync + 'static {
     fn supports_lock_all(&self) -> bool {
         false
     }
+
+    /// The key the [`Locker::lock_all`] checks call `name`: `name` itself,
+    /// unless the backend takes several keys in one step only when they
+    /// share something (a Redis Cluster: one hash slot, so a common hash
+    /// tag, `{t}name`).
+    fn lock_all_key(&self, name: &str) -> Key {
+        Key::from(name)
+    }
 }

@@ -8,11 +8,12 @@
 //! - Several URLs: **Redlock**, a lock held when a majority of independent
 //!   masters grant it within its validity time. Unfair mutexes only: fair
 //!   mode, read/write locks, semaphores and elections need one arrival
-//!   order, which independent masters do not have
-//!   ([`crate::Error::Unsupported`]).
+//!   order, and `lock_all` one atomic step, which independent masters do
+//!   not have ([`crate::Error::Unsupported`]).
 //! - `redis+cluster://h1:7000,h2:7001` ([`RedisConfig::cluster`]): every
 //!   key of one lock carries the hash tag `{<key>}`, so its scripts run on
-//!   the master of one slot.
+//!   the master of one slot. `lock_all` takes keys of one slot only: keys
+//!   that start with a common hash tag, `{orders}/17` and `{orders}/42`.
 //! - `redis+sentinel://s1:26379,s2:26379/mymaster`
 //!   ([`RedisConfig::sentinel`]): the master is found through the
 //!   sentinels and followed across failovers.
@@ -64,6 +65,7 @@ mod protocol {
     pub(crate) mod keys;
     pub(crate) mod line;
     pub(crate) mod line_lua;
+    pub(crate) mod lock_all_lua;
     pub(crate) mod lock_args;
     pub(crate) mod lock_lua;
     pub(crate) mod slots;
@@ -82,11 +84,14 @@ mod connect {
     pub(crate) mod sentinel;
     pub(crate) mod wake;
 }
-// The mutex: one call's rounds, the held lock and its watchdog.
+// The mutex: one call's rounds, the held lock and its watchdog, and
+// several mutexes in one step (`lock_all`).
 mod lock {
+    pub(crate) mod all_keys;
     pub(crate) mod attempt;
     pub(crate) mod deferred;
     pub(crate) mod held_lock;
+    pub(crate) mod take_all;
 }
 // Read/write locks and semaphores: one line call, a held entry.
 mod line {

@@ -163,6 +163,18 @@ impl Backend for RedisBackend {
     fn supports_shared(&self) -> bool {
         self.shared
     }
+    /// Everywhere but on Redlock, which refuses `lock_all`.
+    fn supports_lock_all(&self) -> bool {
+        !self.base.config().is_redlock()
+    }
+    /// On a cluster, every key of the checks in one slot: the hash tag
+    /// `{all}` (Redis hashes `{all` of the lock key `<prefix>{{all}name}`).
+    fn lock_all_key(&self, name: &str) -> Key {
+        match self.cluster {
+            Some(_) => Key::from(format!("{{all}}{name}")),
+            None => Key::from(name),
+        }
+    }
 }
 
 /// Takes `key` on `locker` with `try_lock`, which must find it free.

@@ -150,6 +150,19 @@ impl NodeError {
         self
     }
 
+    /// For a script over several locks (`lock_all_lua.rs`: `per` keys of
+    /// each lock in turn, then the epoch), its key named already: the
+    /// slot of a [`Failure::Foreign`] among its own lock's keys, which is
+    /// what the message tells of it.
+    pub fn slot_per_lock(mut self, per: usize) -> Self {
+        if let Failure::Foreign { slot, .. } = &mut self.failure
+            && *slot > 0
+        {
+            *slot = (*slot - 1) % per + 1;
+        }
+        self
+    }
+
     /// The redis client's error behind this one, if any.
     pub fn redis_error(&self) -> Option<&redis::RedisError> {
         match &self.failure {

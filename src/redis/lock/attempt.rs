@@ -13,6 +13,7 @@ use crate::redis::lock::held_lock;
 use crate::redis::pace::{self, Pace};
 use crate::redis::protocol::keys::{LockKeys, owner_value, waiter_id};
 use crate::redis::protocol::line::in_use_as_line;
+use crate::redis::protocol::lock_all_lua::Part;
 use crate::redis::protocol::lock_args::{Joined, acquire_args, release_args};
 use crate::redis::protocol::lock_lua::{
     ACQUIRE_SCRIPT, LEAVE_SCRIPT, RAISE_SCRIPT, RELEASE_SCRIPT,
@@ -34,6 +35,9 @@ pub(crate) enum Round {
         expires_in: Option<Duration>,
         unsure: bool,
     },
+    /// Not granted, and the place `lock_all` keeps in the queue is gone
+    /// (see [`Joined::Kept`]): nothing was written.
+    PlaceLost,
 }
 
 /// Whether an attempt waits in the queue.
@@ -67,6 +71,9 @@ pub(crate) struct LockAttempt {
     pub notify: Arc<Notify>,
     /// Rounds sent so far: from the second on, `id` may be queued.
     rounds: u32,
+    /// Queued by `lock_all`'s one step: a place kept, or lost, never made
+    /// again at the end of the queue.
+    kept: bool,
 }
 
 impl LockAttempt {
@@ -87,6 +94,7 @@ impl LockAttempt {
             kind,
             notify,
             rounds: 0,
+            kept: false,
         })
     }
 
@@ -94,14 +102,32 @@ impl LockAttempt {
     pub fn rounds(&self) -> u32 {
         self.rounds
     }
+
+    /// This attempt's key as `lock_all`'s scripts name it.
+    pub fn part(&self) -> Part<'_> {
+        Part {
+            keys: &self.keys,
+            owner: &self.owner,
+            id: &self.id,
+        }
+    }
+
+    /// Its first round was `lock_all`'s one step (`lock/all_keys.rs`),
+    /// which queued it: the later rounds keep that place or report it
+    /// lost ([`Round::PlaceLost`]).
+    pub fn keep_place(&mut self) {
+        self.rounds = self.rounds.max(1);
+        self.kept = true;
+    }
 }
 
 impl Armed<LockAttempt> {
     /// Runs the acquire script on every node and decides.
     pub async fn round(&mut self) -> Result<Round> {
-        let joined = match self.rounds {
-            0 => Joined::No,
-            _ => Joined::Yes,
+        let joined = match (self.rounds, self.kept) {
+            (0, _) => Joined::No,
+            (_, false) => Joined::Yes,
+            (_, true) => Joined::Kept,
         };
         self.rounds += 1;
         let core = Arc::clone(&self.core);
@@ -137,9 +163,14 @@ impl Armed<LockAttempt> {
         let mut busy = vec![false; nodes.list.len()];
         let mut expires_in: Option<Duration> = None;
         let mut errors = Vec::new();
+        let mut lost = false;
         for (i, result) in results.into_iter().enumerate() {
             match result {
                 Ok((1, token)) => granted.push((i, u64::try_from(token).unwrap_or_default())),
+                Ok((2, _)) => {
+                    busy[i] = true;
+                    lost = true;
+                }
                 Ok((_, pttl)) => {
                     busy[i] = true;
                     if let Ok(ms) = u64::try_from(pttl) {
@@ -182,6 +213,9 @@ impl Armed<LockAttempt> {
         if nodes.list.len() - errors.len() < nodes.quorum {
             return Err(nodes.unavailable("lock", errors));
         }
+        if lost {
+            return Ok(Round::PlaceLost);
+        }
         Ok(Round::Busy {
             split,
             expires_in,
@@ -209,14 +243,16 @@ impl Armed<LockAttempt> {
 
     /// Rounds until granted, pausing between them as `pace` says (a busy
     /// round: until a wake-up, a poll or the holder's expiry; an error:
-    /// a backoff, while the wait may go on).
+    /// a backoff, while the wait may go on); `None` once a kept place is
+    /// lost ([`LockAttempt::keep_place`]).
     ///
     /// # Errors
     /// A round's error, when `pace` ends the wait.
-    pub async fn until_granted(&mut self, pace: &mut Pace<'_>) -> Result<LockGuard> {
+    pub async fn until_granted(&mut self, pace: &mut Pace<'_>) -> Result<Option<LockGuard>> {
         loop {
             match self.round().await {
-                Ok(Round::Granted(guard)) => return Ok(guard),
+                Ok(Round::Granted(guard)) => return Ok(Some(guard)),
+                Ok(Round::PlaceLost) => return Ok(None),
                 Ok(Round::Busy {
                     split, expires_in, ..
                 }) => {
@@ -236,7 +272,7 @@ impl Armed<LockAttempt> {
     }
 
     /// The guard for a grant; the attempt is done.
-    fn granted(&mut self, token: u64, started: Instant, granted: &[(usize, u64)]) -> LockGuard {
+    pub fn granted(&mut self, token: u64, started: Instant, granted: &[(usize, u64)]) -> LockGuard {
         self.set_armed(false);
         // Nodes that did not grant may still hold our queue entry (a grant
         // removed it on its own node, so nothing is sent where all granted).
@@ -298,7 +334,7 @@ pub(crate) fn mutex_error(e: crate::Error, key: &Key) -> crate::Error {
 }
 
 /// Sends the leave script once to `nodes`; returns those that did not answer.
-async fn send_leave(
+pub(crate) async fn send_leave(
     core: &Core,
     keys: &LockKeys,
     id: &str,

@@ -14,6 +14,11 @@ pub(crate) enum Joined {
     /// `1`: an earlier round may have queued it; an entry found missing
     /// is made again, at the end of the queue.
     Yes,
+    /// `2`: queued by `lock_all`'s one step, a place the waiter keeps or
+    /// loses: an entry found missing is not made again (the answer says
+    /// so), since a place at the end would no longer be in the order of
+    /// the call's other places (`lock/all_keys.rs`).
+    Kept,
 }
 
 impl Joined {
@@ -22,6 +27,7 @@ impl Joined {
         match self {
             Joined::No => "0",
             Joined::Yes => "1",
+            Joined::Kept => "2",
         }
     }
 }

@@ -40,12 +40,12 @@ use crate::redis::protocol::epoch::{EPOCH_READ_LUA, EPOCH_START_LUA};
 
 /// What every script starts with: the keys, and the helpers that the fast
 /// paths (see [`script`]) use too.
-const HEAD_KEYS: &str = r"
+pub(crate) const HEAD_KEYS: &str = r"
 local lock, queue, fence = KEYS[1], KEYS[2], KEYS[3]
 ";
 
 /// The helpers after the keys and the epoch's (`epoch.rs`).
-const HEAD: &str = r"
+pub(crate) const HEAD: &str = r"
 
 -- Keys are read with the commands the minimal ACL (docs/production.md) grants (no
 -- TYPE): a key of another type answers GET or ZSCORE with an error.
@@ -74,7 +74,7 @@ end
 /// The other shared helpers, defined after a script's fast path: a script
 /// defines its local functions anew on every run, which costs Redis about
 /// as much as the uncontended cycle's own commands.
-const PRELUDE: &str = r"
+pub(crate) const PRELUDE: &str = r"
 
 -- Fails the script naming KEYS[i] and the type found there, for a key
 -- that holds data fairlock did not write (the Rust side names the key).
@@ -179,9 +179,12 @@ end
 ///
 /// `ARGV = [owner, ttl ms, f|u, id or "", waiters, wake, hub, record ttl ms,
 /// joined, data loss wait ms]`, `joined` `1` when an earlier round of this attempt may have
-/// queued `id` (on the first round there is nothing of it to remove);
+/// queued `id` (on the first round, `0`, there is nothing of it to remove),
+/// `2` for a place `lock_all` keeps (`lock_args::Joined`): its entry
+/// found missing is not made again;
 /// returns `{1, token}` or `{0, ms}`: the pttl of the holder, or before
-/// the epoch the time until it. Fails with
+/// the epoch the time until it; `{2, 0}` for a kept place found missing
+/// (the lock not granted, nothing written). Fails with
 /// `FAIRLOCK_SHARED` while the key's line exists (`line.rs`).
 ///
 /// Its fast path grants a free lock, as the general path would, when no
@@ -190,10 +193,10 @@ end
 /// or semaphore exists (`PTTL` -2), `ZRANGE` finds nobody queued (fair)
 /// or no key of another type (unfair: a free lock is taken whoever is
 /// queued), the fencing counter counts, and the epoch has passed.
-const ACQUIRE_FAST: &str = r"
+pub(crate) const ACQUIRE_FAST: &str = r"
 do
   local mode, id, joined = ARGV[3], ARGV[4], ARGV[9]
-  if (id == '' or joined ~= '1') and not redis.pcall('GET', lock)
+  if (id == '' or joined == '0') and not redis.pcall('GET', lock)
       and redis.call('PTTL', lock .. '/_OWNERS_/line') == -2 then
     local first = redis.pcall('ZRANGE', queue, 0, 0)
     if first.err == nil and (mode == 'u' or first[1] == nil) and fence_ok()
@@ -205,7 +208,7 @@ end
 ";
 
 /// The general path of the acquire.
-const ACQUIRE: &str = r"
+pub(crate) const ACQUIRE: &str = r"
 local owner, ttl, mode, id, waiters, wake, hub, wttl, joined, loss_wait = unpack(ARGV)
 local value = check_keys()
 -- A key in use as a read/write lock or semaphore (its line, `line.rs`)
@@ -225,7 +228,7 @@ else
   if mode == 'f' then first = head(waiters) end
   if ready and (not first or first == id) then
     local token = grant(owner, ttl)
-    if id ~= '' and joined == '1' then
+    if id ~= '' and joined ~= '0' then
       redis.call('ZREM', queue, id)
       redis.call('DEL', waiters .. id)
     end
@@ -236,6 +239,7 @@ else
 end
 if id ~= '' then
   if not redis.call('ZSCORE', queue, id) then
+    if joined == '2' then return {2, 0} end
     drop_odd_scores()
     local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
     local score = 1
