@@ -806,3 +806,111 @@ async fn status_lists_the_holders_and_waiters_of_a_line() {
     assert!(r.base.status(None).await.expect("status").is_empty());
     r.finish().await;
 }
+
+/// The members of `key`'s fair queue, in order.
+async fn queued_ids(r: &Redis, key: &Key) -> Vec<String> {
+    r.query(redis::cmd("ZRANGE").arg(r.queue(key)).arg(0).arg(-1))
+        .await
+}
+
+/// `lock_all` and `try_lock_all` over a key whose queue holds data
+/// fairlock did not write fail at once, in both modes, naming that key
+/// and what fairlock keeps there, with nothing written to the other keys
+/// (every key is checked before the one script writes anything).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_all_refuses_foreign_data_before_writing() {
+    let r = redis("all-foreign").await;
+    let (a, b) = (Key::from("a"), Key::from("b"));
+    let queue = r.queue(&b);
+    let () = r
+        .query(redis::cmd("SET").arg(&queue).arg("someone else's"))
+        .await;
+    for fair in [true, false] {
+        let l = r.locker(fair);
+        for err in [
+            l.lock_all(&patient(), &[a.clone(), b.clone()])
+                .await
+                .map(drop),
+            l.try_lock_all(&[a.clone(), b.clone()]).await.map(drop),
+        ] {
+            let text = format!("{:?}", err.expect_err("refused"));
+            assert!(
+                text.contains(&format!("redis-cli DEL '{queue}'"))
+                    && text.contains("where fairlock keeps the queue of waiters"),
+                "{text}"
+            );
+            let left = r.keys_left().await;
+            assert_eq!(left, [format!("{}: {queue}", r.urls[0])], "written");
+        }
+    }
+    let () = r.query(redis::cmd("DEL").arg(&queue)).await;
+    r.finish().await;
+}
+
+/// A fair `lock_all` waiter whose entry in one queue vanishes (as when
+/// its record expires) does not queue again at the end of that queue
+/// alone, which would break the one order of its places: it gives up
+/// every key and joins every queue again in one step, then is granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_all_rejoins_every_queue_when_a_place_is_lost() {
+    let r = redis("all-lost").await;
+    let (a, b) = (Key::from("a"), Key::from("b"));
+    let holder = r.locker(true);
+    let (ha, hb) = (take(&*holder, &a).await, take(&*holder, &b).await);
+    let waiter = {
+        let (w, both) = (r.locker(true), [a.clone(), b.clone()]);
+        tokio::spawn(async move { w.lock_all(&patient(), &both).await })
+    };
+    r.wait_queued(&a, 1).await;
+    r.wait_queued(&b, 1).await;
+    let (old_a, old_b) = (queued_ids(&r, &a).await, queued_ids(&r, &b).await);
+    let () = r
+        .query(redis::cmd("ZREM").arg(r.queue(&b)).arg(&old_b[0]))
+        .await;
+    rs::wait_until(&r.urls[0], r.prefix(), || async {
+        let (now_a, now_b) = (queued_ids(&r, &a).await, queued_ids(&r, &b).await);
+        now_a.len() == 1 && now_b.len() == 1 && now_a != old_a
+    })
+    .await;
+    ha.unlock().await.expect("unlock");
+    hb.unlock().await.expect("unlock");
+    let both = waiter.await.expect("task").expect("lock_all");
+    assert!(both.is_held());
+    both.unlock().await.expect("unlock");
+    r.wait_clean().await;
+    r.finish().await;
+}
+
+/// An unfair `lock_all` waiter holds no key and keeps one queue entry,
+/// in the queue of a key someone else holds (so that its release wakes
+/// it), moving it when that key is free but another is held; it takes
+/// every key once all are free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unfair_lock_all_waits_with_one_entry_where_a_key_is_held() {
+    let r = redis("all-unfair").await;
+    let (a, b) = (Key::from("a"), Key::from("b"));
+    let other = r.locker(false);
+    let hb = take(&*other, &b).await;
+    let waiter = {
+        let (w, both) = (r.locker(false), [a.clone(), b.clone()]);
+        tokio::spawn(async move { w.lock_all(&patient(), &both).await })
+    };
+    r.wait_queued(&b, 1).await;
+    assert!(
+        queued_ids(&r, &a).await.is_empty(),
+        "queued where it is free"
+    );
+    // It holds nothing meanwhile.
+    let ha = take(&*other, &a).await;
+    hb.unlock().await.expect("unlock");
+    // Woken by b's release, it finds a held: its entry moves there, in
+    // the script that leaves b's queue.
+    r.wait_queued(&a, 1).await;
+    assert!(queued_ids(&r, &b).await.is_empty(), "two entries");
+    ha.unlock().await.expect("unlock");
+    let both = waiter.await.expect("task").expect("lock_all");
+    assert!(both.is_held());
+    both.unlock().await.expect("unlock");
+    assert!(r.is_clean().await, "an entry left behind");
+    r.finish().await;
+}
