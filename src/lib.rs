@@ -53,6 +53,13 @@
 //! a stale holder's writes. On etcd, [`FencedTxn`](etcd::FencedTxn) runs
 //! a transaction only while the guard still holds the lock.
 //!
+//! # Several keys at once
+//! [`Locker::lock_all`] holds every key of a list or none, in a
+//! [`MultiGuard`] with a fencing token per key. Fair mode joins every
+//! key's queue in one step, so all waiters of all keys share one arrival
+//! order: callers naming the same keys in any order never deadlock, and
+//! single-key [`Locker::lock`] calls wait in the same line.
+//!
 //! # Leader election
 //! [`get_elector`] hands out an [`Elector`]: candidates
 //! [`campaign`](Elector::campaign) for an election's name with a value and

@@ -559,3 +559,41 @@ async fn waiters_ahead_vanishing_do_not_strand_the_queue() {
     g8.unlock().await.expect("unlock");
     b.wait_clean().await;
 }
+
+/// The largest `lock_all` etcd takes in one txn: 32 keys of 4 KiB each
+/// (128 KiB of names, the limit), fair and unfair, held and released; a
+/// 33rd key is refused before any request, saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_all_takes_32_keys_of_4_kib() {
+    let b = etcd("all-32").await;
+    let long = "k".repeat(4096 - 3);
+    let keys: Vec<Key> = (0..32)
+        .map(|i| Key::from(format!("{i:02}{long}")))
+        .collect();
+    assert_eq!(
+        keys.iter().map(|k| k.as_str().len()).sum::<usize>(),
+        32 * 4095
+    );
+    for fair in [true, false] {
+        let (l, other) = (b.locker(fair), b.locker(fair));
+        let all = l.lock_all(&patient(), &keys).await.expect("32 keys");
+        assert!(other.try_lock(&keys[31]).await.expect("try").is_none());
+        all.unlock().await.expect("unlock");
+        let again = other
+            .try_lock_all(&keys)
+            .await
+            .expect("try 32")
+            .expect("free");
+        again.unlock().await.expect("unlock");
+    }
+    let mut more = keys.clone();
+    more.push(Key::from("one-more"));
+    match b.locker(true).lock_all(&patient(), &more).await {
+        Err(Error::InvalidKey { reason, .. }) => {
+            assert!(reason.contains("max-txn-ops"), "{reason}")
+        }
+        other => panic!("33 keys: {other:?}"),
+    }
+    assert!(b.is_clean().await);
+    b.finish().await;
+}

@@ -188,6 +188,7 @@ impl MemoryLocker {
                 Ok::<_, crate::Error>(())
             };
             if let Err(e) = turn_or_done(ctx, &keys[0], one_freed).await {
+                drop(freed);
                 self.store.tidy_all(keys);
                 return Err(e);
             }

@@ -23,8 +23,11 @@ pub(super) struct FairWaiter {
 }
 
 impl KeyState {
+    /// Nobody holds, queues, or waits for it to be freed (an unfair
+    /// waiter keeps `freed`: forgetting the key would leave it waiting on
+    /// a signal nobody sends).
     pub fn is_idle(&self) -> bool {
-        self.holder.is_none() && self.queue.is_empty()
+        self.holder.is_none() && self.queue.is_empty() && Arc::strong_count(&self.freed) == 1
     }
 
     /// Takes the lock for `id` if it is free (and, with `fair`, nobody is

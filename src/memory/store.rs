@@ -272,7 +272,7 @@ impl MemoryStore {
         share: Share,
     ) -> Result<(u64, Option<u64>, oneshot::Receiver<u64>)> {
         let mut state = self.state();
-        if state.keys.contains_key(key.as_str()) {
+        if state.keys.get(key.as_str()).is_some_and(|ks| !ks.is_idle()) {
             return Err(crate::semantics::mixed_use::in_use_as_mutex(
                 key.as_str(),
                 share,

@@ -114,11 +114,15 @@ pub struct Global {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Wait for the lock on KEY (in arrival order unless --unfair), run CMD
-    /// while holding it, release it when CMD ends; exit with CMD's status.
+    /// Wait for the lock on KEY (in arrival order unless --unfair), or on
+    /// every KEY at once, run CMD while holding it, release it when CMD
+    /// ends; exit with CMD's status.
     #[command(
         after_help = LOCK_AFTER_HELP,
-        override_usage = "fairlock [GLOBAL OPTIONS] lock [OPTIONS] KEY [--] CMD [ARGS...]"
+        override_usage = concat!(
+            "fairlock [GLOBAL OPTIONS] lock [OPTIONS] KEY [--] CMD [ARGS...]\n",
+            "       fairlock [GLOBAL OPTIONS] lock [OPTIONS] KEY1 KEY2... -- CMD [ARGS...]"
+        )
     )]
     Lock(LockArgs),
     /// Show each lock under the prefix (or just KEY): holder, fencing

@@ -11,7 +11,8 @@ use futures_util::future::{join_all, select_all};
 
 use super::attempt::LockAttempt;
 use super::etcd_locker::{EtcdLocker, Failed, uncontended};
-use super::queue::{own_watch_after, own_watch_before, wait_in_line};
+use super::listen::{own_watch_after, own_watch_before};
+use super::queue::wait_in_line;
 use crate::etcd::client::error::{EtcdError, EtcdResult};
 use crate::etcd::client::retry::{Again, Retry};
 use crate::etcd::client::watch::{Events, Target, WatchMsg};

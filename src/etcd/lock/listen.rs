@@ -1,9 +1,11 @@
 //! A queued waiter listening for its turn (see `queue.rs`, the wait): to its
 //! locker's watch of its own queue keys, where a release touches its entry,
 //! and once patient to the deletion of its predecessor's entry or the lock
-//! key.
+//! key; and how that watch is opened around the enqueue ([`InLine`]), for
+//! a `lock` and for each key of a `lock_all`.
 
 use std::pin::Pin;
+use std::sync::Arc;
 
 use tokio::time::Sleep;
 
@@ -12,9 +14,11 @@ use super::held_lock::Behind;
 use crate::etcd::client::error::EtcdResult;
 use crate::etcd::client::own_watch::Listener;
 use crate::etcd::client::request::retry_backoff;
+use crate::etcd::client::retry::{Budget, Retrying};
 use crate::etcd::client::watch::{Events, Subscription, Target, WatchMsg};
-use crate::etcd::protocol::keys::{passed_along, prefix_end};
+use crate::etcd::protocol::keys::{LockKeys, passed_along, prefix_end};
 use crate::etcd::session::handout::Lease;
+use crate::etcd::session::state::LockerState;
 use crate::semantics::fairness::Fairness;
 use crate::util::backoff::Backoff;
 
@@ -203,4 +207,69 @@ async fn watch_deletion(waiter: &Queued<'_>, key: &[u8], since: i64) -> EtcdResu
             events: Events::All,
         })
         .await
+}
+
+/// A waiter queued at `my_rev` on `lease`, listening to its locker's
+/// watch of its own queue keys.
+pub(super) struct InLine {
+    pub my_rev: i64,
+    pub lease: Arc<Lease>,
+    pub own: Listener,
+    pub own_watch: OwnWatch,
+}
+
+/// How the waiter listens to the locker's watch of its own queue keys.
+pub(super) enum OwnWatch {
+    /// It was open before the enqueue: no touch can have been missed.
+    WasOpen,
+    /// It was opened after the enqueue: re-read once to close the gap.
+    OpenedAfter,
+}
+
+/// Before an enqueue under `keys`: the locker's watch of its own queue
+/// keys there, subscribed to if it is open, so that no touch can be
+/// missed. A locker that never waits never opens it.
+pub(super) async fn own_watch_before(state: &LockerState, keys: &LockKeys) -> Option<Listener> {
+    let own_prefix = keys.locker_queue(&state.id);
+    let own_end = prefix_end(&own_prefix);
+    Box::pin(state.watches.existing(&own_prefix, Some(&own_end))).await
+}
+
+/// After an enqueue that queued at `my_rev` on `lease`: the waiter, with
+/// the watch [`own_watch_before`] found open, or opened now (the first
+/// read then closes the gap).
+pub(super) async fn own_watch_after(
+    state: &LockerState,
+    keys: &LockKeys,
+    open_own: Option<Listener>,
+    my_rev: i64,
+    lease: Arc<Lease>,
+) -> EtcdResult<InLine> {
+    let own_prefix = keys.locker_queue(&state.id);
+    let own_end = prefix_end(&own_prefix);
+    let (own, own_watch) = match open_own {
+        Some(listener) => {
+            state.watches.touch(&own_prefix, Some(&own_end)).await;
+            (listener, OwnWatch::WasOpen)
+        }
+        None => {
+            // We are in line now: a watch that fails to open for a reason
+            // that may pass (a member cut off) is opened again rather than
+            // costing the place.
+            let mut retrying = Retrying::new(Budget::WhileLeased(&lease.lost));
+            let listener = loop {
+                match Box::pin(state.watches.listen(&own_prefix, Some(&own_end))).await {
+                    Ok(listener) => break listener,
+                    Err(e) => retrying.again(e).await?,
+                }
+            };
+            (listener, OwnWatch::OpenedAfter)
+        }
+    };
+    Ok(InLine {
+        my_rev,
+        lease,
+        own,
+        own_watch,
+    })
 }

@@ -42,11 +42,11 @@ use etcd_client::GetResponse;
 
 use super::attempt::LockAttempt;
 use super::held_lock::{Behind, Grant};
-use super::listen::{Queued, Signal, Watching};
+use super::listen::{
+    InLine, OwnWatch, Queued, Signal, Watching, own_watch_after, own_watch_before,
+};
 use crate::etcd::client::error::{ENTRY_GONE, EtcdError, EtcdResult, LEASE_LOST};
-use crate::etcd::client::own_watch::Listener;
 use crate::etcd::client::retry::{Budget, Retrying};
-use crate::etcd::protocol::keys::{LockKeys, prefix_end};
 use crate::etcd::protocol::ops::Repeatable;
 use crate::etcd::protocol::queue::{self, Ahead};
 use crate::etcd::protocol::take;
@@ -60,23 +60,6 @@ enum Enqueued {
     Granted(Grant),
     /// Queued.
     Queued(InLine),
-}
-
-/// A waiter queued at `my_rev` on `lease`, listening to its locker's
-/// watch of its own queue keys.
-pub(super) struct InLine {
-    pub my_rev: i64,
-    pub lease: Arc<Lease>,
-    own: Listener,
-    own_watch: OwnWatch,
-}
-
-/// How the waiter listens to the locker's watch of its own queue keys.
-enum OwnWatch {
-    /// It was open before the enqueue: no touch can have been missed.
-    WasOpen,
-    /// It was opened after the enqueue: re-read once to close the gap.
-    OpenedAfter,
 }
 
 /// What a queued waiter does next.
@@ -219,54 +202,6 @@ async fn enqueue(attempt: &mut LockAttempt, queue_key: &[u8]) -> EtcdResult<Enqu
     }
     let in_line = own_watch_after(&state, &keys, open_own, resp.revision, lease).await?;
     Ok(Enqueued::Queued(in_line))
-}
-
-/// Before an enqueue under `keys`: the locker's watch of its own queue
-/// keys there, subscribed to if it is open, so that no touch can be
-/// missed. A locker that never waits never opens it.
-pub(super) async fn own_watch_before(state: &LockerState, keys: &LockKeys) -> Option<Listener> {
-    let own_prefix = keys.locker_queue(&state.id);
-    let own_end = prefix_end(&own_prefix);
-    Box::pin(state.watches.existing(&own_prefix, Some(&own_end))).await
-}
-
-/// After an enqueue that queued at `my_rev` on `lease`: the waiter, with
-/// the watch [`own_watch_before`] found open, or opened now (the first
-/// read then closes the gap).
-pub(super) async fn own_watch_after(
-    state: &LockerState,
-    keys: &LockKeys,
-    open_own: Option<Listener>,
-    my_rev: i64,
-    lease: Arc<Lease>,
-) -> EtcdResult<InLine> {
-    let own_prefix = keys.locker_queue(&state.id);
-    let own_end = prefix_end(&own_prefix);
-    let (own, own_watch) = match open_own {
-        Some(listener) => {
-            state.watches.touch(&own_prefix, Some(&own_end)).await;
-            (listener, OwnWatch::WasOpen)
-        }
-        None => {
-            // We are in line now: a watch that fails to open for a reason
-            // that may pass (a member cut off) is opened again rather than
-            // costing the place.
-            let mut retrying = Retrying::new(Budget::WhileLeased(&lease.lost));
-            let listener = loop {
-                match Box::pin(state.watches.listen(&own_prefix, Some(&own_end))).await {
-                    Ok(listener) => break listener,
-                    Err(e) => retrying.again(e).await?,
-                }
-            };
-            (listener, OwnWatch::OpenedAfter)
-        }
-    };
-    Ok(InLine {
-        my_rev,
-        lease,
-        own,
-        own_watch,
-    })
 }
 
 fn in_use_as_line(attempt: &LockAttempt) -> EtcdError {

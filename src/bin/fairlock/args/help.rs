@@ -14,6 +14,7 @@ ENVIRONMENT:
 
 EXAMPLES:
     fairlock lock backups -- ./backup.sh --full
+    fairlock lock accounts/17 accounts/42 -- ./transfer.sh
     fairlock --endpoints 10.0.0.1:2379,10.0.0.2:2379 lock -n --ttl 30s db-migrate -- make migrate
     fairlock lock --timeout 2m --conflict-exit-code 0 nightly -- ./report.sh
     fairlock status
@@ -28,6 +29,8 @@ EXAMPLES:
 /// What `fairlock lock --help` shows after the options.
 pub const LOCK_AFTER_HELP: &str = "\
 CMD gets FAIRLOCK_KEY and FAIRLOCK_TOKEN (the fencing token) in its environment.
+Several keys (`fairlock lock K1 K2 -- CMD`) are held all at once, or none
+(etcd); CMD also gets FAIRLOCK_KEYS and FAIRLOCK_TOKENS, one per line.
 
 EXIT STATUS:
     CMD's own exit status (128+N when CMD was killed by signal N), or
@@ -46,5 +49,6 @@ EXIT STATUS:
 
 EXAMPLES:
     fairlock lock backups -- ./backup.sh --full
+    fairlock lock accounts/17 accounts/42 -- ./transfer.sh
     fairlock lock -n --ttl 30s db-migrate -- make migrate
     fairlock lock --timeout 2m --conflict-exit-code 0 nightly -- ./report.sh";
