@@ -30,7 +30,7 @@ EXAMPLES:
 pub const LOCK_AFTER_HELP: &str = "\
 CMD gets FAIRLOCK_KEY and FAIRLOCK_TOKEN (the fencing token) in its environment.
 Several keys (`fairlock lock K1 K2 -- CMD`) are held all at once, or none
-(etcd); CMD also gets FAIRLOCK_KEYS and FAIRLOCK_TOKENS, one per line.
+(not on Redlock); CMD also gets FAIRLOCK_KEYS and FAIRLOCK_TOKENS, one per line.
 
 EXIT STATUS:
     CMD's own exit status (128+N when CMD was killed by signal N), or
