@@ -4,6 +4,7 @@
 //! ```text
 //! cargo run --release --example bench -- [--endpoints E] [--quick] [--json] [--no-go]
 //!     [--no-redis] [--redis-only] [--redis-cycle] [--redis-deployments] [--shared-only]
+//!     [--multi-only] [--multi-deadlock]
 //! ```
 //! Without `--endpoints` it starts its own single-member etcd (from PATH or
 //! `ETCD_BIN`), with its data on disk. The Go peer (etcd's own
@@ -23,11 +24,18 @@
 //! (`redis_deployments.rs`).
 //! `shared_rows.rs` adds read/write locks and semaphores on one key against
 //! etcd's Go `recipe.RWMutex`; `--shared-only` runs only them.
+//! `multi_rows.rs` adds `lock_all` on 2 of 8 keys against sorted
+//! one-by-one `lock` and etcd's Go `concurrency.Mutex` one by one
+//! (`--no-go` skips that peer); `--multi-only` runs only them.
+//! `--multi-deadlock` runs only `multi_deadlock.rs`: how often locking
+//! `[a, b]` and `[b, a]` one by one deadlocks, against `lock_all`.
 
 mod cost;
 mod cost_rows;
 mod go_peer;
 mod latency;
+mod multi_deadlock;
+mod multi_rows;
 mod redis_cycle;
 mod redis_deployments;
 mod redis_hand;
@@ -62,6 +70,10 @@ struct Opts {
     redis_deployments: bool,
     soak_only: bool,
     shared_only: bool,
+    /// `--multi-only`: the several-keys rows only.
+    multi_only: bool,
+    /// `--multi-deadlock`: the deadlock demonstration only.
+    multi_deadlock: bool,
     soak_secs: Option<u64>,
     /// Which fairlock modes the soak runs.
     soak_modes: Vec<bool>,
@@ -93,6 +105,8 @@ fn parse() -> Result<Opts, String> {
         redis_deployments: false,
         soak_only: false,
         shared_only: false,
+        multi_only: false,
+        multi_deadlock: false,
         soak_secs: None,
         soak_modes: vec![true, false],
         trace: false,
@@ -113,6 +127,8 @@ fn parse() -> Result<Opts, String> {
             "--redis-deployments" => o.redis_deployments = true,
             "--soak-only" => o.soak_only = true,
             "--shared-only" => o.shared_only = true,
+            "--multi-only" => o.multi_only = true,
+            "--multi-deadlock" => o.multi_deadlock = true,
             "--latency-ms" => {
                 let v = args
                     .next()
@@ -155,7 +171,7 @@ fn parse() -> Result<Opts, String> {
             "-h" | "--help" => {
                 return Err("usage: bench [--endpoints E] [--quick] [--json] [--no-go] \
                             [--no-redis] [--redis-only] [--redis-cycle] [--redis-deployments] \
-                            [--shared-only] \
+                            [--shared-only] [--multi-only] [--multi-deadlock] \
                             [--soak-only] [--soak-secs N] \
                             [--soak-mode fair|unfair|both] [--trace] [--latency-ms D]"
                     .into());
@@ -248,6 +264,17 @@ async fn run(o: &Opts) -> Res<()> {
             &shared_rows::rows(&ep, o.quick, &mut summary).await?,
             o.json,
         );
+        print_summary(&summary, o.json);
+        return Ok(());
+    }
+    if o.multi_only || o.multi_deadlock {
+        let mut summary = Vec::new();
+        let rows = if o.multi_deadlock {
+            multi_deadlock::rows(&ep, o.quick, &mut summary).await?
+        } else {
+            multi_rows::rows(&ep, o.quick, o.go, &mut summary).await?
+        };
+        print(&rows, o.json);
         print_summary(&summary, o.json);
         return Ok(());
     }
@@ -469,6 +496,7 @@ async fn run(o: &Opts) -> Res<()> {
     );
     rows.extend(soak_rows(o.soak(), &ep, etcd_pid, go, &mut summary).await?);
     rows.extend(shared_rows::rows(&ep, o.quick, &mut summary).await?);
+    rows.extend(multi_rows::rows(&ep, o.quick, o.go, &mut summary).await?);
 
     // 6. cost of a release with 100 queued waiters
     eprintln!("bench: 6. cost of a release with 100 queued waiters");
