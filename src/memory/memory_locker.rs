@@ -151,7 +151,7 @@ impl MemoryLocker {
     /// key's turn. The keys held at once and the waiters are armed before
     /// anything awaits, so a dropped call leaves nothing behind.
     async fn lock_all_fair(&self, ctx: &Context, keys: &[Key]) -> Result<Vec<LockGuard>> {
-        let (_, entered) = self.store.enqueue_all(keys)?;
+        let entered = self.store.enqueue_all(keys)?;
         let turns = keys
             .iter()
             .zip(entered)

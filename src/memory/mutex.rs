@@ -30,10 +30,15 @@ impl KeyState {
         self.holder.is_none() && self.queue.is_empty() && Arc::strong_count(&self.freed) == 1
     }
 
+    /// Nobody holds it (and, with `fair`, nobody is queued).
+    pub fn is_free(&self, fair: bool) -> bool {
+        self.holder.is_none() && (!fair || self.queue.is_empty())
+    }
+
     /// Takes the lock for `id` if it is free (and, with `fair`, nobody is
     /// queued): the token, from `revision`.
     pub fn take_if_free(&mut self, id: u64, fair: bool, revision: &mut u64) -> Option<u64> {
-        if self.holder.is_some() || (fair && !self.queue.is_empty()) {
+        if !self.is_free(fair) {
             return None;
         }
         *revision += 1;

@@ -63,6 +63,19 @@ pub(super) enum Enqueued {
     Waits(u64, oneshot::Receiver<u64>),
 }
 
+impl KeyState {
+    /// A fair `lock`'s step on this key for waiter `id`: the lock if it is
+    /// free with nobody queued, else a place at the end of the queue.
+    fn enter(&mut self, id: u64, revision: &mut u64) -> Enqueued {
+        if let Some(token) = self.take_if_free(id, true, revision) {
+            return Enqueued::Holds(id, token);
+        }
+        let (tx, rx) = oneshot::channel();
+        self.queue.push_back(FairWaiter { id, grant: tx });
+        Enqueued::Waits(id, rx)
+    }
+}
+
 /// The error of a release of something not held.
 pub(super) fn lost(key: &str) -> Error {
     Error::LockLost {
@@ -138,20 +151,18 @@ impl MemoryStore {
         let id = state.next_id();
         let StoreState { revision, keys, .. } = &mut *state;
         let ks = keys.entry(key.to_string()).or_default();
-        if let Some(token) = ks.take_if_free(id, true, revision) {
-            return Ok(Enqueued::Holds(id, token));
+        let entered = ks.enter(id, revision);
+        if matches!(entered, Enqueued::Waits(..)) {
+            crate::util::observe::queued(Some(ks.queue.len()));
         }
-        let (tx, rx) = oneshot::channel();
-        ks.queue.push_back(FairWaiter { id, grant: tx });
-        crate::util::observe::queued(Some(ks.queue.len()));
-        Ok(Enqueued::Waits(id, rx))
+        Ok(entered)
     }
 
     /// `lock_all`, fair: joins every key's queue in one step under one id
     /// (taking each key that is free with nobody queued), so that all
     /// waiters of all keys are in one order. Refused, with nothing
     /// written, while any key is in use as a read/write lock or semaphore.
-    pub(super) fn enqueue_all(&self, keys: &[Key]) -> Result<(u64, Vec<Enqueued>)> {
+    pub(super) fn enqueue_all(&self, keys: &[Key]) -> Result<Vec<Enqueued>> {
         let mut state = self.state();
         for key in keys {
             state.no_line(key.as_str())?;
@@ -164,17 +175,9 @@ impl MemoryStore {
         } = &mut *state;
         let entered = keys
             .iter()
-            .map(|key| {
-                let ks = all.entry(key.to_string()).or_default();
-                if let Some(token) = ks.take_if_free(id, true, revision) {
-                    return Enqueued::Holds(id, token);
-                }
-                let (tx, rx) = oneshot::channel();
-                ks.queue.push_back(FairWaiter { id, grant: tx });
-                Enqueued::Waits(id, rx)
-            })
+            .map(|key| all.entry(key.to_string()).or_default().enter(id, revision))
             .collect();
-        Ok((id, entered))
+        Ok(entered)
     }
 
     /// `try_lock_all`, and each try of an unfair `lock_all`: takes every
@@ -187,10 +190,9 @@ impl MemoryStore {
     ) -> Result<Option<(u64, Vec<u64>)>> {
         let mut state = self.state();
         let refused = keys.iter().find_map(|k| state.no_line(k.as_str()).err());
-        let free = |ks: Option<&KeyState>| {
-            ks.is_none_or(|ks| ks.holder.is_none() && (!fair || ks.queue.is_empty()))
-        };
-        let all_free = keys.iter().all(|k| free(state.keys.get(k.as_str())));
+        let all_free = keys
+            .iter()
+            .all(|k| state.keys.get(k.as_str()).is_none_or(|ks| ks.is_free(fair)));
         let taken = match (refused, all_free) {
             (Some(e), _) => Err(e),
             (None, false) => Ok(None),
