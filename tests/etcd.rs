@@ -4,6 +4,7 @@
 
 mod support;
 
+use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -594,6 +595,59 @@ async fn lock_all_takes_32_keys_of_4_kib() {
         }
         other => panic!("33 keys: {other:?}"),
     }
+    assert!(b.is_clean().await);
+    b.finish().await;
+}
+
+/// A `lock_all` guard's unlock releases every key in one txn: a waiter
+/// for the same keys is handed all of them at one revision (so its tokens
+/// are equal), and with nobody waiting every lock key is deleted at one
+/// revision, as etcd's own history shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_all_unlock_is_one_txn() {
+    let b = etcd("all-one-txn").await;
+    let keys: Vec<Key> = ["a", "b", "c"].map(Key::from).to_vec();
+    let (first, second) = (b.locker(true), b.locker(true));
+    let held = first.lock_all(&patient(), &keys).await.expect("lock_all");
+    let waiter = tokio::spawn({
+        let keys = keys.clone();
+        async move { second.lock_all(&patient(), &keys).await }
+    });
+    for key in &keys {
+        b.wait_queued(key, 1).await;
+    }
+    held.unlock().await.expect("unlock");
+    let handed = waiter.await.expect("task").expect("lock_all");
+    let tokens: Vec<u64> = keys
+        .iter()
+        .filter_map(|k| handed.fencing_token(k))
+        .collect();
+    assert_eq!(tokens.len(), 3);
+    assert!(tokens.windows(2).all(|t| t[0] == t[1]), "{tokens:?}");
+
+    let prefix = b.config.prefix().to_owned();
+    let opts = etcd_client::WatchOptions::new().with_prefix();
+    let checker = b.checker.clone();
+    let mut history = checker
+        .watch_client()
+        .watch(prefix.as_str(), Some(opts))
+        .await
+        .expect("watch");
+    handed.unlock().await.expect("unlock");
+    let lock_keys: Vec<String> = keys.iter().map(|k| format!("{prefix}{k}")).collect();
+    let mut deleted = std::collections::BTreeMap::new();
+    while deleted.len() < lock_keys.len() {
+        let resp = history.message().await.expect("watch").expect("open");
+        for ev in resp.events() {
+            let kv = ev.kv().expect("kv");
+            let name = String::from_utf8_lossy(kv.key()).into_owned();
+            if ev.event_type() == etcd_client::EventType::Delete && lock_keys.contains(&name) {
+                deleted.insert(name, kv.mod_revision());
+            }
+        }
+    }
+    let revisions: BTreeSet<i64> = deleted.values().copied().collect();
+    assert_eq!(revisions.len(), 1, "deleted at {deleted:?}");
     assert!(b.is_clean().await);
     b.finish().await;
 }

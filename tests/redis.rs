@@ -914,3 +914,55 @@ async fn unfair_lock_all_waits_with_one_entry_where_a_key_is_held() {
     assert!(r.is_clean().await, "an entry left behind");
     r.finish().await;
 }
+
+/// A `lock_all` guard's unlock releases every key in one script: MONITOR
+/// (Redis's log of every command, in order) shows one script run naming
+/// the call's keys between the unlock and a marker sent after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_all_unlock_is_one_script() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    let r = redis("all-one-script").await;
+    let prefix = r.prefix().to_owned();
+    let url = rs::shared().url.clone();
+    let keys: Vec<Key> = ["a", "b", "c"].map(Key::from).to_vec();
+    let l = r.locker(true);
+    // Once before watching: a first run of a script loads it.
+    let held = l.lock_all(&patient(), &keys).await.expect("lock_all");
+    held.unlock().await.expect("unlock");
+    let held = l.lock_all(&patient(), &keys).await.expect("lock_all");
+
+    let stream = tokio::net::TcpStream::connect(("127.0.0.1", rs::shared().port))
+        .await
+        .expect("connect");
+    let mut monitor = BufReader::new(stream);
+    monitor
+        .get_mut()
+        .write_all(b"MONITOR\r\n")
+        .await
+        .expect("monitor");
+    let mut line = String::new();
+    monitor.read_line(&mut line).await.expect("read");
+    assert_eq!(line.trim_end(), "+OK");
+    held.unlock().await.expect("unlock");
+    let marker = format!("{prefix}end");
+    let _: String = redis::cmd("ECHO")
+        .arg(&marker)
+        .query_async(&mut conn(&url).await)
+        .await
+        .expect("echo");
+    let mut runs = Vec::new();
+    loop {
+        line.clear();
+        monitor.read_line(&mut line).await.expect("read");
+        if line.contains(&marker) {
+            break;
+        }
+        let script = line.to_ascii_uppercase().contains("\"EVALSHA\"");
+        if script && line.contains(&prefix) {
+            runs.push(line.clone());
+        }
+    }
+    assert_eq!(runs.len(), 1, "{runs:#?}");
+    assert!(r.is_clean().await);
+}

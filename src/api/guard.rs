@@ -6,6 +6,7 @@ use std::fmt;
 use std::sync::Once;
 
 use async_trait::async_trait;
+use futures_util::future::{join, join_all};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -37,6 +38,31 @@ pub trait GuardRelease: Any + Send + Sync {
     fn loss_cause(&self) -> Option<LossCause> {
         None
     }
+
+    /// Releases this lock and `others` together: the other keys of one
+    /// [`crate::Locker::lock_all`] call, each built by this backend. One
+    /// result per lock, this one's first, then those of `others` in order.
+    /// A backend that can release several locks in one request overrides
+    /// it (the crate's etcd backend sends one txn, its Redis backend runs
+    /// one script); the default releases each on its own, all at once.
+    async fn release_with(self: Box<Self>, others: Vec<Box<dyn GuardRelease>>) -> Vec<Result<()>> {
+        let (first, rest) = join(self.release(), release_each(others)).await;
+        std::iter::once(first).chain(rest).collect()
+    }
+}
+
+/// Releases each of `all` on its own, all at once; one result per lock,
+/// in order. For backends' [`GuardRelease::release_with`] when the locks
+/// cannot go in one request.
+pub(crate) async fn release_each(all: Vec<Box<dyn GuardRelease>>) -> Vec<Result<()>> {
+    join_all(all.into_iter().map(|r| r.release())).await
+}
+
+/// What [`LockGuard::begin_release`] started: the unlock's span, and
+/// whether this release ended a holding counted as held.
+pub(crate) struct Ending {
+    pub span: tracing::Span,
+    released: bool,
 }
 
 impl Granted for LockGuard {
@@ -288,22 +314,41 @@ impl LockGuard {
     /// If the future is dropped (within a tokio runtime) the release goes
     /// on in the background.
     pub async fn unlock(mut self) -> Result<()> {
-        let Some(release) = self.release.take() else {
+        let Some((release, ending)) = self.begin_release("unlock") else {
             return Ok(());
         };
+        let result = Self::run_release(release)
+            .instrument(ending.span.clone())
+            .await;
+        self.end_release(ending, &result);
+        result
+    }
+
+    /// Takes the backend's release out of the guard (`None` if already
+    /// taken) and ends its holding, `how`: `"unlock"` or `"drop"`. For
+    /// [`LockGuard::unlock`] and the release of a `MultiGuard`'s keys.
+    pub(crate) fn begin_release(
+        &mut self,
+        how: &'static str,
+    ) -> Option<(Box<dyn GuardRelease>, Ending)> {
+        let release = self.release.take()?;
         let span = observe::unlock_span(self.holding.as_ref(), &self.key);
         let released = {
             let _entered = span.enter();
-            self.holding.as_ref().is_some_and(|h| h.end("unlock"))
+            self.holding.as_ref().is_some_and(|h| h.end(how))
         };
-        let result = Self::run_release(release).instrument(span.clone()).await;
+        Some((release, Ending { span, released }))
+    }
+
+    /// Records the result of the release [`LockGuard::begin_release`]
+    /// took: a lock the release found lost counts as lost at unlock.
+    pub(crate) fn end_release(&self, ending: Ending, result: &Result<()>) {
         if let (true, Err(e @ crate::Error::LockLost { .. }), Some(h)) =
-            (released, &result, &self.holding)
+            (ending.released, result, &self.holding)
         {
-            let _entered = span.enter();
+            let _entered = ending.span.enter();
             h.lost_at_unlock(&self.key, e);
         }
-        result
     }
 
     /// Runs a backend's release in the caller's task; if the caller drops
@@ -311,14 +356,16 @@ impl LockGuard {
     /// of its own rather than stopping half way.
     async fn run_release(release: Box<dyn GuardRelease>) -> Result<()> {
         let release = release.release().instrument(tracing::Span::current());
-        Unstoppable::new(release, || {
-            Err(crate::Error::Backend {
-                backend: "fairlock",
-                op: "unlock",
-                source: "the release panicked (a bug in fairlock or its backend)".into(),
-            })
-        })
-        .await
+        Unstoppable::new(release, || Err(release_panicked())).await
+    }
+}
+
+/// What an unlock returns when the backend's release panicked.
+pub(crate) fn release_panicked() -> crate::Error {
+    crate::Error::Backend {
+        backend: "fairlock",
+        op: "unlock",
+        source: "the release panicked (a bug in fairlock or its backend)".into(),
     }
 }
 

@@ -3,9 +3,12 @@
 
 use std::fmt;
 
-use futures_util::future::{join_all, select_all};
+use futures_util::future::select_all;
+use tracing::Instrument;
 
+use crate::api::guard::release_panicked;
 use crate::util::observe::{Granted, Site};
+use crate::util::unstoppable::Unstoppable;
 use crate::{Key, LockGuard, LossCause, Result};
 
 /// Proof of holding every key of one [`crate::Locker::lock_all`] call;
@@ -92,7 +95,8 @@ impl MultiGuard {
             .find_map(|g| g.loss_cause().map(|cause| (g.key(), cause)))
     }
 
-    /// Releases every key, all at once.
+    /// Releases every key, in one request where the backend can (one txn
+    /// on etcd, one script on Redis).
     ///
     /// # Errors
     /// The first error of a key's release ([`crate::Error::LockLost`] if
@@ -100,11 +104,70 @@ impl MultiGuard {
     /// same.
     ///
     /// # Cancel safety
-    /// If the future is dropped (within a tokio runtime) the releases go
+    /// If the future is dropped (within a tokio runtime) the release goes
     /// on in the background.
-    pub async fn unlock(self) -> Result<()> {
-        let results = join_all(self.guards.into_iter().map(LockGuard::unlock)).await;
-        results.into_iter().collect()
+    pub async fn unlock(mut self) -> Result<()> {
+        release_all(std::mem::take(&mut self.guards), "unlock")
+            .await
+            .into_iter()
+            .collect()
+    }
+}
+
+/// Releases `guards` together, as [`LockGuard::unlock`] releases one (or
+/// as its drop does, `how`: `"unlock"` or `"drop"`): the first guard's
+/// backend is handed the others' releases ([`crate::GuardRelease::release_with`]),
+/// so that it can send them in one request. One result per guard.
+async fn release_all(mut guards: Vec<LockGuard>, how: &'static str) -> Vec<Result<()>> {
+    let mut releases = Vec::with_capacity(guards.len());
+    let mut endings = Vec::with_capacity(guards.len());
+    for guard in &mut guards {
+        let begun = guard.begin_release(how);
+        endings.push(begun.map(|(release, ending)| {
+            releases.push(release);
+            ending
+        }));
+    }
+    let span = endings.iter().flatten().next().map(|e| e.span.clone());
+    let mut results = match (releases.is_empty(), span) {
+        (false, Some(span)) => {
+            let first = releases.remove(0);
+            let together = first.release_with(releases).instrument(span);
+            // Runs to the end even if the caller stops waiting; a panic
+            // (no result) fails every key below.
+            Unstoppable::new(together, Vec::new).await
+        }
+        _ => Vec::new(),
+    }
+    .into_iter();
+    guards
+        .iter()
+        .zip(endings)
+        .map(|(guard, ending)| {
+            let Some(ending) = ending else {
+                return Ok(()); // released before
+            };
+            let result = results.next().unwrap_or_else(|| Err(release_panicked()));
+            if how == "unlock" {
+                guard.end_release(ending, &result);
+            }
+            result
+        })
+        .collect()
+}
+
+impl Drop for MultiGuard {
+    /// Releases the keys together in the background on the current tokio
+    /// runtime; outside one, each key's guard drops as a [`LockGuard`]
+    /// does (its lock is freed when its lease expires).
+    fn drop(&mut self) {
+        if self.guards.is_empty() {
+            return;
+        }
+        let guards = std::mem::take(&mut self.guards);
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(release_all(guards, "drop"));
+        }
     }
 }
 
@@ -114,8 +177,11 @@ impl Granted for MultiGuard {
         self.guards.first().map_or(0, LockGuard::fencing_token)
     }
 
-    fn observed(self, site: Site) -> Self {
-        let guards = self.guards.into_iter().map(|g| g.observed(site)).collect();
+    fn observed(mut self, site: Site) -> Self {
+        let guards = std::mem::take(&mut self.guards)
+            .into_iter()
+            .map(|g| g.observed(site))
+            .collect();
         MultiGuard { guards }
     }
 }

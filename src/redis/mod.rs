@@ -68,6 +68,7 @@ mod protocol {
     pub(crate) mod lock_all_lua;
     pub(crate) mod lock_args;
     pub(crate) mod lock_lua;
+    pub(crate) mod release_all_lua;
     pub(crate) mod slots;
 }
 // Reaching the servers: connections, sentinels, replicas, wake-ups.

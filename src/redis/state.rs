@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::redis::config::redis_config::RedisConfig;
 use crate::redis::connect::node::{Node, Nodes};
+use crate::redis::connect::node_error::{Failure, NodeError};
 use crate::redis::lock::deferred::Starter;
 use crate::semantics::fairness::Fairness;
 use crate::semantics::renew::Timing;
@@ -31,6 +32,17 @@ impl Core {
     /// Redlock ([`Core::check_single`]), so there is exactly one.
     pub(crate) fn single_node(&self) -> &Node {
         &self.nodes.list[0]
+    }
+
+    /// The error for an answer the script run on the single node, for
+    /// `op`, never gives.
+    pub(crate) fn unexpected(&self, op: &'static str) -> Error {
+        let error = redis::RedisError::from((
+            redis::ErrorKind::UnexpectedReturnType,
+            "an answer the script does not give",
+        ));
+        let node = NodeError::new(&self.single_node().name, Failure::Other(error));
+        self.nodes.unavailable(op, vec![node])
     }
 
     /// Refuses read/write locks, semaphores and elections on Redlock: a

@@ -22,11 +22,16 @@
 //! the grantee's queue key value), so only about one holder in
 //! `LOOKAHEAD - 1` reads the queue. A passed list can only have lost
 //! entries (newcomers queue behind it); the successor compare catches that.
+use std::any::Any;
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use etcd_client::Txn;
+use futures_util::future::join_all;
 use tokio_util::sync::CancellationToken;
 
 use super::held_lock::{HeldLock, Lookahead, lookup};
+use crate::api::guard::release_each;
 use crate::etcd::client::batch::Answer;
 use crate::etcd::client::error::{EtcdError, EtcdResult};
 use crate::etcd::client::request::retry_backoff;
@@ -57,6 +62,26 @@ impl GuardRelease for HeldLock {
     fn loss_cause(&self) -> Option<LossCause> {
         self.loss.get().or_else(|| self.lease.loss.get())
     }
+
+    /// The keys of one `lock_all` on this locker: released in one txn
+    /// ([`release_all`]). Locks of anything else: each on its own.
+    async fn release_with(self: Box<Self>, others: Vec<Box<dyn GuardRelease>>) -> Vec<Result<()>> {
+        let ours = |other: &dyn GuardRelease| {
+            (other as &dyn Any)
+                .downcast_ref::<HeldLock>()
+                .is_some_and(|o| Arc::ptr_eq(&o.state, &self.state))
+        };
+        if !others.iter().all(|o| ours(o.as_ref())) {
+            let all = std::iter::once(self as Box<dyn GuardRelease>).chain(others);
+            return release_each(all.collect()).await;
+        }
+        let others = others
+            .into_iter()
+            .filter_map(|o| (o as Box<dyn Any>).downcast::<HeldLock>().ok());
+        let helds = std::iter::once(*self).chain(others.map(|o| *o)).collect();
+        let results = release_all(helds).await;
+        results.into_iter().map(|r| Ok(r?)).collect()
+    }
 }
 
 /// Releases `held`, handing the lock to the first waiter if there is one.
@@ -66,23 +91,43 @@ impl GuardRelease for HeldLock {
 /// expire with it). A transient etcd error must not leave the key blocked
 /// for as long as the locker keeps its lease alive.
 pub(crate) async fn release(mut held: HeldLock) -> EtcdResult<()> {
-    let after = held.queue.as_ref().map_or(0, |q| q.1);
-    let mut next = match std::mem::replace(&mut held.lookahead, Lookahead::Unknown) {
+    let view = QueueView {
+        next: first_in_line(&mut held).await,
+        skip: after(&held),
+    };
+    release_from(held, view, false).await
+}
+
+/// The waiters first in line behind `held`, as far as it can know them.
+async fn first_in_line(held: &mut HeldLock) -> Vec<Successor> {
+    match std::mem::replace(&mut held.lookahead, Lookahead::Unknown) {
         // Others were waiting when we got the lock. If none had queued yet
         // when we looked, look again: a read is cheaper than the wasted
         // write of a release txn whose "nobody waits" compare fails.
         Lookahead::Pending(early) => match early.await.unwrap_or_default() {
-            none if none.is_empty() => lookup(&held.state, &held.keys.queue, after).await,
+            none if none.is_empty() => lookup(&held.state, &held.keys.queue, after(held)).await,
             found => found,
         },
         Lookahead::Known(list) => list,
         Lookahead::Unknown => Vec::new(),
-    };
+    }
+}
+
+/// The create revision up to which the queue entries are ours or not
+/// waiters: our own entry's, if we have one.
+fn after(held: &HeldLock) -> i64 {
+    held.queue.as_ref().map_or(0, |q| q.1)
+}
+
+/// [`release`], knowing `view` of the queue, and `uncertain`
+/// set if an earlier request of this release got no answer (it may still
+/// be applied).
+async fn release_from(
+    mut held: HeldLock,
+    mut view: QueueView,
+    mut uncertain: bool,
+) -> EtcdResult<()> {
     let mut backoff = retry_backoff();
-    // Set once an attempt ended without an answer: it may still be applied.
-    let mut uncertain = false;
-    // Entries up to this create revision are ours or not waiters.
-    let mut skip = after;
     // Set once etcd, out of space, refused the handoff (its put): the lock
     // is then freed without one (see `free_once`).
     let mut no_space = false;
@@ -90,23 +135,13 @@ pub(crate) async fn release(mut held: HeldLock) -> EtcdResult<()> {
         let outcome = if no_space {
             free_once(&held).await
         } else {
-            release_once(&held, &mut next, &mut skip).await
+            release_once(&held, &mut view).await
         };
         let queue_key_deleted = outcome
             .as_ref()
             .map_or_else(EtcdError::is_lock_lost, |()| true);
-        if !uncertain && queue_key_deleted {
-            // Both branches of the release txn deleted our queue key, and no
-            // earlier attempt can still write: its name may be reused.
-            // Otherwise the slot is retired when `held` drops.
-            if let Some(slot) = held.slot.take() {
-                slot.free();
-            }
-        }
         if queue_key_deleted {
-            // Nothing of this holding is left in etcd: the lock key was
-            // released or is someone else's, and our queue key is gone.
-            held.state.session.released(held.holding);
+            released(&mut held, !uncertain);
         }
         match outcome {
             Ok(()) => return Ok(()),
@@ -136,35 +171,120 @@ pub(crate) async fn release(mut held: HeldLock) -> EtcdResult<()> {
     }
 }
 
+/// Records that nothing of `held` is left in etcd: the lock key was
+/// released or is someone else's, and our queue key is gone. `settled`:
+/// no earlier request of the release can still write, so the queue key's
+/// name may be reused (otherwise the slot is retired when `held` drops).
+fn released(held: &mut HeldLock, settled: bool) {
+    if settled && let Some(slot) = held.slot.take() {
+        slot.free();
+    }
+    held.state.session.released(held.holding);
+}
+
+/// Releases the keys of one `lock_all` of one locker: one txn with every
+/// key's release round (`protocol/release.rs`), so they are handed on
+/// or freed at one revision; a round whose queues changed is followed by
+/// one serving the waiters its else branch read, as [`release`] does for
+/// one key. When a key turns out lost, or a txn gets no answer, each key
+/// is released on its own as [`release`] does, with what it knows.
+pub(crate) async fn release_all(mut helds: Vec<HeldLock>) -> Vec<EtcdResult<()>> {
+    let mut views = Vec::with_capacity(helds.len());
+    for held in &mut helds {
+        held.stop_watching();
+        views.push(QueueView {
+            next: first_in_line(held).await,
+            skip: after(held),
+        });
+    }
+    let uncertain = match together(&mut helds, &mut views).await {
+        Ok(true) => return helds.iter().map(|_| Ok(())).collect(),
+        Ok(false) => false,
+        // Refused before it was applied: nothing is uncertain.
+        Err(e) if e.is_no_space() => false,
+        Err(_) => true,
+    };
+    let each = helds
+        .into_iter()
+        .zip(views)
+        .map(|(held, view)| release_from(held, view, uncertain));
+    join_all(each).await
+}
+
+/// What a release knows of the queue behind its holder: the waiters
+/// first in line, and the create revision up to which the entries are
+/// ours or not waiters.
+struct QueueView {
+    next: Vec<Successor>,
+    skip: i64,
+}
+
+/// The rounds of [`release_all`]: up to [`MAX_ROUNDS`] txns releasing
+/// every key of `helds` while their queues change. `true` once released;
+/// `false` if a key turned out lost or the queues kept changing (each key
+/// is then released on its own, and a lost one reported).
+async fn together(helds: &mut [HeldLock], views: &mut [QueueView]) -> EtcdResult<bool> {
+    let Some(first) = helds.first() else {
+        return Ok(true);
+    };
+    for _ in 0..MAX_ROUNDS {
+        let rounds: Vec<Round> = helds
+            .iter()
+            .zip(views.iter())
+            .map(|(held, view)| release_round(held.holder(), &view.next, view.skip))
+            .collect();
+        let (txn, starts) = release::release_together(&rounds);
+        let resp = send(first, txn).await?;
+        if resp.succeeded() {
+            for (held, round) in helds.iter_mut().zip(&rounds) {
+                released(held, true);
+                if let Some(mode) = round.handoff {
+                    observe::handed_off(mode);
+                }
+            }
+            return Ok(true);
+        }
+        for ((held, view), at) in helds.iter().zip(views.iter_mut()).zip(starts) {
+            match read_release(held.holder(), &resp, at) {
+                Released::Changed { waiters, last } => view.saw(waiters, last),
+                Released::Lost => return Ok(false),
+                Released::Done => {}
+            }
+        }
+    }
+    Ok(false)
+}
+
+impl QueueView {
+    /// A release round's else branch read `waiters` first in line, and
+    /// entries up to `last` (waiters or not).
+    fn saw(&mut self, waiters: Vec<Successor>, last: Option<i64>) {
+        if waiters.is_empty()
+            && let Some(last) = last
+        {
+            self.skip = last; // only entries that are not waiters
+        }
+        self.next = waiters;
+    }
+}
+
 /// One release attempt: up to [`MAX_ROUNDS`] txns while the queue changes.
-/// `skip`: the queue entries up to this create revision are ours or not
-/// waiters; it moves past entries a re-read finds that are not waiters, so
+/// `view.skip` moves past entries a re-read finds that are not waiters, so
 /// that they cannot keep the "nobody waits" compare failing.
-async fn release_once(
-    held: &HeldLock,
-    next: &mut Vec<Successor>,
-    skip: &mut i64,
-) -> EtcdResult<()> {
+async fn release_once(held: &HeldLock, view: &mut QueueView) -> EtcdResult<()> {
     let holding = held.holder();
     for _ in 0..MAX_ROUNDS {
-        let Round { txn, handoff } = release_round(holding, next, *skip);
-        let resp = send(held, txn).await?;
-        match read_release(holding, &resp) {
+        let round = release_round(holding, &view.next, view.skip);
+        let resp = send(held, round.txn()).await?;
+        match read_release(holding, &resp, 0) {
             Released::Done => {
-                if let Some(mode) = handoff {
+                if let Some(mode) = round.handoff {
                     observe::handed_off(mode);
                 }
                 return Ok(());
             }
             Released::Lost => return Err(taken_over(&held.key)),
-            Released::Changed { waiters, last } => {
-                if waiters.is_empty()
-                    && let Some(last) = last
-                {
-                    *skip = last; // only entries that are not waiters
-                }
-                *next = waiters;
-            }
+            Released::Changed { waiters, last } => view.saw(waiters, last),
         }
     }
     Err(EtcdError::Failed {

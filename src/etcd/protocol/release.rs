@@ -38,8 +38,55 @@ impl Holder<'_> {
 
 /// A release txn, and the mode of the waiter it serves, if any.
 pub(crate) struct Round {
-    pub txn: Txn,
+    when: Vec<Compare>,
+    then: Vec<TxnOp>,
+    otherwise: Vec<TxnOp>,
     pub handoff: Option<Fairness>,
+}
+
+impl Round {
+    /// The txn of this round alone.
+    pub fn txn(&self) -> Txn {
+        Txn::new()
+            .when(self.when.clone())
+            .and_then(self.then.clone())
+            .or_else(self.otherwise.clone())
+    }
+}
+
+/// The release of the keys of one `lock_all`: every key's round side by
+/// side in one txn, so that their keys are released (handed on or freed)
+/// at one revision, or none is. It fails when one round would (a queue
+/// changed, a key lost); then its else branch is every round's, side by
+/// side: each key's answer is read with [`read_release`] at the index
+/// returned for it. The rounds' keys are disjoint (each key has its own
+/// lock key and queue; a waiter for several keys has an entry in each
+/// queue), so their ops never write one key twice, which etcd refuses.
+/// At [`super::take_all::MAX_KEYS`] keys it has 2 compares and at most 3
+/// ops per key on each branch, within etcd's default `--max-txn-ops` of
+/// 128.
+pub(crate) fn release_together(rounds: &[Round]) -> (Txn, Vec<usize>) {
+    let starts = rounds
+        .iter()
+        .scan(0, |at, r| {
+            let start = *at;
+            *at += r.otherwise.len();
+            Some(start)
+        })
+        .collect();
+    let all = |part: fn(&Round) -> &Vec<TxnOp>| -> Vec<TxnOp> {
+        rounds.iter().flat_map(|r| part(r).clone()).collect()
+    };
+    let txn = Txn::new()
+        .when(
+            rounds
+                .iter()
+                .flat_map(|r| r.when.clone())
+                .collect::<Vec<_>>(),
+        )
+        .and_then(all(|r| &r.then))
+        .or_else(all(|r| &r.otherwise));
+    (txn, starts)
 }
 
 /// One release txn of `h`, handing the lock to the first waiter of `next`
@@ -87,7 +134,9 @@ pub(crate) fn release_round(h: Holder<'_>, next: &[Successor], after: i64) -> Ro
     ];
     otherwise.extend(h.delete_queue_key());
     Round {
-        txn: Txn::new().when(when).and_then(then).or_else(otherwise),
+        when,
+        then,
+        otherwise,
         handoff,
     }
 }
@@ -106,12 +155,13 @@ pub(crate) enum Released {
     },
 }
 
-/// Reads the answer to a [`release_round`] txn of `h`.
-pub(crate) fn read_release(h: Holder<'_>, resp: &TxnResponse) -> Released {
+/// Reads the answer to a [`release_round`] txn of `h`, whose else branch
+/// starts at op `at` of the txn (0 but for [`release_together`]).
+pub(crate) fn read_release(h: Holder<'_>, resp: &TxnResponse, at: usize) -> Released {
     if resp.succeeded() {
         return Released::Done;
     }
-    let ours = range_at(resp, 0).is_some_and(|g| {
+    let ours = range_at(resp, at).is_some_and(|g| {
         g.kvs()
             .first()
             .is_some_and(|kv| kv.mod_revision() == h.token)
@@ -119,7 +169,7 @@ pub(crate) fn read_release(h: Holder<'_>, resp: &TxnResponse) -> Released {
     if !ours {
         return Released::Lost;
     }
-    let (waiters, last) = range_at(resp, 1)
+    let (waiters, last) = range_at(resp, at + 1)
         .map(|g| successors(&h.keys.queue, &g))
         .unwrap_or_default();
     Released::Changed { waiters, last }

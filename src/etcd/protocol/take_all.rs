@@ -11,15 +11,20 @@
 //!   (try_lock_all, each     (L absent, no line [fair: and Q empty])
 //!    try of unfair lock_all) then put L=v@l per key
 //!                           else count each key's line
+//! release together        if every key's release round's compares hold
+//!   (MultiGuard::unlock,    then every key's round's ops (release.rs)
+//!    release.rs)            else nothing: each key is released alone
 //! ```
 //!
 //! One revision for all the entries of a call is what makes fair
 //! `lock_all` deadlock-free (`crate::semantics::all_keys`): per key, the
 //! queue is in create-revision order, and the entries of one call share
 //! theirs, so every waiter of every key has one place in one global order.
-//! Each key is then waited for, handed over and released as a single-key
-//! `lock` is (`take.rs`, `release.rs`): a single-key waiter and a
-//! multi-key one queue in one line. Unfair `lock_all` writes no entry: it
+//! Each key is then waited for and handed over as a single-key `lock` is
+//! (`take.rs`, `release.rs`): a single-key waiter and a multi-key one
+//! queue in one line. The release of all keys is one txn too, so a
+//! waiter for the same keys is handed them all at one revision: a grant
+//! of the whole call costs two revisions, its enqueue and its release. Unfair `lock_all` writes no entry: it
 //! takes all keys in one txn or none, and waits on the lock keys.
 //!
 //! etcd refuses a txn with more than `--max-txn-ops` (128 by default)

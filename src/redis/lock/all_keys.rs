@@ -172,7 +172,7 @@ async fn fair_once(
         }
         _ => {
             give_up(attempts, within).await;
-            return Err(Failed::Wait(take_all::unexpected(core, "enqueue all")));
+            return Err(Failed::Wait(core.unexpected("enqueue all")));
         }
     };
     let valid = core.config.validity_left(started.elapsed()).is_some();

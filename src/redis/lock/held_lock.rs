@@ -2,16 +2,19 @@
 //! lost when it cannot is `semantics/renew.rs`, started by the deferred
 //! watchdog of `deferred.rs`), and the release behind `LockGuard::unlock`.
 
+use std::any::Any;
 use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
 
+use crate::api::guard::release_each;
 use crate::redis::connect::node::{Call, Reach};
 use crate::redis::lock::deferred::Watchdog;
 use crate::redis::protocol::keys::LockKeys;
 use crate::redis::protocol::lock_args::release_args;
 use crate::redis::protocol::lock_lua::{EXTEND_SCRIPT, RELEASE_SCRIPT, Released};
+use crate::redis::protocol::release_all_lua::{self, RELEASE_ALL_SCRIPT};
 use crate::redis::state::Core;
 use crate::semantics::renew::{Extended, LossSignal, Renew, renew};
 use crate::util::backoff::Backoff;
@@ -196,20 +199,134 @@ impl GuardRelease for HeldLock {
         }
         // Nodes that did not answer (a quorum did) keep the key until it
         // expires: it no longer counts, as a quorum is free.
+        self.outcome(was_lost, released >= nodes.quorum)
+    }
+
+    fn loss_cause(&self) -> Option<LossCause> {
+        self.signal.cause.get()
+    }
+
+    /// The keys of one `lock_all` on this locker: released in one script
+    /// ([`release_all`]). Locks of anything else: each on its own.
+    async fn release_with(self: Box<Self>, others: Vec<Box<dyn GuardRelease>>) -> Vec<Result<()>> {
+        let ours = |other: &dyn GuardRelease| {
+            (other as &dyn Any)
+                .downcast_ref::<HeldLock>()
+                .is_some_and(|o| Arc::ptr_eq(&o.core, &self.core))
+        };
+        // Redlock never grants `lock_all` (no one atomic step on several
+        // masters); one node is one request.
+        if self.core.nodes.list.len() != 1 || !others.iter().all(|o| ours(o.as_ref())) {
+            let all = std::iter::once(self as Box<dyn GuardRelease>).chain(others);
+            return release_each(all.collect()).await;
+        }
+        let others = others
+            .into_iter()
+            .filter_map(|o| (o as Box<dyn Any>).downcast::<HeldLock>().ok());
+        release_all(std::iter::once(*self).chain(others.map(|o| *o)).collect()).await
+    }
+}
+
+impl HeldLock {
+    /// The result of a release: lost if the watchdog saw the lock lost
+    /// before (`was_lost`), or the release found it gone (not `released`).
+    fn outcome(&self, was_lost: bool, released: bool) -> Result<()> {
         if was_lost {
             return Err(self.lost_error(
                 "its TTL passed without an acknowledged extend (Redis unreachable, or \
                  this process paused) before unlock",
             ));
         }
-        if released < nodes.quorum {
+        if !released {
             return Err(
                 self.lost_error("the lock key had expired or belonged to another holder at unlock")
             );
         }
         Ok(())
     }
-    fn loss_cause(&self) -> Option<LossCause> {
-        self.signal.cause.get()
-    }
+}
+
+/// Releases `helds`, the keys of one `lock_all` on one node (a single
+/// instance, behind sentinels, or one slot of a cluster), in one script
+/// (`protocol/release_all_lua.rs`), retried as the release of one lock is
+/// until it is answered or the locks would have expired anyway. Each
+/// key's answer is read as that lock's own release's.
+async fn release_all(helds: Vec<HeldLock>) -> Vec<Result<()>> {
+    let Some(first) = helds.first() else {
+        return Vec::new();
+    };
+    let core = Arc::clone(&first.core);
+    let was_lost: Vec<bool> = helds
+        .iter()
+        .map(|h| {
+            h.watchdog.stop();
+            h.signal.was_lost()
+        })
+        .collect();
+    let locks: Vec<_> = helds
+        .iter()
+        .map(|h| {
+            let token = h.tokens.first().map_or("", String::as_str);
+            (h.keys.script_keys(), release_args(&h.owner, &h.keys, token))
+        })
+        .collect();
+    let Some((keys, args)) = release_all_lua::keys_and_args(&locks) else {
+        return helds.iter().map(|_| Ok(())).collect();
+    };
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let (first_delay, max) = core.config.retry_delay();
+    let mut backoff = Backoff::new(first_delay, max).with_jitter();
+    let give_up = Instant::now() + core.config.ttl();
+    // Set once a run got no answer: Redis may have applied it.
+    let mut unanswered = false;
+    let answers = loop {
+        let call = Call {
+            script: &RELEASE_ALL_SCRIPT,
+            keys: &keys,
+            args: args.clone(),
+            reach: Reach::Master,
+        };
+        match core.single_node().run::<Vec<i64>>(call).await {
+            Ok(answers) if answers.len() == helds.len() => break answers,
+            Ok(_) => return failed_all(helds.len(), core.unexpected("unlock")),
+            Err(e) if Instant::now() >= give_up => {
+                return failed_all(helds.len(), core.nodes.unavailable("unlock", vec![e]));
+            }
+            Err(_) => {
+                unanswered = true;
+                backoff.sleep().await;
+            }
+        }
+    };
+    helds
+        .iter()
+        .zip(answers)
+        .zip(was_lost)
+        .map(|((held, answer), was_lost)| {
+            let released = match Released::from_answer(answer) {
+                Released::Ours => true,
+                Released::Gone | Released::LaterGrant => {
+                    unanswered && !held.signal.expiry.has_passed()
+                }
+                Released::Other => false,
+            };
+            held.outcome(was_lost, released)
+        })
+        .collect()
+}
+
+/// The results of `n` keys released in one request that failed with
+/// `error`: the first key's is `error`, the others' point to it.
+fn failed_all(n: usize, error: Error) -> Vec<Result<()>> {
+    let same = error.to_string();
+    std::iter::once(Err(error))
+        .chain((1..n).map(|_| {
+            Err(Error::Backend {
+                backend: "redis",
+                op: "unlock",
+                source: format!("released in one script with the first key, which failed: {same}")
+                    .into(),
+            })
+        }))
+        .collect()
 }

@@ -11,7 +11,6 @@ use futures_util::future::join_all;
 use tokio::sync::Notify;
 
 use crate::redis::connect::node::{Call, Reach};
-use crate::redis::connect::node_error::{Failure, NodeError};
 use crate::redis::lock::attempt::send_leave;
 use crate::redis::lock::held_lock;
 use crate::redis::pace::{self, Pace};
@@ -24,7 +23,7 @@ use crate::redis::protocol::lock_args::Joined;
 use crate::redis::state::Core;
 use crate::semantics::armed::{Armed, TakeBack, turn_or_done};
 use crate::util::observe;
-use crate::{Context, Error, Key, LockGuard, Result};
+use crate::{Context, Key, LockGuard, Result};
 
 /// `KEYS` per lock of the scripts (lock, queue, fence).
 const PER_LOCK: usize = 3;
@@ -171,7 +170,7 @@ impl Armed<AllAttempt> {
                 return Ok(Took::Busy(expires_in));
             }
             AllAnswer::InUseAsLine(i) => return Ok(Took::InUse(i)),
-            _ => return Err(unexpected(&core, "take all")),
+            _ => return Err(core.unexpected("take all")),
         };
         if core.config.validity_left(started.elapsed()).is_none() {
             return Ok(Took::Late);
@@ -257,14 +256,4 @@ pub(crate) async fn run(
         Ok(answer) => Ok((read(&answer, parts.len(), enqueue), started)),
         Err(e) => Err(core.nodes.unavailable(op, vec![e.slot_per_lock(PER_LOCK)])),
     }
-}
-
-/// The error for an answer neither script gives.
-pub(crate) fn unexpected(core: &Core, op: &'static str) -> Error {
-    let error = redis::RedisError::from((
-        redis::ErrorKind::UnexpectedReturnType,
-        "an answer the script does not give",
-    ));
-    let node = NodeError::new(&core.single_node().name, Failure::Other(error));
-    core.nodes.unavailable(op, vec![node])
 }

@@ -267,7 +267,7 @@ return {0, redis.call('PTTL', lock)}
 /// grant wrote (`mine` and `owner`) and answers at once when nobody is
 /// queued (or the queue holds another type: no fairlock waiter is in it);
 /// when someone is, the general path passes the lock on (`released`).
-const RELEASE_FAST: &str = r"
+pub(crate) const RELEASE_FAST: &str = r"
 local released = false
 do
   local owner, mine = ARGV[1], ARGV[4]
@@ -281,7 +281,7 @@ end
 ";
 
 /// The general path of the release.
-const RELEASE: &str = r"
+pub(crate) const RELEASE: &str = r"
 local owner, waiters, wake, mine = unpack(ARGV)
 if released then
   pass_on(waiters, wake)

@@ -52,6 +52,8 @@ fn all() -> Vec<(&'static str, Txn)> {
         token: 50,
         queue: Some(&held),
     };
+    let other = LockKeys::new("/p/", &Key::from("m"));
+    let other_held = (b"/p/m/_OWNERS_/id/f0".to_vec(), 40);
     let l = line();
     let reader = l.entries(Share::Read, "id", 0);
     vec![
@@ -77,13 +79,29 @@ fn all() -> Vec<(&'static str, Txn)> {
         ("place check", queue::place_check(&k, QF, 42).into_txn()),
         (
             "release to fair",
-            release_round(holder, &[successor("a/f1", 60), successor("b/f2", 61)], 40).txn,
+            release_round(holder, &[successor("a/f1", 60), successor("b/f2", 61)], 40).txn(),
         ),
         (
             "release to unfair",
-            release_round(holder, &[successor("a/u1", 60)], 40).txn,
+            release_round(holder, &[successor("a/u1", 60)], 40).txn(),
         ),
-        ("release to nobody", release_round(holder, &[], 40).txn),
+        ("release to nobody", release_round(holder, &[], 40).txn()),
+        (
+            "release together (lock_all)",
+            release::release_together(&[
+                release_round(holder, &[successor("a/f1", 60)], 40),
+                release_round(
+                    Holder {
+                        keys: &other,
+                        token: 50,
+                        queue: Some(&other_held),
+                    },
+                    &[],
+                    40,
+                ),
+            ])
+            .0,
+        ),
         ("free", release::free(holder)),
         ("serve read", release::serve_read(&k)),
         ("abandon", abandon::abandon(&k, b"v", Some(QF))),
