@@ -20,7 +20,7 @@
 #   3. the etcd tests on etcd 3.5.16 (Debian trixie's) and 3.4.23 (Debian
 #      bookworm's, the `etcd` on PATH);
 #   4. the Redis tests on Valkey 8 (Debian bookworm-backports); the first
-#      round ran them on Redis 7.
+#      round ran them on Redis 7. Rounds 3 and 4 run side by side.
 # FAIRLOCK_ETCD_VERSIONS=0 runs round 1 on the etcd on PATH and skips 2
 # and 3; FAIRLOCK_FAULTS=0 skips the fault suite; FAIRLOCK_VALKEY=0 round 4.
 set -euo pipefail
@@ -44,6 +44,59 @@ step() {
   current=$*
   started=$SECONDS
   [[ -z "$current" ]] || printf '\n=== %s ===\n' "$current"
+}
+
+# The last rounds only run tests that are built already, and those wait
+# on their servers far more than they compute (about a third of one core
+# each here), so they run side by side, each with servers of its own on
+# free ports: together they take about as long as the longest. Each
+# writes a log of its own, printed with its time once all are done.
+# A run still going when this script stops early is stopped with it.
+stop_side_by_side() {
+  local pid
+  for pid in "${side_by_side_pids[@]}"; do
+    pkill -P "$pid" 2>/dev/null || true
+  done
+}
+trap stop_side_by_side EXIT
+side_by_side_names=()
+side_by_side_pids=()
+side_by_side_logs=()
+side_by_side() {
+  local name=$1 log
+  shift
+  log=$(mktemp)
+  printf '=== %s (side by side) ===\n' "$name"
+  (
+    began_here=$SECONDS
+    status=0
+    "$@" || status=$?
+    took=$((SECONDS - began_here))
+    printf -- '--- %s: %dm%02ds\n' "$name" $((took / 60)) $((took % 60))
+    exit "$status"
+  ) >"$log" 2>&1 &
+  side_by_side_names+=("$name")
+  side_by_side_pids+=("$!")
+  side_by_side_logs+=("$log")
+}
+# Waits for every run side_by_side started, as one step; prints each
+# one's log, and fails if any failed.
+side_by_side_wait() {
+  ((${#side_by_side_pids[@]})) || return 0
+  step "side by side: $(IFS=';'; echo "${side_by_side_names[*]}")"
+  local i failed=()
+  for i in "${!side_by_side_pids[@]}"; do
+    wait "${side_by_side_pids[$i]}" || failed+=("${side_by_side_names[$i]}")
+  done
+  for i in "${!side_by_side_pids[@]}"; do
+    printf '\n=== %s ===\n' "${side_by_side_names[$i]}"
+    cat "${side_by_side_logs[$i]}"
+    rm -f "${side_by_side_logs[$i]}"
+  done
+  if ((${#failed[@]})); then
+    printf '\nFAILED: %s\n' "${failed[@]}" >&2
+    exit 1
+  fi
 }
 
 # The test files that start etcd: all but the Redis ones and those that
@@ -119,8 +172,8 @@ if [[ "${FAIRLOCK_ETCD_VERSIONS:-1}" != 0 ]]; then
       scripts/faults.sh
   fi
   for etcd in "$(ensure_debian_etcd trixie)" "$(command -v etcd)"; do
-    step "etcd tests, etcd $(etcd_version "$etcd")"
-    ETCD_BIN=$etcd cargo test --all-features "${etcd_tests[@]}" "$@"
+    side_by_side "etcd tests, etcd $(etcd_version "$etcd")" \
+      env ETCD_BIN="$etcd" cargo test --all-features "${etcd_tests[@]}" "$@"
   done
 fi
 
@@ -129,11 +182,12 @@ fi
 # instance, Redlock, cluster, sentinel, TLS, the command) on valkey-server.
 if [[ "${FAIRLOCK_VALKEY:-1}" != 0 ]]; then
   valkey=$(ensure_valkey)
-  step "Redis tests, Valkey $("$valkey" --version | sed -n 's/.* v=\([^ ]*\).*/\1/p')"
-  REDIS_BIN=$valkey cargo test --all-features --test redis --test redlock --test redis_connect \
+  side_by_side "Redis tests, Valkey $("$valkey" --version | sed -n 's/.* v=\([^ ]*\).*/\1/p')" \
+    env REDIS_BIN="$valkey" cargo test --all-features --test redis --test redlock --test redis_connect \
     --test redis_foreign --test redis_hostile --test redis_cluster --test redis_sentinel --test redis_election \
     --test tls_redis --test cli_redis "$@"
 fi
+side_by_side_wait
 
 step ""
 total=$((SECONDS - began))
