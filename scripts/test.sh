@@ -20,7 +20,8 @@
 #   3. the etcd tests on etcd 3.5.16 (Debian trixie's) and 3.4.23 (Debian
 #      bookworm's, the `etcd` on PATH);
 #   4. the Redis tests on Valkey 8 (Debian bookworm-backports); the first
-#      round ran them on Redis 7. Rounds 3 and 4 run side by side.
+#      round ran them on Redis 7. The test runs of rounds 2 to 4 run side
+#      by side, after the fault suite's run of round 2.
 # FAIRLOCK_ETCD_VERSIONS=0 runs round 1 on the etcd on PATH and skips 2
 # and 3; FAIRLOCK_FAULTS=0 skips the fault suite; FAIRLOCK_VALKEY=0 round 4.
 set -euo pipefail
@@ -164,13 +165,13 @@ if [[ "${FAIRLOCK_FAULTS:-1}" != 0 ]]; then
 fi
 
 if [[ "${FAIRLOCK_ETCD_VERSIONS:-1}" != 0 ]]; then
-  step "etcd tests, etcd 3.7 emulated in front of $(etcd_version "$newest")"
-  FAIRLOCK_ETCD_EMULATE=3.7 ETCD_BIN=$newest cargo test --all-features "${etcd_tests[@]}" "$@"
   if [[ "${FAIRLOCK_FAULTS:-1}" != 0 ]]; then
     step "fault suite, etcd 3.7 emulated: loopback (about 2 minutes)"
     FAIRLOCK_ETCD_EMULATE=3.7 ETCD_BIN=$newest FAIRLOCK_NET_FAULTS=0 FAIRLOCK_SOAK=0 \
       scripts/faults.sh
   fi
+  side_by_side "etcd tests, etcd 3.7 emulated in front of $(etcd_version "$newest")" \
+    env FAIRLOCK_ETCD_EMULATE=3.7 ETCD_BIN="$newest" cargo test --all-features "${etcd_tests[@]}" "$@"
   for etcd in "$(ensure_debian_etcd trixie)" "$(command -v etcd)"; do
     side_by_side "etcd tests, etcd $(etcd_version "$etcd")" \
       env ETCD_BIN="$etcd" cargo test --all-features "${etcd_tests[@]}" "$@"
