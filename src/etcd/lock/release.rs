@@ -234,7 +234,9 @@ async fn together(helds: &mut [HeldLock], views: &mut [QueueView]) -> EtcdResult
             .map(|(held, view)| release_round(held.holder(), &view.next, view.skip))
             .collect();
         let (txn, starts) = release::release_together(&rounds);
-        let resp = send(first, txn).await?;
+        // Alone: a batch holds at most one write per lock, and this one
+        // writes the keys of several (see `client/batch.rs`).
+        let resp = first.state.send("unlock", Path::Alone, txn).await?;
         if resp.succeeded() {
             for (held, round) in helds.iter_mut().zip(&rounds) {
                 released(held, true);
