@@ -156,6 +156,33 @@ async fn release_all(mut guards: Vec<LockGuard>, how: &'static str) -> Vec<Resul
         .collect()
 }
 
+/// For a backend's [`crate::GuardRelease::release_with`]: `first` and `others`
+/// as the backend's own type `T`, in order, when each of `others` is a
+/// `T` that `same` finds one request can release with `first` (same
+/// connection); otherwise all of them back, boxed, to release each on
+/// its own.
+#[cfg(any(feature = "etcd", feature = "redis"))]
+pub(crate) fn all_of_kind<T: crate::GuardRelease>(
+    first: Box<T>,
+    others: Vec<Box<dyn crate::GuardRelease>>,
+    same: impl Fn(&T, &T) -> bool,
+) -> std::result::Result<Vec<T>, Vec<Box<dyn crate::GuardRelease>>> {
+    let alike = others.iter().all(|other| {
+        (other.as_ref() as &dyn std::any::Any)
+            .downcast_ref::<T>()
+            .is_some_and(|other| same(&first, other))
+    });
+    if !alike {
+        return Err(std::iter::once(first as Box<dyn crate::GuardRelease>)
+            .chain(others)
+            .collect());
+    }
+    let others = others
+        .into_iter()
+        .filter_map(|other| (other as Box<dyn std::any::Any>).downcast::<T>().ok());
+    Ok(std::iter::once(*first).chain(others.map(|o| *o)).collect())
+}
+
 impl Drop for MultiGuard {
     /// Releases the keys together in the background on the current tokio
     /// runtime; outside one, each key's guard drops as a [`LockGuard`]

@@ -22,7 +22,6 @@
 //! the grantee's queue key value), so only about one holder in
 //! `LOOKAHEAD - 1` reads the queue. A passed list can only have lost
 //! entries (newcomers queue behind it); the successor compare catches that.
-use std::any::Any;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -32,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::held_lock::{HeldLock, Lookahead, lookup};
 use crate::api::guard::release_each;
+use crate::api::multi_guard::all_of_kind;
 use crate::etcd::client::batch::Answer;
 use crate::etcd::client::error::{EtcdError, EtcdResult};
 use crate::etcd::client::request::retry_backoff;
@@ -66,21 +66,14 @@ impl GuardRelease for HeldLock {
     /// The keys of one `lock_all` on this locker: released in one txn
     /// ([`release_all`]). Locks of anything else: each on its own.
     async fn release_with(self: Box<Self>, others: Vec<Box<dyn GuardRelease>>) -> Vec<Result<()>> {
-        let ours = |other: &dyn GuardRelease| {
-            (other as &dyn Any)
-                .downcast_ref::<HeldLock>()
-                .is_some_and(|o| Arc::ptr_eq(&o.state, &self.state))
-        };
-        if !others.iter().all(|o| ours(o.as_ref())) {
-            let all = std::iter::once(self as Box<dyn GuardRelease>).chain(others);
-            return release_each(all.collect()).await;
+        match all_of_kind(self, others, |a, b| Arc::ptr_eq(&a.state, &b.state)) {
+            Ok(helds) => release_all(helds)
+                .await
+                .into_iter()
+                .map(|r| Ok(r?))
+                .collect(),
+            Err(each) => release_each(each).await,
         }
-        let others = others
-            .into_iter()
-            .filter_map(|o| (o as Box<dyn Any>).downcast::<HeldLock>().ok());
-        let helds = std::iter::once(*self).chain(others.map(|o| *o)).collect();
-        let results = release_all(helds).await;
-        results.into_iter().map(|r| Ok(r?)).collect()
     }
 }
 

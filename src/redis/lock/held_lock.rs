@@ -2,13 +2,13 @@
 //! lost when it cannot is `semantics/renew.rs`, started by the deferred
 //! watchdog of `deferred.rs`), and the release behind `LockGuard::unlock`.
 
-use std::any::Any;
 use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
 
 use crate::api::guard::release_each;
+use crate::api::multi_guard::all_of_kind;
 use crate::redis::connect::node::{Call, Reach};
 use crate::redis::lock::deferred::Watchdog;
 use crate::redis::protocol::keys::LockKeys;
@@ -173,13 +173,7 @@ impl GuardRelease for HeldLock {
             let mut errors = Vec::new();
             for (i, r) in pending.iter().zip(results) {
                 match r.map(Released::from_answer) {
-                    Ok(Released::Ours) => released += 1,
-                    Ok(Released::Gone | Released::LaterGrant)
-                        if unanswered[*i] && !self.signal.expiry.has_passed() =>
-                    {
-                        released += 1;
-                    }
-                    Ok(_) => {}
+                    Ok(answer) => released += usize::from(self.ours_until(answer, unanswered[*i])),
                     Err(e) => {
                         unanswered[*i] = true;
                         still.push(*i);
@@ -209,25 +203,32 @@ impl GuardRelease for HeldLock {
     /// The keys of one `lock_all` on this locker: released in one script
     /// ([`release_all`]). Locks of anything else: each on its own.
     async fn release_with(self: Box<Self>, others: Vec<Box<dyn GuardRelease>>) -> Vec<Result<()>> {
-        let ours = |other: &dyn GuardRelease| {
-            (other as &dyn Any)
-                .downcast_ref::<HeldLock>()
-                .is_some_and(|o| Arc::ptr_eq(&o.core, &self.core))
-        };
         // Redlock never grants `lock_all` (no one atomic step on several
         // masters); one node is one request.
-        if self.core.nodes.list.len() != 1 || !others.iter().all(|o| ours(o.as_ref())) {
+        if self.core.nodes.list.len() != 1 {
             let all = std::iter::once(self as Box<dyn GuardRelease>).chain(others);
             return release_each(all.collect()).await;
         }
-        let others = others
-            .into_iter()
-            .filter_map(|o| (o as Box<dyn Any>).downcast::<HeldLock>().ok());
-        release_all(std::iter::once(*self).chain(others.map(|o| *o)).collect()).await
+        match all_of_kind(self, others, |a, b| Arc::ptr_eq(&a.core, &b.core)) {
+            Ok(helds) => release_all(helds).await,
+            Err(each) => release_each(each).await,
+        }
     }
 }
 
 impl HeldLock {
+    /// Whether a node's `answer` to our release means the lock was ours
+    /// until the release: it was (`Ours`), or a release of ours that got
+    /// no answer (`unanswered`) removed it before the guard's deadline
+    /// (the key gone or granted on since).
+    fn ours_until(&self, answer: Released, unanswered: bool) -> bool {
+        match answer {
+            Released::Ours => true,
+            Released::Gone | Released::LaterGrant => unanswered && !self.signal.expiry.has_passed(),
+            Released::Other => false,
+        }
+    }
+
     /// The result of a release: lost if the watchdog saw the lock lost
     /// before (`was_lost`), or the release found it gone (not `released`).
     fn outcome(&self, was_lost: bool, released: bool) -> Result<()> {
@@ -303,13 +304,7 @@ async fn release_all(helds: Vec<HeldLock>) -> Vec<Result<()>> {
         .zip(answers)
         .zip(was_lost)
         .map(|((held, answer), was_lost)| {
-            let released = match Released::from_answer(answer) {
-                Released::Ours => true,
-                Released::Gone | Released::LaterGrant => {
-                    unanswered && !held.signal.expiry.has_passed()
-                }
-                Released::Other => false,
-            };
+            let released = held.ours_until(Released::from_answer(answer), unanswered);
             held.outcome(was_lost, released)
         })
         .collect()
