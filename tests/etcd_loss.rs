@@ -336,6 +336,54 @@ async fn a_held_lock_outlives_its_ttl_while_renewed() {
     b.wait_clean().await;
 }
 
+/// A lease kept over a slow link: a renewal and the read that confirms
+/// it take two round trips, and each renewal goes a third of the TTL after
+/// the last one was sent, not a third of the TTL after it was confirmed
+/// (which would space them by the period plus both round trips: here
+/// 2 s + 2 s, with a 5.4 s deadline after each send, so the lease lapsed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_link_keeps_the_lease() {
+    let b = etcd("slow-link").await;
+    let proxy = support::proxy::Proxy::start(
+        "127.0.0.1:0".parse().expect("addr"),
+        support::shared().endpoint.clone(),
+    )
+    .await
+    .expect("proxy");
+    let config = EtcdConfig::new([proxy.addr.to_string()])
+        .with_prefix(b.config.prefix())
+        .with_ttl(Duration::from_secs(6));
+    let locker = EtcdLocker::connect(config, true).await.expect("connect");
+    let guard = locker
+        .lock(&patient(), &Key::from("k"))
+        .await
+        .expect("lock");
+    // One second per round trip: a confirmed renewal takes two seconds, a
+    // third of the TTL.
+    proxy.set_delay(Duration::from_millis(500), Duration::ZERO);
+    let lost = guard.lost_token();
+    let mut seen = guard.valid_until().expect("a deadline while held");
+    let mut renewals = 0;
+    while renewals < 4 {
+        tokio::select! {
+            () = lost.cancelled() => panic!(
+                "lost after {renewals} renewals over the slow link: {:?}",
+                guard.loss_cause()
+            ),
+            () = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
+        let now = guard.valid_until().expect("a deadline while held");
+        if now > seen {
+            renewals += 1;
+            seen = now;
+        }
+    }
+    proxy.set_delay(Duration::ZERO, Duration::ZERO);
+    guard.unlock().await.expect("unlock");
+    locker.close().await.expect("close");
+    b.wait_clean().await;
+}
+
 /// Fenced etcd txns refuse guards from other backends with a clear error.
 #[tokio::test]
 async fn fenced_txn_needs_an_etcd_guard() {

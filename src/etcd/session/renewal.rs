@@ -118,11 +118,16 @@ async fn renew(renewal: &Renewal, expiry: &Expiry, renewed: &watch::Sender<u64>)
                     continue;
                 }
             };
-        let mut pause = Duration::ZERO;
+        let mut next = tokio::time::Instant::now();
         loop {
-            tokio::time::sleep(pause).await;
-            pause = period;
+            tokio::time::sleep_until(next).await;
             let sent = std::time::Instant::now();
+            // A period after this one was sent, not after it was answered
+            // and confirmed: when etcd answers slowly (a loaded server, or
+            // this client's own burst of requests ahead of the renewal),
+            // waiting a whole period after a slow round would space
+            // renewals by the period plus two round trips, past the TTL.
+            next = tokio::time::Instant::from_std(sent) + period;
             if keeper.keep_alive().await.is_err() {
                 continue 'reconnect;
             }
@@ -145,7 +150,7 @@ async fn renew(renewal: &Renewal, expiry: &Expiry, renewed: &watch::Sender<u64>)
                                 format_args!("lease {id:x}"),
                                 &"no read confirmed it (answered in another raft term, or not at all)",
                             );
-                            pause = retry;
+                            next = tokio::time::Instant::now() + retry;
                         }
                     }
                 }
