@@ -10,15 +10,37 @@ use crate::workloads::Res;
 /// `concurrency.Mutex`, built from `examples/bench/go-peer` by
 /// `scripts/build-go-peer.sh`, or named by `FAIRLOCK_GO_PEER`.
 pub fn build_go_peer() -> Option<String> {
-    if let Ok(bin) = std::env::var("FAIRLOCK_GO_PEER") {
+    build(
+        "FAIRLOCK_GO_PEER",
+        "the Go peer (etcd's concurrency.Mutex)",
+        &["scripts/build-go-peer.sh"],
+    )
+}
+
+/// Builds (or finds) Go peer `name` of `examples/` (`what` it is, for the
+/// messages): built by `scripts/build-example-go.sh`, or named by the
+/// environment variable `var`.
+pub fn build_example_go(var: &str, name: &str, what: &str) -> Option<String> {
+    build(var, what, &["scripts/build-example-go.sh", name])
+}
+
+/// Runs the build script and arguments `script` (relative to the crate),
+/// unless `var` names a binary; the binary's path is the script's last
+/// line of output.
+fn build(var: &str, what: &str, script: &[&str]) -> Option<String> {
+    if let Ok(bin) = std::env::var(var) {
         return Some(bin);
     }
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-go-peer.sh");
-    eprintln!("bench: building the Go peer (etcd's concurrency.Mutex)...");
-    let out = Command::new("bash").arg(&script).output().ok()?;
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(script[0]);
+    eprintln!("bench: building {what}...");
+    let out = Command::new("bash")
+        .arg(&path)
+        .args(&script[1..])
+        .output()
+        .ok()?;
     if !out.status.success() {
         eprintln!(
-            "bench: Go peer build failed: {}",
+            "bench: {what}: build failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
         return None;

@@ -9,7 +9,7 @@
 //!   do without `lock_all`);
 //! - **Go**: etcd's own `concurrency.Mutex`, one key after the other in
 //!   sorted order (`examples/multimutex-go`, built by
-//!   `scripts/build-multimutex-go.sh` or named by `FAIRLOCK_MULTIMUTEX_GO`);
+//!   `scripts/build-example-go.sh multimutex-go` or named by `FAIRLOCK_MULTIMUTEX_GO`);
 //! - **floor**: as `shared_rows.rs` defines it, a put then a delete, each
 //!   client on a key of its own.
 //!
@@ -256,24 +256,11 @@ async fn window(ep: &str, how: How, fair: bool, warmup: Duration, dur: Duration)
 /// Builds (or finds) the Go peer: etcd's `concurrency.Mutex`, one key
 /// after the other.
 fn build_multimutex_go() -> Option<String> {
-    if let Ok(bin) = std::env::var("FAIRLOCK_MULTIMUTEX_GO") {
-        return Some(bin);
-    }
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-multimutex-go.sh");
-    eprintln!("bench: building the Go multi-key peer (etcd's concurrency.Mutex)...");
-    let out = Command::new("bash").arg(&script).output().ok()?;
-    if !out.status.success() {
-        eprintln!(
-            "bench: Go multi-key peer build failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        return None;
-    }
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .last()
-        .map(str::to_string)
+    crate::go_peer::build_example_go(
+        "FAIRLOCK_MULTIMUTEX_GO",
+        "multimutex-go",
+        "the Go multi-key peer (etcd's concurrency.Mutex)",
+    )
 }
 
 /// Runs the Go peer for the same warm-up and window.

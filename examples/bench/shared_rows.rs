@@ -2,7 +2,7 @@
 //! own locker (its own connection and session lease), looping for a fixed
 //! window after a warm-up, against the floor and etcd's own Go
 //! `recipe.RWMutex` (`examples/rwmutex-go`, built by
-//! `scripts/build-rwmutex-go.sh` or named by `FAIRLOCK_RWMUTEX_GO`) in the
+//! `scripts/build-example-go.sh rwmutex-go` or named by `FAIRLOCK_RWMUTEX_GO`) in the
 //! same run.
 //!
 //! - **rw 90/10**: client `c`'s `i`-th grant is a write when
@@ -311,24 +311,11 @@ async fn raw(ep: &str) -> Res<Vec<Client>> {
 
 /// Builds (or finds) the Go peer: etcd's own `recipe.RWMutex`.
 fn build_rwmutex_go() -> Option<String> {
-    if let Ok(bin) = std::env::var("FAIRLOCK_RWMUTEX_GO") {
-        return Some(bin);
-    }
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-rwmutex-go.sh");
-    eprintln!("bench: building the Go read/write peer (etcd's recipe.RWMutex)...");
-    let out = Command::new("bash").arg(&script).output().ok()?;
-    if !out.status.success() {
-        eprintln!(
-            "bench: Go read/write peer build failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        return None;
-    }
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .last()
-        .map(str::to_string)
+    crate::go_peer::build_example_go(
+        "FAIRLOCK_RWMUTEX_GO",
+        "rwmutex-go",
+        "the Go read/write peer (etcd's recipe.RWMutex)",
+    )
 }
 
 /// Runs the Go peer for the same warm-up and window.

@@ -2,7 +2,7 @@
 // own Go recipe, clientv3/concurrency.Election (etcd 3.4's, from Debian's
 // golang-etcd-server-dev), against the same etcd.
 //
-//	scripts/build-handover-go.sh   # prints the binary's path
+//	scripts/build-example-go.sh handover-go   # prints the binary's path
 //	handover-go -endpoint 127.0.0.1:2379 -rounds 30
 //
 // Each round: A leads, B campaigns (its key exists), a follower observes;

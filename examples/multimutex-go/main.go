@@ -3,7 +3,7 @@
 // Debian's golang-etcd-server-dev), taken one key after the other in sorted
 // order, against the same etcd, with the same workload.
 //
-//	scripts/build-multimutex-go.sh   # prints the binary's path
+//	scripts/build-example-go.sh multimutex-go   # prints the binary's path
 //	multimutex-go -endpoints 127.0.0.1:2379 -clients 16 -keys 8 -warmup 1s -duration 5s
 //
 // Each client is a goroutine with its own concurrency.Session on one shared

@@ -2,7 +2,7 @@
 // etcd's own Go recipe.RWMutex (etcd 3.4's contrib/recipes, from Debian's
 // golang-etcd-server-dev), against the same etcd, with the same workload.
 //
-//	scripts/build-rwmutex-go.sh   # prints the binary's path
+//	scripts/build-example-go.sh rwmutex-go   # prints the binary's path
 //	rwmutex-go -endpoints 127.0.0.1:2379 -clients 16 -warmup 1s -duration 5s
 //
 // Each client is a goroutine with its own concurrency.Session on one shared

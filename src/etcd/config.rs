@@ -16,6 +16,40 @@ pub const DEFAULT_ENDPOINT: &str = "127.0.0.1:2379";
 /// The key prefix used when none is configured.
 pub const DEFAULT_PREFIX: &str = "/fairlock/";
 
+/// Which keys a locker reads and writes on etcd
+/// ([`EtcdConfig::with_layout`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Layout {
+    /// fairlock's own: a lock key `P k` and its queue under
+    /// `P k/_OWNERS_/`. Every primitive, fair and unfair.
+    #[default]
+    Fairlock,
+    /// etcd's own, that of `etcdctl lock` and `etcdctl elect`, Go's
+    /// `concurrency.Mutex` and `Election`, and etcd's lock and election
+    /// services: one key `P k/<lease hex>` per contender, held in create
+    /// order. fairlock and those exclude each other and queue in one line
+    /// on one name. Fair locks and elections only.
+    Etcd,
+}
+
+impl Layout {
+    /// The layout a setting names: `fairlock` or `etcd`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] naming the two that exist.
+    pub fn parse(name: &str) -> Result<Self> {
+        match name {
+            "fairlock" => Ok(Layout::Fairlock),
+            "etcd" => Ok(Layout::Etcd),
+            other => Err(Error::InvalidConfig(format!(
+                "layout {other:?} is not one fairlock knows; use \"etcd\" (etcd's own, \
+                 shared with etcdctl lock and Go's concurrency package) or \"fairlock\""
+            ))),
+        }
+    }
+}
+
 /// Configuration of the etcd backend.
 ///
 /// # Examples
@@ -42,6 +76,7 @@ pub struct EtcdConfig {
     user: Option<(String, String)>,
     tls: Option<TlsConfig>,
     write_batching: bool,
+    layout: Layout,
 }
 
 impl EtcdConfig {
@@ -70,6 +105,7 @@ impl EtcdConfig {
             user: None,
             tls: None,
             write_batching: true,
+            layout: Layout::Fairlock,
         }
     }
 
@@ -102,6 +138,10 @@ impl EtcdConfig {
         /// instead of one each, which matters when many tasks lock
         /// different keys. Off: every write is a request of its own.
         with_write_batching(on: bool) => write_batching = on;
+        /// Which keys the locker uses ([`Layout`]): fairlock's own (the
+        /// default) or etcd's, to share names with `etcdctl lock`, Go's
+        /// `concurrency` package and etcd's lock service.
+        with_layout(layout: Layout) => layout = layout;
         /// Connects over TLS: `https://` endpoints (a `host:port` endpoint
         /// is reached with `https://`), trusting the configured CA (or the
         /// system's roots), presenting the client certificate if set
@@ -180,6 +220,8 @@ impl EtcdConfig {
         request_timeout: Duration;
         /// See [`EtcdConfig::with_write_batching`].
         write_batching: bool;
+        /// See [`EtcdConfig::with_layout`].
+        layout: Layout;
     }
 
     /// `true` once [`EtcdConfig::with_connect_timeout`] was called.
@@ -287,6 +329,7 @@ impl fmt::Debug for EtcdConfig {
             )
             .field("tls", &self.tls)
             .field("write_batching", &self.write_batching)
+            .field("layout", &self.layout)
             .finish()
     }
 }

@@ -65,7 +65,7 @@ mod session;
 use std::sync::Arc;
 
 pub use crate::{Owner, parse_duration};
-pub use config::{DEFAULT_ENDPOINT, DEFAULT_PREFIX, EtcdConfig, MAX_TTL, MIN_TTL};
+pub use config::{DEFAULT_ENDPOINT, DEFAULT_PREFIX, EtcdConfig, Layout, MAX_TTL, MIN_TTL};
 pub use election::elector::EtcdElector;
 pub use endpoint::DEFAULT_PORT;
 pub use lock::etcd_locker::EtcdLocker;

@@ -9,7 +9,7 @@ use etcd_client::Txn;
 use super::keys::{LockKeys, Successor};
 use super::line::{Entry, LineKeys};
 use super::release::{Holder, release_round};
-use super::{abandon, election, fence, line_txn, queue, release, take};
+use super::{abandon, election, etcd_layout, fence, line_txn, queue, release, take};
 use crate::Key;
 use crate::semantics::admission::Share;
 use crate::semantics::fairness::Fairness::{Fair, Unfair};
@@ -54,6 +54,8 @@ fn all() -> Vec<(&'static str, Txn)> {
     };
     let other = LockKeys::new("/p/", &Key::from("m"));
     let other_held = (b"/p/m/_OWNERS_/id/f0".to_vec(), 40);
+    let name = etcd_layout::NameKeys::new("/p/", "k");
+    let contender = name.contender(0x7a);
     let l = line();
     let reader = l.entries(Share::Read, "id", 0);
     vec![
@@ -155,6 +157,32 @@ fn all() -> Vec<(&'static str, Txn)> {
             "admit",
             line_txn::admit(&[waiting("r/a/0", 43), waiting("r/b/0", 44)]),
         ),
+        (
+            "etcd layout: enqueue",
+            etcd_layout::enqueue(&name, &contender, b"v", 0x7a).into_txn(),
+        ),
+        (
+            "etcd layout: try_lock",
+            etcd_layout::try_take(&name, &contender, b"v", 0x7a),
+        ),
+        (
+            "etcd layout: release",
+            etcd_layout::release(&contender, 42).into_txn(),
+        ),
+        (
+            "etcd layout: give up unanswered",
+            etcd_layout::give_up_unanswered(&contender, 0x7a).into_txn(),
+        ),
+        (
+            "etcd layout: proclaim",
+            etcd_layout::proclaim(&contender, 42, b"w", 0x7a).into_txn(),
+        ),
+        (
+            "etcd layout: ahead",
+            etcd_layout::ahead(&name, 42).into_txn(),
+        ),
+        ("etcd layout: first", etcd_layout::first(&name).into_txn()),
+        ("etcd layout: all", etcd_layout::all(&name).into_txn()),
     ]
 }
 
