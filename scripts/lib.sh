@@ -30,16 +30,20 @@ ensure_prereqs() {
     [etcd]=etcd-server [etcdctl]=etcd-client [redis-server]=redis-server
     [protoc]=protobuf-compiler [python3]=python3 [openssl]=openssl
     [ip]=iproute2 [nft]=nftables [curl]=curl [gpgv]=gpgv [xz]=xz-utils
-    [redis-cli]=redis-tools [redis-sentinel]=redis-sentinel
+    [redis-cli]=redis-tools [redis-sentinel]=redis-sentinel [go]=golang-go
   )
   local cmd pkgs=() cmds=(etcd etcdctl redis-server redis-cli redis-sentinel protoc python3
-    openssl curl gpgv xz)
+    openssl curl gpgv xz go)
   # The network fault tests (namespaces) run only as root, and need these.
   [[ $(id -u) -ne 0 ]] || cmds+=(ip nft)
   for cmd in "${cmds[@]}"; do
     command -v "$cmd" >/dev/null 2>&1 || pkgs+=("${pkg_of[$cmd]}")
   done
 
+  # etcd's Go recipes, built offline for the mixed-fleet tests of etcd's
+  # layout (scripts/build-example-go.sh).
+  [[ -d /usr/share/gocode/src/go.etcd.io/etcd/clientv3/concurrency ]] ||
+    pkgs+=(golang-etcd-server-dev)
   if ((${#pkgs[@]})); then
     if [[ $(id -u) -ne 0 ]]; then
       printf 'error: missing tools. Install them with:\n  sudo apt-get install -y %s\n' \

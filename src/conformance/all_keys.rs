@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use super::backend::Backend;
+use super::backend::{Backend, mode_unsupported};
 use super::common::{assert_err, join, patient, refused, short, spawn, take};
 use crate::{Context, Error, Key, Locker};
 
@@ -17,7 +17,7 @@ fn keys(b: &impl Backend, names: &[&str]) -> Vec<Key> {
 }
 
 fn skip(b: &impl Backend, fair: bool) -> bool {
-    !b.supports_lock_all() || (fair && !b.supports_fair())
+    !b.supports_lock_all() || mode_unsupported(b, fair)
 }
 
 /// All or nothing: with one of three keys held, `try_lock_all` takes none

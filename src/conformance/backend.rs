@@ -64,6 +64,13 @@ pub trait Backend: Send + Sync + 'static {
         true
     }
 
+    /// `false` for a backend that refuses unfair mode (etcd's own layout,
+    /// where the oldest contender holds): the checks that need unfair
+    /// lockers then return at once, and the others use fair lockers only.
+    fn supports_unfair(&self) -> bool {
+        true
+    }
+
     /// `true` for a backend with read/write locks and semaphores
     /// ([`Locker::read_lock`], [`Locker::acquire_permits`]): their checks run only
     /// then. [`Backend::wait_queued`] then also counts the callers in a
@@ -85,5 +92,14 @@ pub trait Backend: Send + Sync + 'static {
     /// tag, `{t}name`).
     fn lock_all_key(&self, name: &str) -> Key {
         Key::from(name)
+    }
+}
+
+/// Whether `b` refuses lockers of this mode (see [`Backend::supports_fair`]
+/// and [`Backend::supports_unfair`]): the check then returns at once.
+pub(super) fn mode_unsupported(b: &impl Backend, fair: bool) -> bool {
+    match fair {
+        true => !b.supports_fair(),
+        false => !b.supports_unfair(),
     }
 }

@@ -1,7 +1,7 @@
 //! The checks of giving up: a `lock` that times out or is cancelled, a
 //! dropped `lock` future and a dropped guard leave nothing behind.
 
-use super::backend::Backend;
+use super::backend::{Backend, mode_unsupported};
 use super::common::{assert_err, patient, short, spawn, take};
 use crate::{Context, Error, Key};
 
@@ -15,7 +15,7 @@ use crate::{Context, Error, Key};
 /// # Panics
 /// When the error is another, or anything is left behind.
 pub async fn timeout_leaves_nothing(b: &impl Backend, fair: bool) {
-    if fair && !b.supports_fair() {
+    if mode_unsupported(b, fair) {
         return;
     }
     let key = Key::from("timeout");
@@ -39,7 +39,7 @@ pub async fn timeout_leaves_nothing(b: &impl Backend, fair: bool) {
 /// # Panics
 /// When the error is another, or anything is left behind.
 pub async fn cancel_leaves_nothing(b: &impl Backend, fair: bool) {
-    if fair && !b.supports_fair() {
+    if mode_unsupported(b, fair) {
         return;
     }
     let key = Key::from("cancel");
@@ -72,7 +72,7 @@ pub async fn cancel_leaves_nothing(b: &impl Backend, fair: bool) {
 /// When the entry stays (the wait's guard deadline) or the later `lock`
 /// fails.
 pub async fn drop_future_leaves_nothing(b: &impl Backend, fair: bool) {
-    if fair && !b.supports_fair() {
+    if mode_unsupported(b, fair) {
         return;
     }
     let key = Key::from("dropped");
@@ -104,7 +104,7 @@ pub async fn drop_future_leaves_nothing(b: &impl Backend, fair: bool) {
 /// When the lock is never released (the guard deadline of the second
 /// `lock`) or anything is left behind.
 pub async fn drop_guard_releases(b: &impl Backend, fair: bool) {
-    if fair && !b.supports_fair() {
+    if mode_unsupported(b, fair) {
         return;
     }
     let key = Key::from("drop-guard");

@@ -1,7 +1,7 @@
 //! The checks of the entry points themselves: `try_lock`'s answers and the
 //! errors for bad keys and a context that is already cancelled.
 
-use super::backend::Backend;
+use super::backend::{Backend, mode_unsupported};
 use super::common::{assert_err, patient, refused, take};
 use crate::{Context, Error, Key, MAX_KEY_LEN};
 
@@ -14,7 +14,7 @@ use crate::{Context, Error, Key, MAX_KEY_LEN};
 /// When an answer is wrong or anything is left behind.
 pub async fn try_lock(b: &impl Backend) {
     for fair in [true, false] {
-        if fair && !b.supports_fair() {
+        if mode_unsupported(b, fair) {
             continue;
         }
         let key = Key::from(format!("try-{fair}"));

@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::backend::Backend;
+use super::backend::{Backend, mode_unsupported};
 use super::common::{Turns, join, patient, spawn, take};
 use crate::Key;
 
@@ -35,7 +35,7 @@ use crate::Key;
 /// # }
 /// ```
 pub async fn mutual_exclusion(b: &impl Backend, modes: &[bool]) {
-    if modes.contains(&true) && !b.supports_fair() {
+    if modes.iter().any(|&fair| mode_unsupported(b, fair)) {
         return;
     }
     const TASKS_PER_LOCKER: usize = 3;
@@ -115,7 +115,7 @@ pub async fn fair_order(b: &impl Backend) {
 /// # Panics
 /// When a lock on one key grants or blocks another, or a lock call fails.
 pub async fn key_isolation(b: &impl Backend, fair: bool) {
-    if fair && !b.supports_fair() {
+    if mode_unsupported(b, fair) {
         return;
     }
     let (a, ab, a_b) = (Key::from("a"), Key::from("ab"), Key::from("a/b"));

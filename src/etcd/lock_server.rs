@@ -1,17 +1,21 @@
-//! How etcd serves each [`LockServer`] call: the mutex is `lock/`;
-//! read/write locks and semaphores are the line of `line/`; elections are
-//! `election/`, on a fair locker of the same connection.
+//! How etcd serves each [`LockServer`] call: the mutex is `lock/`, or
+//! `etcd_layout/` in etcd's own layout; read/write locks and semaphores
+//! are the line of `line/`; elections are `election/`, on a fair locker of
+//! the same connection. What etcd's layout cannot hold is refused here,
+//! before any request.
 
+use super::config::Layout;
 use super::election::elector::EtcdElector;
+use super::etcd_layout::calls;
 use super::line::join;
 use super::lock::etcd_locker::EtcdLocker;
 use super::protocol::take_all;
 use crate::semantics::admission::Share;
 use crate::semantics::all_keys::KeyLimit;
-use crate::semantics::dispatch::{LockServer, impl_locker};
+use crate::semantics::dispatch::{LockServer, Want, impl_locker};
 use crate::semantics::fairness::Fairness;
 use crate::util::observe::Site;
-use crate::{Context, Key, LockGuard, Result};
+use crate::{Context, Error, Key, LockGuard, Result};
 
 impl LockServer for EtcdLocker {
     type Elector = EtcdElector;
@@ -24,12 +28,48 @@ impl LockServer for EtcdLocker {
         self.inner().site()
     }
 
+    /// etcd's layout holds fair mutexes only: its recipe grants the
+    /// oldest contender, and it has no lines.
+    fn admits(&self, _key: &Key, want: Want) -> Result<()> {
+        if self.inner().config.layout() != Layout::Etcd {
+            return Ok(());
+        }
+        if !self.inner().fairness.is_fair() {
+            return Err(Error::Unsupported(
+                "an unfair lock in etcd's layout: etcd's recipe grants the oldest                  contender only; use a fair locker, or the fairlock layout"
+                    .into(),
+            ));
+        }
+        match want {
+            Want::Mutex => Ok(()),
+            Want::Line(_) => Err(Error::Unsupported(
+                "read/write locks and semaphores in etcd's layout: etcd's recipes have                  none that fairlock shares; use the fairlock layout"
+                    .into(),
+            )),
+        }
+    }
+
+    fn admits_all(&self, _keys: &[Key]) -> Result<()> {
+        match self.inner().config.layout() {
+            Layout::Etcd => Err(Error::Unsupported(
+                "lock_all in etcd's layout: not built yet; use the fairlock layout".into(),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     async fn lock_mutex(&self, ctx: &Context, key: &Key) -> Result<LockGuard> {
-        self.lock_in_queue(ctx, key).await
+        match self.inner().config.layout() {
+            Layout::Etcd => calls::lock(self.state(), ctx, key).await,
+            _ => self.lock_in_queue(ctx, key).await,
+        }
     }
 
     async fn try_lock_mutex(&self, key: &Key) -> Result<Option<LockGuard>> {
-        self.try_lock_now(key).await
+        match self.inner().config.layout() {
+            Layout::Etcd => calls::try_lock(self.state(), key).await,
+            _ => self.try_lock_now(key).await,
+        }
     }
 
     fn key_limit(&self) -> KeyLimit {

@@ -44,6 +44,9 @@
 //!   and the queue entry names a locker reuses;
 //! - `line/`: read/write locks and semaphores: joining a key's line,
 //!   waiting in it, leaving it;
+//! - `etcd_layout/`: fair locks on etcd's own keys ([`Layout::Etcd`]),
+//!   shared with `etcdctl lock` and Go's `concurrency.Mutex`: one call, its
+//!   wait and the held lock;
 //! - `lock/`: the lock itself, following one call down: [`EtcdLocker`] on
 //!   top, then one attempt, the wait in line, the held lock and its
 //!   release;
@@ -56,6 +59,7 @@ mod client;
 mod config;
 mod election;
 mod endpoint;
+mod etcd_layout;
 mod line;
 mod lock;
 mod lock_server;

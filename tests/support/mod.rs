@@ -25,6 +25,7 @@ pub mod emulate;
 pub mod etcd_backend;
 pub mod etcd_elections;
 pub mod net;
+pub mod peers;
 pub mod proxy;
 #[cfg(feature = "redis")]
 pub mod redis_backend;

@@ -7,6 +7,7 @@ use etcd_client::{Compare, Txn, TxnOpResponse, TxnResponse};
 
 use super::held_lock::HeldLock;
 use crate::etcd::client::error::EtcdError;
+use crate::etcd::etcd_layout::held::HeldContender;
 use crate::etcd::line::held_entry::HeldEntry;
 use crate::etcd::protocol::fence;
 use crate::etcd::session::state::LockerState;
@@ -75,6 +76,11 @@ fn held(guard: &LockGuard) -> Result<(&[u8], i64, &LockerState)> {
     }
     if let Some(held) = backend.and_then(|b| b.downcast_ref::<HeldEntry>()) {
         return Ok((&held.line.entry, held.token, &held.line.state));
+    }
+    // etcd's layout: the contender's key, never rewritten while held, so
+    // its mod revision is its create revision, the token.
+    if let Some(held) = backend.and_then(|b| b.downcast_ref::<HeldContender>()) {
+        return Ok((&held.own, held.rev, &held.state));
     }
     Err(Error::Unsupported(
         "fenced etcd txns need a guard from the etcd backend (fairlock::etcd::EtcdLocker)".into(),

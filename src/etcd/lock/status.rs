@@ -11,6 +11,8 @@ use super::etcd_locker::EtcdLocker;
 use crate::api::status::LineEntry;
 use crate::etcd::client::error::EtcdError;
 use crate::etcd::client::request::request;
+use crate::etcd::config::Layout;
+use crate::etcd::etcd_layout;
 use crate::etcd::protocol::election::{decode, is_value_key};
 use crate::etcd::protocol::keys::{entry_name, prefix_end};
 use crate::etcd::protocol::line::LineKeys;
@@ -42,6 +44,13 @@ impl EtcdLocker {
     /// # Cancel safety
     /// Cancel safe: it only reads.
     pub async fn status(&self, key: Option<&Key>) -> Result<Vec<LockStatus>> {
+        if self.config().layout() == Layout::Etcd {
+            if let Some(key) = key {
+                key.validate()?;
+            }
+            let names = etcd_layout::status::read(self.inner(), key).await?;
+            return self.with_ttl(names).await;
+        }
         let prefix = self.config().prefix().to_owned();
         let Some(key) = key else {
             let (all, _) = self

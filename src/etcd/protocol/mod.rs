@@ -239,8 +239,6 @@
 
 pub(crate) mod abandon;
 pub(crate) mod election;
-// WIP (branch issue45): unused until the etcd layout's lock uses it.
-#[allow(dead_code)]
 pub(crate) mod etcd_layout;
 pub(crate) mod fence;
 pub(crate) mod keys;

@@ -179,7 +179,7 @@ fn all() -> Vec<(&'static str, Txn)> {
         ),
         (
             "etcd layout: ahead",
-            etcd_layout::ahead(&name, 42).into_txn(),
+            etcd_layout::ahead(&name, &contender, 42).into_txn(),
         ),
         ("etcd layout: first", etcd_layout::first(&name).into_txn()),
         ("etcd layout: all", etcd_layout::all(&name).into_txn()),
