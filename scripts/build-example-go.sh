@@ -25,6 +25,9 @@ if ! command -v go >/dev/null || [[ ! -d $gocode/clientv3/concurrency || ! -d $g
 fi
 mkdir -p "$out"
 cd "$root/examples/$name"
+# Built beside, then renamed: test binaries that run at once each build it,
+# and a rename never leaves another one a half-written binary.
 GO111MODULE=off GOPATH=/usr/share/gocode GOFLAGS= GOCACHE="${GOCACHE:-/tmp/fairlock-go-cache}" \
-  go build -o "$out/$name" .
+  go build -o "$out/$name.$$" .
+mv -f "$out/$name.$$" "$out/$name"
 echo "$out/$name"

@@ -154,6 +154,27 @@ impl BackendConfig {
         }
     }
 
+    /// Sets which keys an etcd locker uses: fairlock's own layout (the
+    /// default) or etcd's, shared with `etcdctl lock` and Go's
+    /// `concurrency` package (see [`crate::etcd::Layout`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for etcd's layout on Redis endpoints.
+    #[cfg(feature = "etcd")]
+    pub fn with_layout(self, layout: crate::etcd::Layout) -> Result<Self> {
+        match self {
+            BackendConfig::Etcd(c) => Ok(BackendConfig::Etcd(c.with_layout(layout))),
+            #[cfg(feature = "redis")]
+            BackendConfig::Redis(_) if layout == crate::etcd::Layout::Etcd => {
+                Err(Error::InvalidConfig(
+                    "the etcd layout is for etcd endpoints; these are Redis URLs".into(),
+                ))
+            }
+            #[cfg(feature = "redis")]
+            redis @ BackendConfig::Redis(_) => Ok(redis),
+        }
+    }
+
     /// Sets the TTL: how long a crashed holder keeps its locks.
     #[must_use]
     pub fn with_ttl(self, ttl: Duration) -> Self {
@@ -279,7 +300,21 @@ impl BackendConfig {
 #[cfg(all(test, feature = "etcd", feature = "redis"))]
 mod tests {
     use super::*;
+    use crate::etcd::Layout;
     use crate::parse_duration;
+
+    #[test]
+    fn etcd_s_layout_is_for_etcd_endpoints() {
+        let pick = |e: &str| BackendConfig::from_endpoints([e]).unwrap();
+        match pick("127.0.0.1:2379").with_layout(Layout::Etcd).unwrap() {
+            BackendConfig::Etcd(c) => assert_eq!(c.layout(), Layout::Etcd),
+            other => panic!("{other:?}"),
+        }
+        let redis = pick("redis://127.0.0.1:6379");
+        let err = redis.clone().with_layout(Layout::Etcd).unwrap_err();
+        assert!(err.to_string().contains("for etcd endpoints"), "{err}");
+        assert!(redis.with_layout(Layout::Fairlock).is_ok());
+    }
 
     #[test]
     fn scheme_picks_the_backend() {

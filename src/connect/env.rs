@@ -12,7 +12,9 @@ impl BackendConfig {
     /// default `127.0.0.1:2379`, etcd), `FAIRLOCK_PREFIX`, `FAIRLOCK_TTL`
     /// (e.g. `10s`, `1500ms`, `2m`, or plain seconds) and
     /// `FAIRLOCK_CONNECT_TIMEOUT` (the same forms; see
-    /// [`BackendConfig::with_connect_timeout`]); for Redis also
+    /// [`BackendConfig::with_connect_timeout`]), `FAIRLOCK_LAYOUT` (`etcd`
+    /// or `fairlock`, etcd only; see `BackendConfig::with_layout`); for
+    /// Redis also
     /// `FAIRLOCK_REPLICA_ACKS` (`all`, `off` or a number; see
     /// `RedisConfig::with_replica_acks`) and `FAIRLOCK_DATA_LOSS_WAIT` (a
     /// duration; see `RedisConfig::with_data_loss_wait`), which etcd
@@ -20,7 +22,8 @@ impl BackendConfig {
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] as for [`BackendConfig::from_endpoints`],
-    /// or when `FAIRLOCK_TTL` or `FAIRLOCK_CONNECT_TIMEOUT` does not parse.
+    /// or when `FAIRLOCK_TTL`, `FAIRLOCK_CONNECT_TIMEOUT` or
+    /// `FAIRLOCK_LAYOUT` does not parse.
     pub fn from_env() -> Result<Self> {
         let endpoints = std::env::var("FAIRLOCK_ENDPOINTS")
             .ok()
@@ -37,6 +40,15 @@ impl BackendConfig {
         }
         if let Some(timeout) = connect_timeout_from_env()? {
             config = config.with_connect_timeout(timeout);
+        }
+        #[cfg(feature = "etcd")]
+        if let Some(layout) = std::env::var("FAIRLOCK_LAYOUT")
+            .ok()
+            .filter(|s| !s.is_empty())
+        {
+            let layout = crate::etcd::Layout::parse(&layout)
+                .map_err(|e| Error::InvalidConfig(format!("FAIRLOCK_LAYOUT: {e}")))?;
+            config = config.with_layout(layout)?;
         }
         // Irrefutable in a build with Redis alone.
         #[cfg(feature = "redis")]

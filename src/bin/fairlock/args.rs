@@ -11,6 +11,7 @@ use std::time::Duration;
 use clap::error::ErrorKind;
 use clap::{ArgAction, Args, CommandFactory, Parser, Subcommand};
 
+use fairlock::etcd::Layout;
 use fairlock::redis::ReplicaAcks;
 
 use crate::exit;
@@ -90,6 +91,18 @@ pub struct Global {
         hide_env = true
     )]
     pub data_loss_wait: Option<Duration>,
+    /// etcd: which keys to lock on: fairlock (its own, every primitive)
+    /// or etcd (etcd's own, shared with etcdctl lock and Go's concurrency
+    /// package: fair lock only) [env FAIRLOCK_LAYOUT, default fairlock]
+    #[arg(
+        long,
+        global = true,
+        value_name = "fairlock|etcd",
+        value_parser = layout,
+        env = "FAIRLOCK_LAYOUT",
+        hide_env = true
+    )]
+    pub layout: Option<Layout>,
     /// Trust the CA certificates in FILE (PEM) for https:// and rediss://
     /// endpoints, instead of the system's roots [env FAIRLOCK_CACERT]
     #[arg(long, global = true, value_name = "FILE")]
@@ -197,6 +210,10 @@ pub struct DemoArgs {
 
 fn duration(v: &str) -> Result<Duration, String> {
     fairlock::parse_duration(v)
+}
+
+fn layout(v: &str) -> Result<Layout, String> {
+    Layout::parse(v).map_err(|e| e.to_string())
 }
 
 fn replica_acks(v: &str) -> Result<ReplicaAcks, String> {
@@ -419,6 +436,7 @@ mod tests {
             ("status --json --watch", "cannot be used with"),
             ("demo --mode odd", "--mode"),
             ("demo --tasks 0", "at least 1"),
+            ("--layout etc lock k -- true", "not one fairlock knows"),
         ] {
             let err = parse_str(line).expect_err(line);
             assert_eq!(err.exit_code(), 2, "{line}");

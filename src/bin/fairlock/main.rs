@@ -128,6 +128,9 @@ fn config(global: &Global) -> fairlock::Result<BackendConfig> {
     if let Some(timeout) = global.connect_timeout {
         config = config.with_connect_timeout(timeout);
     }
+    if let Some(layout) = global.layout {
+        config = config.with_layout(layout)?;
+    }
     if let BackendConfig::Redis(mut redis) = config {
         if let Some(acks) = global.replica_acks {
             redis = redis.with_replica_acks(acks);
