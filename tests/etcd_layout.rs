@@ -11,10 +11,11 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use etcd_client::{GetOptions, SortOrder, SortTarget, Txn, TxnOp};
-use fairlock::conformance::{Backend, patient};
+use fairlock::conformance::{Backend, ElectionBackend, patient};
 use fairlock::etcd::{EtcdConfig, EtcdLocker, FencedTxn, Layout};
 use fairlock::{Elector, Error, Key, LockGuard, Locker};
 use support::etcd_backend::EtcdBackend;
+use support::etcd_elections::EtcdElections;
 use support::peers::Peer;
 
 /// The conformance suite's backend on etcd's layout: fair lockers only,
@@ -108,6 +109,41 @@ async fn etcd_layout(test: &str) -> EtcdLayout {
 }
 
 fairlock::conformance_tests!(etcd_layout);
+
+/// The election checks' backend on etcd's layout: a candidate is one more
+/// key under `P name/`.
+struct Elections(EtcdElections);
+
+#[async_trait]
+impl ElectionBackend for Elections {
+    fn elector(&self) -> Arc<dyn Elector> {
+        self.0.elector()
+    }
+    async fn wait_candidates(&self, name: &Key, n: usize) {
+        let dir = format!("{}{name}/", self.0.config.prefix());
+        support::wait_for_count(&mut self.0.client.clone(), &dir, n as i64 + 1, false).await;
+    }
+    async fn wait_clean(&self) {
+        self.0.wait_clean().await;
+    }
+    async fn is_clean(&self) -> bool {
+        self.0.is_clean().await
+    }
+    async fn finish(&self) {
+        self.0.finish().await;
+    }
+    fn records_owner(&self) -> bool {
+        false
+    }
+}
+
+async fn elections(test: &str) -> Elections {
+    let b = EtcdElections::on_shared(test).await;
+    let config = b.config.clone().with_layout(Layout::Etcd);
+    Elections(EtcdElections::new(b.client.clone(), config))
+}
+
+fairlock::election_conformance_tests!(elections);
 
 /// What a contender of the mixed line reports: who was granted.
 async fn fairlock_waiter(
@@ -378,12 +414,6 @@ async fn what_the_layout_cannot_hold_is_refused() {
         .await
         .expect_err("lock_all");
     assert!(matches!(err, Error::Unsupported(_)), "{err}");
-    let elector = fairlock::etcd::EtcdElector::from_client(b.0.client.clone(), b.0.config.clone());
-    let err = elector
-        .campaign(&patient(), &key, b"v")
-        .await
-        .expect_err("campaign");
-    assert!(matches!(err, Error::Unsupported(_)), "{err}");
     assert!(b.is_clean().await, "a refusal wrote something");
 
     // The same name, held in fairlock's own layout.
@@ -455,6 +485,139 @@ async fn status_lists_every_contender() {
         .await
         .expect("unlock");
     locker.close().await.expect("close");
+    b.wait_clean().await;
+    b.finish().await;
+}
+
+/// The next change a watch reports (within a long guard deadline).
+async fn next_change(watch: &mut fairlock::LeaderWatch) -> Option<fairlock::Leader> {
+    tokio::time::timeout(std::time::Duration::from_secs(120), watch.next())
+        .await
+        .expect("a change within the guard deadline")
+        .expect("no error")
+}
+
+/// A fairlock observer follows a Go leader (Go's `concurrency.Election`):
+/// its value, its proclaim, and the empty seat once it resigns, which
+/// Go's own `Observe` never reports (etcd issue 18163).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fairlock_follows_a_go_leader() {
+    let b = elections("el-go-leader").await;
+    let name = Key::from("seat");
+    let full = format!("{}seat", b.0.config.prefix());
+    let mut go = Peer::go_elect(&support::shared().endpoint, &full, "v1");
+    assert!(go.line().await.starts_with("SESSION "));
+    let elected = go.line().await;
+    let parts: Vec<&str> = elected.split(' ').collect();
+    assert_eq!(parts[0], "LEADER", "{elected}");
+    let term: u64 = parts[2].parse().expect("rev");
+    let mut watch = b.elector().observe(&name).await.expect("observe");
+    let leader = next_change(&mut watch).await;
+    let leader = leader.expect("a leader");
+    assert_eq!(
+        (leader.value.as_slice(), leader.fencing_token),
+        (&b"v1"[..], term)
+    );
+    go.send("proclaim v2");
+    assert_eq!(go.line().await, "PROCLAIMED v2");
+    let leader = next_change(&mut watch).await;
+    assert_eq!(leader.expect("a leader").value, b"v2");
+    go.send("resign");
+    assert_eq!(go.line().await, "RESIGNED");
+    let seat = next_change(&mut watch).await;
+    assert!(seat.is_none(), "the empty seat: {seat:?}");
+    assert!(go.wait().success());
+    drop(watch);
+    b.wait_clean().await;
+    b.finish().await;
+}
+
+/// Go's `Observe` and `etcdctl elect -l` follow fairlock leaders: a
+/// first leader, then the next one's proposal once the first resigns,
+/// then its proclaim, and nothing twice (a campaign writes its proposal
+/// once, so Go's observers, which report every put of the leader's key,
+/// do not show the new leader twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_and_etcdctl_follow_fairlock_leaders() {
+    let b = elections("el-fl-leader").await;
+    let endpoint = support::shared().endpoint.clone();
+    let name = Key::from("seat");
+    let full = format!("{}seat", b.0.config.prefix());
+    let first = b
+        .elector()
+        .campaign(&patient(), &name, b"zero")
+        .await
+        .expect("campaign");
+    let mut go = Peer::go_observe(&endpoint, &full);
+    let mut etcdctl = Peer::etcdctl_observe(&endpoint, &full);
+    assert!(go.line().await.starts_with("SESSION "));
+    // Both watch from here on.
+    assert!(go.line().await.ends_with(" zero"));
+    etcdctl.line().await;
+    assert_eq!(etcdctl.line().await, "zero");
+    let second = {
+        let (elector, name) = (b.elector(), name.clone());
+        tokio::spawn(async move { elector.campaign(&patient(), &name, b"a").await })
+    };
+    b.wait_candidates(&name, 1).await;
+    first.resign().await.expect("resign");
+    let second = second.await.expect("task").expect("campaign");
+    let term = second.fencing_token();
+    let seen = go.line().await;
+    let key = seen.split(' ').nth(1).expect("key").to_owned();
+    assert!(key.starts_with(&format!("{full}/")), "{seen}");
+    assert_eq!(seen, format!("SEEN {key} {term} a"));
+    assert_eq!(
+        (etcdctl.line().await, etcdctl.line().await),
+        (key.clone(), "a".into())
+    );
+    second.proclaim(b"b").await.expect("proclaim");
+    assert_eq!(go.line().await, format!("SEEN {key} {term} b"));
+    assert_eq!(
+        (etcdctl.line().await, etcdctl.line().await),
+        (key, "b".into())
+    );
+    second.resign().await.expect("resign");
+    assert!(go.wait().success());
+    etcdctl.terminate();
+    b.wait_clean().await;
+    b.finish().await;
+}
+
+/// Leadership passes in arrival order across fairlock and `etcdctl
+/// elect`: a fairlock leader, then etcdctl, then a fairlock candidate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leadership_passes_in_arrival_order_across_the_mix() {
+    let b = elections("el-mix-order").await;
+    let endpoint = support::shared().endpoint.clone();
+    let name = Key::from("seat");
+    let full = format!("{}seat", b.0.config.prefix());
+    let first = b
+        .elector()
+        .campaign(&patient(), &name, b"1")
+        .await
+        .expect("campaign");
+    let mut etcdctl = Peer::etcdctl_elect(&endpoint, &full, "2");
+    b.wait_candidates(&name, 1).await;
+    let third = {
+        let (elector, name) = (b.elector(), name.clone());
+        tokio::spawn(async move { elector.campaign(&patient(), &name, b"3").await })
+    };
+    b.wait_candidates(&name, 2).await;
+    let term = first.fencing_token();
+    first.resign().await.expect("resign");
+    let key = etcdctl.line().await;
+    assert_eq!(etcdctl.line().await, "2");
+    assert!(!third.is_finished(), "the third passed etcdctl");
+    let leader = b.elector().leader(&name).await.expect("leader");
+    let leader = leader.expect("etcdctl leads");
+    assert_eq!(leader.value, b"2");
+    assert!(leader.fencing_token > term);
+    assert!(key.starts_with(&format!("{full}/")));
+    assert!(etcdctl.terminate().success());
+    let third = third.await.expect("task").expect("campaign");
+    assert!(third.fencing_token() > leader.fencing_token);
+    third.resign().await.expect("resign");
     b.wait_clean().await;
     b.finish().await;
 }

@@ -29,9 +29,9 @@ pub enum Layout {
     /// `concurrency.Mutex` and `Election`, and etcd's lock and election
     /// services: one key `P k/<lease hex>` per contender, held in create
     /// order. fairlock and those exclude each other and queue in one line
-    /// on one name. Fair `lock` and `try_lock` only; the rest (unfair
-    /// mode, read/write locks, semaphores, `lock_all`, and elections,
-    /// which are not built yet) is refused with [`Error::Unsupported`].
+    /// on one name. Fair `lock`, `try_lock` and elections; unfair mode,
+    /// read/write locks, semaphores and `lock_all` are refused with
+    /// [`Error::Unsupported`].
     Etcd,
 }
 

@@ -36,14 +36,16 @@ impl LockServer for EtcdLocker {
         }
         if !self.inner().fairness.is_fair() {
             return Err(Error::Unsupported(
-                "an unfair lock in etcd's layout: etcd's recipe grants the oldest                  contender only; use a fair locker, or the fairlock layout"
+                "an unfair lock in etcd's layout: etcd's recipe grants the oldest \
+                 contender only; use a fair locker, or the fairlock layout"
                     .into(),
             ));
         }
         match want {
             Want::Mutex => Ok(()),
             Want::Line(_) => Err(Error::Unsupported(
-                "read/write locks and semaphores in etcd's layout: etcd's recipes have                  none that fairlock shares; use the fairlock layout"
+                "read/write locks and semaphores in etcd's layout: etcd's recipes have \
+                 none that fairlock shares; use the fairlock layout"
                     .into(),
             )),
         }

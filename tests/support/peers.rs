@@ -98,6 +98,55 @@ impl Peer {
         )
     }
 
+    /// `etcdctl elect NAME VALUE`: prints its key, then VALUE, once
+    /// elected; resigns on SIGTERM.
+    pub fn etcdctl_elect(endpoint: &str, name: &str, value: &str) -> Peer {
+        Peer::spawn(
+            format!("etcdctl elect {name}"),
+            Command::new("etcdctl").env("ETCDCTL_API", "3").args([
+                "--endpoints",
+                endpoint,
+                "elect",
+                name,
+                value,
+            ]),
+        )
+    }
+
+    /// `etcdctl elect -l NAME`: prints the leader's key, then its value,
+    /// for the leader now and every change Go's `Observe` reports.
+    pub fn etcdctl_observe(endpoint: &str, name: &str) -> Peer {
+        Peer::spawn(
+            format!("etcdctl elect -l {name}"),
+            Command::new("etcdctl").env("ETCDCTL_API", "3").args([
+                "--endpoints",
+                endpoint,
+                "elect",
+                "-l",
+                name,
+            ]),
+        )
+    }
+
+    /// Go's `concurrency.Election` campaigning on `name` with `value`
+    /// (examples/recipe-go): `SESSION <lease hex>`, then `LEADER <key>
+    /// <rev> <value>` once elected; stdin `proclaim V`, `resign`.
+    pub fn go_elect(endpoint: &str, name: &str, value: &str) -> Peer {
+        Peer::spawn(
+            format!("Go Election {name}"),
+            Command::new(recipe_go()).args(["-endpoint", endpoint, "elect", name, value]),
+        )
+    }
+
+    /// Go's `Election.Observe` on `name`: `SESSION <lease hex>`, then
+    /// `SEEN <key> <rev> <value>` per leader or proclaim.
+    pub fn go_observe(endpoint: &str, name: &str) -> Peer {
+        Peer::spawn(
+            format!("Go Observe {name}"),
+            Command::new(recipe_go()).args(["-endpoint", endpoint, "observe", name]),
+        )
+    }
+
     /// The next line the peer prints; panics when it exits first or after
     /// a long guard deadline.
     pub async fn line(&mut self) -> String {

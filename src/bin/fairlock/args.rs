@@ -93,7 +93,8 @@ pub struct Global {
     pub data_loss_wait: Option<Duration>,
     /// etcd: which keys to lock on: fairlock (its own, every primitive)
     /// or etcd (etcd's own, shared with etcdctl lock and Go's concurrency
-    /// package: fair lock only) [env FAIRLOCK_LAYOUT, default fairlock]
+    /// package: fair locks and elections) [env FAIRLOCK_LAYOUT, default
+    /// fairlock]
     #[arg(
         long,
         global = true,

@@ -2,6 +2,8 @@
 //! the leader's record (see the spec's "Leader election" section in
 //! `protocol/mod.rs`).
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use etcd_client::Client;
 
@@ -10,6 +12,7 @@ use super::watch;
 use crate::election::leadership::Office;
 use crate::etcd::client::request::retry_backoff;
 use crate::etcd::config::{EtcdConfig, Layout};
+use crate::etcd::etcd_layout::elect;
 use crate::etcd::lock::etcd_locker::EtcdLocker;
 use crate::etcd::lock::held_lock::HeldLock;
 use crate::{Context, Elector, Error, Key, Leader, LeaderWatch, Leadership, Locker, Result};
@@ -121,29 +124,18 @@ impl EtcdLocker {
     }
 }
 
-impl EtcdElector {
-    /// Elections in etcd's layout are not built yet: refused before any
-    /// request, rather than run on keys etcd's peers do not see.
-    fn admits(&self) -> Result<()> {
-        match self.locker.config().layout() {
-            Layout::Etcd => Err(Error::Unsupported(
-                "elections in etcd's layout: not built yet; use the fairlock layout".into(),
-            )),
-            _ => Ok(()),
-        }
-    }
-}
-
 #[async_trait]
 impl Elector for EtcdElector {
     async fn campaign(&self, ctx: &Context, name: &Key, value: &[u8]) -> Result<Leadership> {
-        self.admits()?;
         // If etcd does not answer a resignation in time, it goes on.
         let office = Office {
             patience: 2 * self.locker.config().request_timeout(),
             backoff: retry_backoff(),
             resign_within: self.locker.config().request_timeout(),
         };
+        if self.locker.config().layout() == Layout::Etcd {
+            return elect::campaign(self.locker.state(), (ctx, name, value), office).await;
+        }
         let lock = self.locker.lock(ctx, name);
         Leadership::campaign((ctx, name, value), lock, office, |guard, owner| {
             let Some(held) = guard.backend().and_then(|b| b.downcast_ref::<HeldLock>()) else {
@@ -162,15 +154,19 @@ impl Elector for EtcdElector {
     }
 
     async fn leader(&self, name: &Key) -> Result<Option<Leader>> {
-        self.admits()?;
         name.validate()?;
+        if self.locker.config().layout() == Layout::Etcd {
+            return elect::leader(self.locker.inner(), name).await;
+        }
         let state = self.locker.inner();
         Ok(watch::read(state, name, &state.keys(name)).await?.0)
     }
 
     async fn observe(&self, name: &Key) -> Result<LeaderWatch> {
-        self.admits()?;
         name.validate()?;
+        if self.locker.config().layout() == Layout::Etcd {
+            return elect::observe(Arc::clone(self.locker.state()), name).await;
+        }
         watch::observe(self.locker.clone(), name).await
     }
 }

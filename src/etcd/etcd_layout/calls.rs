@@ -7,6 +7,7 @@ use super::contender::Contender;
 use super::wait;
 use crate::etcd::client::error::{ENTRY_GONE, EtcdError, EtcdResult};
 use crate::etcd::client::retry::{Again, Retry};
+use crate::etcd::protocol::keys::owner_value;
 use crate::etcd::session::state::LockerState;
 use crate::semantics::armed::{Armed, pause_or_done, turn_or_done};
 use crate::{Context, Key, LockGuard, Result};
@@ -15,9 +16,21 @@ use crate::{Context, Key, LockGuard, Result};
 /// created before ours is left; again on a fresh lease if the last one
 /// lapsed here, and while attempts fail in ways that may pass.
 pub(crate) async fn lock(state: &Arc<LockerState>, ctx: &Context, key: &Key) -> Result<LockGuard> {
+    lock_with(state, ctx, key, None).await
+}
+
+/// [`lock`] with our key's value: fairlock's owner value (a fresh one per
+/// attempt) when `None`, else `value` (a campaign's proposal).
+pub(crate) async fn lock_with(
+    state: &Arc<LockerState>,
+    ctx: &Context,
+    key: &Key,
+    value: Option<&[u8]>,
+) -> Result<LockGuard> {
     let mut retry = Retry::new(&state.config, state.site());
     loop {
-        match Box::pin(lock_once(state, ctx, key)).await {
+        let value = value.map_or_else(|| owner_value(state.fairness), <[u8]>::to_vec);
+        match Box::pin(lock_once(state, ctx, key, &value)).await {
             Ok(guard) => return Ok(guard),
             Err((error, again)) => pause_or_done(ctx, key, retry.after(error, again)?).await?,
         }
@@ -30,11 +43,12 @@ async fn lock_once(
     state: &Arc<LockerState>,
     ctx: &Context,
     key: &Key,
+    value: &[u8],
 ) -> Result<LockGuard, (EtcdError, Again)> {
     let mut c = Contender::new(state, key)
         .await
         .map_err(|e| (e, Again::IfTransient))?;
-    match turn_or_done(ctx, key, queue_and_wait(&mut c)).await {
+    match turn_or_done(ctx, key, queue_and_wait(&mut c, value)).await {
         Ok(rev) => Ok(c.granted(rev)),
         Err(error) => {
             // A waiter whose lease lapsed here held nothing: it queues
@@ -50,8 +64,8 @@ async fn lock_once(
 }
 
 /// Enqueues and waits: our key's create revision once it is first.
-async fn queue_and_wait(c: &mut Armed<Contender>) -> EtcdResult<i64> {
-    let (rev, ahead) = c.enqueue().await?;
+async fn queue_and_wait(c: &mut Armed<Contender>, value: &[u8]) -> EtcdResult<i64> {
+    let (rev, ahead) = c.enqueue(value).await?;
     if ahead != Some(0) {
         wait::until_first(c, rev).await?;
     }

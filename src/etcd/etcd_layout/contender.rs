@@ -77,16 +77,16 @@ impl Contender {
         self.lease.lost.is_cancelled() && !self.lease.gone_in_etcd()
     }
 
-    /// Writes our key behind every contender on the name (`enqueue` in
-    /// the spec): its create revision, and how many contenders were ahead
+    /// Writes our key, with `value` (fairlock's owner value for a lock,
+    /// the proposal for a campaign), behind every contender on the name
+    /// (`enqueue` in the spec): its create revision, and how many contenders were ahead
     /// of it when the answer tells.
     ///
     /// Errors: [`Error::InvalidKey`] when the name is held in fairlock's
     /// own layout; the request's.
-    pub async fn enqueue(&mut self) -> EtcdResult<(i64, Option<i64>)> {
+    pub async fn enqueue(&mut self, value: &[u8]) -> EtcdResult<(i64, Option<i64>)> {
         loop {
-            let value = owner_value(self.state.fairness);
-            let txn = etcd_layout::enqueue(&self.names, &self.own, &value, self.lease.id);
+            let txn = etcd_layout::enqueue(&self.names, &self.own, value, self.lease.id);
             let answer = self.write("enqueue", txn).await?;
             match etcd_layout::read_enqueue(&answer, answer.revision) {
                 Enqueued::Queued { rev, ahead } => {

@@ -15,7 +15,7 @@ use crate::etcd::client::error::{EtcdError, EtcdResult};
 use crate::etcd::client::request::retry_backoff;
 use crate::etcd::protocol::etcd_layout;
 use crate::etcd::session::handout::Lease;
-use crate::etcd::session::held_key::until_changed;
+use crate::etcd::session::held_key::{Change, until_changed};
 use crate::etcd::session::state::LockerState;
 use crate::{Error, Key, LossCause, Result};
 
@@ -155,7 +155,10 @@ impl GuardRelease for HeldContender {
         let (state, own, rev) = (Arc::clone(&self.state), self.own.clone(), self.rev);
         let (lease, loss) = (Arc::clone(&self.lease), self.loss.clone());
         let task = rt.spawn(async move {
-            if until_changed(&state, &own, rev, &lost).await.is_some() {
+            if until_changed(&state, &own, (rev, Change::Deleted), &lost)
+                .await
+                .is_some()
+            {
                 loss.record(lease.loss.get().unwrap_or(LossCause::KeyChanged));
                 lost.cancel();
             }

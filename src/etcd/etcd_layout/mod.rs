@@ -15,10 +15,13 @@
 //! - `wait.rs`: waiting until no contender created before ours is left;
 //! - `calls.rs`: `lock` and `try_lock`, retried while etcd fails in ways
 //!   that may pass;
-//! - `status.rs`: who holds each name and who waits, whoever they are.
+//! - `status.rs`: who holds each name and who waits, whoever they are;
+//! - `elect.rs`: elections: a campaign is a lock whose key holds the
+//!   proposal; the leader's record, `leader` and `observe`.
 
 pub(crate) mod calls;
 mod contender;
+pub(crate) mod elect;
 pub(crate) mod held;
 mod leases;
 pub(crate) mod status;

@@ -4,10 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use etcd_client::{GetOptions, KeyValue, SortOrder, SortTarget};
+use etcd_client::KeyValue;
 
 use crate::etcd::client::error::EtcdResult;
-use crate::etcd::protocol::etcd_layout::NameKeys;
+use crate::etcd::protocol::etcd_layout::{self, NameKeys};
 use crate::etcd::protocol::keys::prefix_end;
 use crate::etcd::session::state::LockerState;
 use crate::{Key, LeaseId, LockHolder, LockStatus, LockWaiter, Owner};
@@ -21,9 +21,7 @@ pub(crate) async fn read(state: &LockerState, key: Option<&Key>) -> EtcdResult<V
         Some(key) => (NameKeys::new(&prefix, key.as_str()).dir, Some(key.as_str())),
         None => (prefix.clone().into_bytes(), None),
     };
-    let opts = GetOptions::new()
-        .with_range(prefix_end(&from))
-        .with_sort(SortTarget::Create, SortOrder::Ascend);
+    let opts = etcd_layout::all(prefix_end(&from));
     let resp = state.get("status", from, opts).await?;
     let mut names: BTreeMap<String, LockStatus> = BTreeMap::new();
     for kv in resp.kvs() {

@@ -13,7 +13,7 @@ use crate::etcd::client::error::{EtcdError, EtcdResult};
 use crate::etcd::client::request::retry_backoff;
 use crate::etcd::protocol::line_txn::held_since;
 use crate::etcd::session::handout::Lease;
-use crate::etcd::session::held_key::until_changed;
+use crate::etcd::session::held_key::{Change, until_changed};
 use crate::etcd::session::revival::Holding;
 use crate::etcd::session::slots::Slot;
 use crate::etcd::session::state::LockerState;
@@ -148,7 +148,10 @@ async fn watch_entry(
     lease: Arc<Lease>,
     (lost, loss): (CancellationToken, LossCell),
 ) {
-    if until_changed(&state, &entry, token, &lost).await.is_some() {
+    if until_changed(&state, &entry, (token, Change::Any), &lost)
+        .await
+        .is_some()
+    {
         loss.record(lease.loss.get().unwrap_or(LossCause::KeyChanged));
         lost.cancel();
     }

@@ -9,7 +9,7 @@ use super::held_lock::HeldLock;
 use crate::etcd::client::error::EtcdError;
 use crate::etcd::etcd_layout::held::HeldContender;
 use crate::etcd::line::held_entry::HeldEntry;
-use crate::etcd::protocol::fence;
+use crate::etcd::protocol::{etcd_layout, fence};
 use crate::etcd::session::state::LockerState;
 use crate::{Error, LockGuard, LossCause, Result};
 
@@ -23,8 +23,9 @@ use crate::{Error, LockGuard, LossCause, Result};
 pub trait FencedTxn: sealed::Sealed {
     /// The compare that holds exactly while this guard holds the lock: the
     /// lock key's mod revision equals the fencing token (for a read lock,
-    /// write lock or permit: its entry's). Put it in the `when` of your
-    /// own txn.
+    /// write lock or permit: its entry's; in etcd's layout, the caller's
+    /// key's create revision, as Go's `Mutex.IsOwner()`). Put it in the
+    /// `when` of your own txn.
     ///
     /// # Errors
     /// [`Error::Unsupported`] if the guard does not come from the etcd
@@ -67,20 +68,21 @@ mod sealed {
     impl Sealed for crate::LockGuard {}
 }
 
-/// The key a guard from the etcd backend holds, and its token: the lock
-/// key of a mutex, the entry of a read lock, write lock or permit.
-fn held(guard: &LockGuard) -> Result<(&[u8], i64, &LockerState)> {
+/// The compare that holds while a guard from the etcd backend holds its
+/// lock, and its locker's state: the lock key of a mutex, the entry of a
+/// read lock, write lock or permit, still at the guard's token (its mod
+/// revision); in etcd's layout, the contender key still the one created
+/// at the token (its create revision: a leader's proclaims rewrite it).
+fn held(guard: &LockGuard) -> Result<(Compare, &LockerState)> {
     let backend = guard.backend();
     if let Some(held) = backend.and_then(|b| b.downcast_ref::<HeldLock>()) {
-        return Ok((&held.keys.lock, held.token, &held.state));
+        return Ok((fence::fence(&held.keys.lock, held.token), &held.state));
     }
     if let Some(held) = backend.and_then(|b| b.downcast_ref::<HeldEntry>()) {
-        return Ok((&held.line.entry, held.token, &held.line.state));
+        return Ok((fence::fence(&held.line.entry, held.token), &held.line.state));
     }
-    // etcd's layout: the contender's key, never rewritten while held, so
-    // its mod revision is its create revision, the token.
     if let Some(held) = backend.and_then(|b| b.downcast_ref::<HeldContender>()) {
-        return Ok((&held.own, held.rev, &held.state));
+        return Ok((etcd_layout::still_ours(&held.own, held.rev), &held.state));
     }
     Err(Error::Unsupported(
         "fenced etcd txns need a guard from the etcd backend (fairlock::etcd::EtcdLocker)".into(),
@@ -97,12 +99,11 @@ fn lost(guard: &LockGuard, cause: LossCause, reason: &str) -> Error {
 
 impl FencedTxn for LockGuard {
     fn fence(&self) -> Result<Compare> {
-        let (key, token, _) = held(self)?;
-        Ok(fence::fence(key, token))
+        Ok(held(self)?.0)
     }
 
     async fn fenced_txn(&self, txn: Txn) -> Result<TxnResponse> {
-        let (_, _, state) = held(self)?;
+        let (fence, state) = held(self)?;
         if !self.is_held() {
             return Err(lost(
                 self,
@@ -110,7 +111,7 @@ impl FencedTxn for LockGuard {
                 "the session lease's local deadline passed; the txn was not sent",
             ));
         }
-        let fenced = fence::fenced(self.fence()?, txn);
+        let fenced = fence::fenced(fence, txn);
         let resp = state.txn("fenced txn", fenced).await?;
         if !resp.succeeded() {
             return Err(lost(

@@ -14,7 +14,7 @@ use crate::etcd::protocol::queue::LOOKAHEAD;
 use crate::etcd::protocol::queue::{lookup_query, successors};
 use crate::etcd::protocol::release::Holder;
 use crate::etcd::session::handout::{Lease, margin};
-use crate::etcd::session::held_key::until_changed;
+use crate::etcd::session::held_key::{Change, until_changed};
 use crate::etcd::session::revival::Holding;
 use crate::etcd::session::slots::Slot;
 use crate::etcd::session::state::LockerState;
@@ -176,7 +176,7 @@ async fn watch_lock_key(
     (token, lease): (i64, Arc<Lease>),
     (lost, loss): (CancellationToken, LossCell),
 ) {
-    if let Some(rewritten) = until_changed(&state, &lock, token, &lost).await {
+    if let Some(rewritten) = until_changed(&state, &lock, (token, Change::Any), &lost).await {
         loss.record(key_change_cause(&state, &lease, rewritten).await);
         observe::loss_cause("etcd", format_args!("token {token}"), "lock key changed");
         lost.cancel();

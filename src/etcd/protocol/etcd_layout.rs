@@ -199,10 +199,6 @@ pub(crate) fn give_up_unanswered(c: &[u8], lease: i64) -> Repeatable {
 
 /// A leader's new proposal `value` on contender `c` created at `rev`.
 /// Repeatable: a second copy writes the same value again.
-#[cfg_attr(
-    not(test),
-    allow(dead_code, reason = "elections in etcd's layout, next")
-)]
 pub(crate) fn proclaim(c: &[u8], rev: i64, value: &[u8], lease: i64) -> Repeatable {
     Repeatable::write(
         Txn::new()
@@ -293,29 +289,26 @@ pub(crate) fn read_ahead(resp: &TxnResponse) -> Option<Vec<Vec<u8>>> {
     Some(keys.kvs().iter().map(|kv| kv.key().to_vec()).collect())
 }
 
-/// The first contender, whole: the holder or leader.
-#[cfg_attr(
-    not(test),
-    allow(dead_code, reason = "elections in etcd's layout, next")
-)]
-pub(crate) fn first(n: &NameKeys) -> Repeatable {
+/// The read of the first contender, whole (its value is the leader's
+/// proposal), at revision `at` or the latest: who holds, who leads. Of
+/// `N/` to [`NameKeys::end`].
+pub(crate) fn first(n: &NameKeys, at: Option<i64>) -> GetOptions {
     let options = GetOptions::new()
         .with_range(n.end())
         .with_sort(SortTarget::Create, SortOrder::Ascend)
         .with_limit(1);
-    Repeatable::read(Txn::new().and_then([TxnOp::get(n.dir.clone(), Some(options))]))
+    match at {
+        Some(at) => options.with_revision(at),
+        None => options,
+    }
 }
 
-/// Every contender in create order, whole: status.
-#[cfg_attr(
-    not(test),
-    allow(dead_code, reason = "elections in etcd's layout, next")
-)]
-pub(crate) fn all(n: &NameKeys) -> Repeatable {
-    let options = GetOptions::new()
-        .with_range(n.end())
-        .with_sort(SortTarget::Create, SortOrder::Ascend);
-    Repeatable::read(Txn::new().and_then([TxnOp::get(n.dir.clone(), Some(options))]))
+/// The read of every contender in create order, whole (status), from a
+/// name's `N/` or the prefix, to `end`.
+pub(crate) fn all(end: Vec<u8>) -> GetOptions {
+    GetOptions::new()
+        .with_range(end)
+        .with_sort(SortTarget::Create, SortOrder::Ascend)
 }
 
 #[cfg(test)]

@@ -3,24 +3,36 @@
 //! (`line/held_entry.rs`) alike.
 
 use crate::etcd::client::request::retry_backoff;
-use crate::etcd::client::watch::{Events, Target, WatchMsg};
+use crate::etcd::client::watch::{Ev, Events, Target, WatchMsg};
 use crate::etcd::session::state::LockerState;
 use tokio_util::sync::CancellationToken;
 
-/// Returns once `key`, written at revision `token`, changes: `Some(true)`
-/// when rewritten, `Some(false)` when deleted; `None` once `stop` is
-/// cancelled. Watches from `token + 1`, so no change since can slip by;
-/// after a compaction past it, or while etcd does not answer, it reads the
-/// key before watching again (the lease deadline covers an etcd that never
-/// answers).
+/// What counts as a change of a held key.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Change {
+    /// Any write or its deletion: a lock key or a line entry, which only
+    /// its holder's release changes. `token` is its mod revision.
+    Any,
+    /// Its deletion alone: a contender key of etcd's layout, which its
+    /// leader's proclaims rewrite. `token` is its create revision.
+    Deleted,
+}
+
+/// Returns once `key`, written at revision `token`, changes (see
+/// [`Change`]): `Some(true)` when rewritten, `Some(false)` when deleted;
+/// `None` once `stop` is cancelled. Watches from `token + 1`, so no
+/// change since can slip by; after a compaction past it, or while etcd
+/// does not answer, it reads the key before watching again (the lease
+/// deadline covers an etcd that never answers).
 pub(crate) async fn until_changed(
     state: &LockerState,
     key: &[u8],
-    token: i64,
+    (token, change): (i64, Change),
     stop: &CancellationToken,
 ) -> Option<bool> {
     let mut backoff = retry_backoff();
     let mut from = token + 1;
+    let counts = |e: &Ev| e.key == key && (change == Change::Any || !e.put);
     while !stop.is_cancelled() {
         let target = Target {
             key: key.to_vec(),
@@ -31,8 +43,8 @@ pub(crate) async fn until_changed(
         if let Ok(mut sub) = state.hub.subscribe(target).await {
             loop {
                 match sub.recv().await {
-                    WatchMsg::Events { events } if events.iter().any(|e| e.key == key) => {
-                        return Some(events.iter().any(|e| e.key == key && e.put));
+                    WatchMsg::Events { events } if events.iter().any(counts) => {
+                        return Some(events.iter().filter(|e| counts(e)).any(|e| e.put));
                     }
                     WatchMsg::Ended(_) => break,
                     _ => {}
@@ -43,7 +55,11 @@ pub(crate) async fn until_changed(
             .get("held key check", key.to_vec(), Default::default())
             .await
         {
-            if resp.kvs().first().map(|kv| kv.mod_revision()) != Some(token) {
+            let now = resp.kvs().first().map(|kv| match change {
+                Change::Any => kv.mod_revision(),
+                Change::Deleted => kv.create_revision(),
+            });
+            if now != Some(token) {
                 return Some(!resp.kvs().is_empty());
             }
             if let Some(header) = resp.header() {

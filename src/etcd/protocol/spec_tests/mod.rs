@@ -4,7 +4,7 @@
 
 mod render;
 
-use etcd_client::Txn;
+use etcd_client::{Txn, TxnOp};
 
 use super::keys::{LockKeys, Successor};
 use super::line::{Entry, LineKeys};
@@ -181,8 +181,20 @@ fn all() -> Vec<(&'static str, Txn)> {
             "etcd layout: ahead",
             etcd_layout::ahead(&name, &contender, 42).into_txn(),
         ),
-        ("etcd layout: first", etcd_layout::first(&name).into_txn()),
-        ("etcd layout: all", etcd_layout::all(&name).into_txn()),
+        (
+            "etcd layout: first (a read)",
+            Txn::new().and_then([TxnOp::get(
+                name.dir.clone(),
+                Some(etcd_layout::first(&name, None)),
+            )]),
+        ),
+        (
+            "etcd layout: all (a read)",
+            Txn::new().and_then([TxnOp::get(
+                name.dir.clone(),
+                Some(etcd_layout::all(name.end())),
+            )]),
+        ),
     ]
 }
 
