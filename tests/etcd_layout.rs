@@ -621,3 +621,34 @@ async fn leadership_passes_in_arrival_order_across_the_mix() {
     b.wait_clean().await;
     b.finish().await;
 }
+
+/// A call given up while it waits takes its key back and leaves its
+/// locker's session lease to the name: the next call's key is named after
+/// that lease, not after a lease of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_given_up_leaves_the_session_lease_to_the_name() {
+    let b = etcd_layout("slot").await;
+    let key = Key::from("k");
+    let held = b.locker().lock(&patient(), &key).await.expect("lock");
+    let locker = EtcdLocker::from_client(b.0.client.clone(), b.0.config.clone(), true);
+    let lease = locker.lease_id().await.expect("lease");
+    for _ in 0..2 {
+        let waiting = {
+            let (locker, key) = (locker.clone(), key.clone());
+            tokio::spawn(async move { locker.lock(&patient(), &key).await })
+        };
+        b.contenders("k", 2).await;
+        waiting.abort();
+        let _ = waiting.await;
+        let dir = format!("{}/", b.name("k"));
+        support::wait_for_count(&mut b.0.checker.clone(), &dir, 1, true).await;
+    }
+    held.unlock().await.expect("unlock");
+    let guard = locker.lock(&patient(), &key).await.expect("lock");
+    let keys = b.keys("k").await;
+    assert_eq!(keys[0].0, format!("{}/{lease:x}", b.name("k")));
+    guard.unlock().await.expect("unlock");
+    locker.close().await.expect("close");
+    b.wait_clean().await;
+    b.finish().await;
+}

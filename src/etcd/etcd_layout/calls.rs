@@ -45,7 +45,9 @@ async fn lock_once(
     key: &Key,
     value: &[u8],
 ) -> Result<LockGuard, (EtcdError, Again)> {
-    let mut c = Contender::new(state, key)
+    // The lease may take a while (a fresh one waits for a confirmed
+    // renewal): the caller's context bounds it too.
+    let mut c = turn_or_done(ctx, key, Contender::new(state, key))
         .await
         .map_err(|e| (e, Again::IfTransient))?;
     match turn_or_done(ctx, key, queue_and_wait(&mut c, value)).await {

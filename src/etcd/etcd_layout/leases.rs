@@ -33,8 +33,9 @@ impl ContenderLease {
     /// Errors: the session's (the grant, the read confirming the first
     /// renewal).
     pub async fn take(state: &LockerState, names: &NameKeys) -> EtcdResult<Self> {
-        let slot = state.slots.take(&names.dir);
-        let taken = if slot.number() == 0 {
+        let mut slot = Unwritten(Some(state.slots.take(&names.dir)));
+        let number = slot.0.as_ref().map_or(0, Slot::number);
+        let taken = if number == 0 {
             state.session.lease().await.map(|lease| (lease, None))
         } else {
             let own = Session::new(
@@ -45,17 +46,12 @@ impl ContenderLease {
             );
             own.lease().await.map(|lease| (lease, Some(own)))
         };
-        match taken {
-            Ok((lease, own)) => Ok(ContenderLease {
-                lease,
-                own,
-                slot: Some(slot),
-            }),
-            Err(e) => {
-                slot.free();
-                Err(e)
-            }
-        }
+        let (lease, own) = taken?;
+        Ok(ContenderLease {
+            lease,
+            own,
+            slot: slot.0.take(),
+        })
     }
 
     /// Whether the lease is the contender's own (see the module docs).
@@ -70,6 +66,18 @@ impl ContenderLease {
         if let Some(slot) = self.slot.take()
             && (deleted || self.own.is_some())
         {
+            slot.free();
+        }
+    }
+}
+
+/// A slot taken for a call that has written nothing yet: freed, not
+/// retired, when the call fails or is dropped before it has a lease.
+struct Unwritten(Option<Slot>);
+
+impl Drop for Unwritten {
+    fn drop(&mut self) {
+        if let Some(slot) = self.0.take() {
             slot.free();
         }
     }
