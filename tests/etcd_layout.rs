@@ -652,3 +652,46 @@ async fn a_call_given_up_leaves_the_session_lease_to_the_name() {
     b.wait_clean().await;
     b.finish().await;
 }
+
+/// etcd's lock service (`v3lockpb.Lock`, what etcd-client's and jetcd's
+/// `lock()` call) and fairlock exclude each other and queue in one line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fairlock_and_etcd_s_lock_service_exclude_each_other() {
+    let b = etcd_layout("mix-v3lock").await;
+    let locker = b.locker();
+    let key = Key::from("svc");
+    let ours = locker.lock(&patient(), &key).await.expect("lock");
+    let mut client = b.0.checker.clone();
+    let lease = client.lease_grant(30, None).await.expect("lease").id();
+    let service = {
+        let (mut client, name) = (client.clone(), b.name("svc"));
+        tokio::spawn(async move {
+            let options = etcd_client::LockOptions::new().with_lease(lease);
+            client.lock(name, Some(options)).await
+        })
+    };
+    b.contenders("svc", 2).await;
+    let keys = b.keys("svc").await;
+    assert!(
+        !service.is_finished(),
+        "the lock service granted beside fairlock"
+    );
+    ours.unlock().await.expect("unlock");
+    let granted = service.await.expect("task").expect("lock service");
+    assert_eq!(String::from_utf8_lossy(granted.key()), keys[1].0);
+    assert!(
+        locker.try_lock(&key).await.expect("try_lock").is_none(),
+        "try_lock took a name the lock service holds"
+    );
+    client.unlock(granted.key()).await.expect("unlock");
+    let again = locker
+        .try_lock(&key)
+        .await
+        .expect("try_lock")
+        .expect("free");
+    assert!(again.fencing_token() as i64 > keys[1].1);
+    again.unlock().await.expect("unlock");
+    client.lease_revoke(lease).await.expect("revoke");
+    b.wait_clean().await;
+    b.finish().await;
+}
