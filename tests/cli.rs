@@ -324,6 +324,44 @@ async fn killed_holder_frees_the_lock_after_its_ttl() {
     wait_clean(&prefix).await;
 }
 
+/// `fairlock --layout etcd status` lists an `etcdctl lock` holder and
+/// the waiters behind it, named after their leases, in arrival order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_in_etcd_s_layout_lists_etcdctl() {
+    let prefix = support::unique_prefix("cli-status-etcd");
+    let name = format!("{prefix}jobs");
+    let endpoint = support::shared().endpoint.clone();
+    let mut holder = support::peers::Peer::etcdctl_lock(&endpoint, &name);
+    let held = holder.line().await;
+    let mut waiter = support::peers::Peer::etcdctl_lock(&endpoint, &name);
+    let dir = format!("{name}/");
+    let mut client = support::shared().client().await;
+    support::wait_for_count(&mut client, &dir, 2, false).await;
+    let keys = client
+        .get(
+            dir.clone(),
+            Some(etcd_client::GetOptions::new().with_prefix()),
+        )
+        .await
+        .expect("read");
+    let waiting = keys
+        .kvs()
+        .iter()
+        .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+        .find(|k| *k != held)
+        .expect("the waiter's key");
+    let lease_of = |key: &str| key.rsplit('/').next().expect("hex").to_owned();
+    let out = run(fairlock(&prefix).args(["--layout", "etcd", "status", "jobs", "--json"]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(json["key"], "jobs", "{json}");
+    assert_eq!(json["holder"]["lease"], lease_of(&held), "{json}");
+    assert_eq!(json["waiters"][0]["locker"], lease_of(&waiting), "{json}");
+    waiter.terminate();
+    holder.terminate();
+    support::wait_for_count(&mut client, &dir, 0, true).await;
+}
+
 /// `status` shows the holder and the queue in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_shows_holder_and_queue() {
