@@ -8,7 +8,9 @@ use std::io::{BufRead, BufReader, Write};
 
 use std::process::{Child, Command, Output, Stdio};
 
-use support::cli::{BIN, assert_no_overlap, fairlock, run, spawn_holder, text};
+use support::cli::{
+    BIN, assert_no_overlap, assert_sections_never_overlap, fairlock, run, spawn_holder, text,
+};
 use support::signal;
 
 fn stderr(out: &Output) -> String {
@@ -47,54 +49,34 @@ async fn wait_clean(prefix: &str) {
 /// critical sections one at a time: no overlap, no lost update.
 #[test]
 fn etcd_layout_commands_exclude_etcdctl() {
-    const PROCESSES: usize = 6;
     let prefix = support::unique_prefix("cli-etcd-layout");
-    let dir = tempfile::tempdir().expect("tmp");
-    std::fs::write(dir.path().join("count"), "0").expect("init");
-    let section = r#"mkdir "$D/inside" || echo overlap >> "$D/overlaps"
-            n=$(cat "$D/count"); sleep 0.05; echo $((n + 1)) > "$D/count"
-            rmdir "$D/inside""#;
     let name = format!("{prefix}counter");
-    let children: Vec<Child> = (0..PROCESSES)
-        .map(|i| {
-            let mut cmd = match i % 3 {
-                0 => {
-                    let mut cmd = fairlock(&prefix);
-                    cmd.args(["--layout", "etcd", "lock", "counter"]);
-                    cmd
-                }
-                1 => {
-                    let mut cmd = fairlock(&prefix);
-                    cmd.env("FAIRLOCK_LAYOUT", "etcd").args(["lock", "counter"]);
-                    cmd
-                }
-                _ => {
-                    let mut cmd = Command::new("etcdctl");
-                    cmd.env("ETCDCTL_API", "3").args([
-                        "--endpoints",
-                        &support::shared().endpoint,
-                        "lock",
-                        &name,
-                    ]);
-                    cmd
-                }
-            };
-            cmd.args(["--", "sh", "-c", section])
-                .env("D", dir.path())
-                .stdout(Stdio::null())
-                .spawn()
-                .expect("spawn")
-        })
-        .collect();
-    for mut c in children {
-        assert!(c.wait().expect("wait").success());
-    }
-    let count = std::fs::read_to_string(dir.path().join("count")).expect("count");
-    assert_eq!(count.trim(), PROCESSES.to_string(), "lost updates");
-    assert!(
-        !dir.path().join("overlaps").exists(),
-        "critical sections overlapped"
-    );
+    assert_sections_never_overlap("--layout etcd and etcdctl", 6, |i| {
+        let mut cmd = match i % 3 {
+            0 => {
+                let mut cmd = fairlock(&prefix);
+                cmd.args(["--layout", "etcd", "lock", "counter"]);
+                cmd
+            }
+            1 => {
+                let mut cmd = fairlock(&prefix);
+                cmd.env("FAIRLOCK_LAYOUT", "etcd").args(["lock", "counter"]);
+                cmd
+            }
+            _ => {
+                let mut cmd = Command::new("etcdctl");
+                cmd.env("ETCDCTL_API", "3").args([
+                    "--endpoints",
+                    &support::shared().endpoint,
+                    "lock",
+                    &name,
+                ]);
+                cmd
+            }
+        };
+        cmd.stdout(Stdio::null());
+        cmd
+    });
 }
 
 /// Concurrent `fairlock lock` processes run a non-atomic read-sleep-write

@@ -275,9 +275,7 @@ async fn never_two_holders_across_fairlock_and_etcdctl() {
     let dir = tempfile::tempdir().expect("tmp");
     let d = dir.path().to_path_buf();
     std::fs::write(d.join("count"), "0").expect("init");
-    let section = r#"mkdir "$D/inside" || echo overlap >> "$D/overlaps"
-        n=$(cat "$D/count"); sleep 0.05; echo $((n + 1)) > "$D/count"
-        rmdir "$D/inside""#;
+    let section = support::SECTION;
     let mut tasks = Vec::new();
     for _ in 0..WORKERS {
         let (locker, d) = (b.locker(), d.clone());

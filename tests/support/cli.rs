@@ -28,19 +28,31 @@ pub fn text(bytes: &[u8]) -> String {
 }
 
 /// Starts `processes` commands at once, each `fairlock(), then lock <mode>
-/// counter -- sh -c ...` running a non-atomic read-sleep-write on a shared
-/// file, and asserts that all succeeded, none overlapped and no update was
-/// lost.
+/// counter -- sh -c ...` running [`super::SECTION`], and asserts that all
+/// succeeded, none overlapped and no update was lost.
 pub fn assert_no_overlap(processes: usize, mode: &str, fairlock: impl Fn() -> Command) {
+    assert_sections_never_overlap(mode, processes, |_| {
+        let mut cmd = fairlock();
+        cmd.args(["lock", mode, "counter"]);
+        cmd
+    });
+}
+
+/// Starts `processes` lock commands at once, `lock(i)` each (a command
+/// that runs what follows its `--` under a lock), running
+/// [`super::SECTION`], and asserts that all succeeded, none overlapped and
+/// no update was lost (`what` names them in the failure).
+pub fn assert_sections_never_overlap(
+    what: &str,
+    processes: usize,
+    lock: impl Fn(usize) -> Command,
+) {
     let dir = tempfile::tempdir().expect("tmp");
     std::fs::write(dir.path().join("count"), "0").expect("init");
-    let section = r#"mkdir "$D/inside" || echo overlap >> "$D/overlaps"
-            n=$(cat "$D/count"); sleep 0.05; echo $((n + 1)) > "$D/count"
-            rmdir "$D/inside""#;
     let children: Vec<Child> = (0..processes)
-        .map(|_| {
-            fairlock()
-                .args(["lock", mode, "counter", "--", "sh", "-c", section])
+        .map(|i| {
+            lock(i)
+                .args(["--", "sh", "-c", super::SECTION])
                 .env("D", dir.path())
                 .spawn()
                 .expect("spawn")
@@ -50,7 +62,7 @@ pub fn assert_no_overlap(processes: usize, mode: &str, fairlock: impl Fn() -> Co
         assert!(c.wait().expect("wait").success());
     }
     let count = std::fs::read_to_string(dir.path().join("count")).expect("count");
-    assert_eq!(count.trim(), processes.to_string(), "lost updates ({mode})");
+    assert_eq!(count.trim(), processes.to_string(), "lost updates ({what})");
     assert!(
         !dir.path().join("overlaps").exists(),
         "critical sections overlapped"

@@ -37,6 +37,13 @@ pub mod redis_sentinel;
 pub mod redis_server;
 pub mod tls;
 
+/// A critical section on a shared directory `$D`: a non-atomic
+/// read-sleep-write of `$D/count`, and `$D/overlaps` written when another
+/// section was inside at the same time. Run by `sh -c`, under a lock.
+pub const SECTION: &str = r#"mkdir "$D/inside" || echo overlap >> "$D/overlaps"
+    n=$(cat "$D/count"); sleep 0.05; echo $((n + 1)) > "$D/count"
+    rmdir "$D/inside""#;
+
 /// A running etcd.
 pub struct Etcd {
     /// Where clients connect: etcd itself, or the relay that answers as a
