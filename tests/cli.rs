@@ -332,13 +332,34 @@ async fn status_in_etcd_s_layout_lists_etcdctl() {
         .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
         .find(|k| *k != held)
         .expect("the waiter's key");
-    let lease_of = |key: &str| key.rsplit('/').next().expect("hex").to_owned();
+    // etcd names a key after its lease in `%x`; status prints every lease
+    // in one 16-digit form: compare the numbers.
+    let lease_of = |key: &str| i64::from_str_radix(key.rsplit('/').next().expect("hex"), 16);
+    let number = |field: &serde_json::Value| i64::from_str_radix(field.as_str().expect("hex"), 16);
+    // A third contender, as a Go client would write it, on a lease whose
+    // hex has 15 digits: status prints every lease in one 16-digit form.
+    let short = (uuid::Uuid::new_v4().as_u64_pair().0 >> 8) as i64;
+    let grant = etcd_client::LeaseGrantOptions::new().with_id(short);
+    client.lease_grant(60, Some(grant)).await.expect("grant");
+    let third = format!("{dir}{short:x}");
+    let put = etcd_client::PutOptions::new().with_lease(short);
+    client.put(third, "", Some(put)).await.expect("put");
     let out = run(fairlock(&prefix).args(["--layout", "etcd", "status", "jobs", "--json"]));
     assert!(out.status.success(), "{}", text(&out.stderr));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(json["key"], "jobs", "{json}");
-    assert_eq!(json["holder"]["lease"], lease_of(&held), "{json}");
-    assert_eq!(json["waiters"][0]["locker"], lease_of(&waiting), "{json}");
+    assert_eq!(number(&json["holder"]["lease"]), lease_of(&held), "{json}");
+    assert_eq!(
+        number(&json["waiters"][0]["locker"]),
+        lease_of(&waiting),
+        "{json}"
+    );
+    assert_eq!(
+        json["waiters"][1]["locker"],
+        format!("{short:016x}"),
+        "{json}"
+    );
+    client.lease_revoke(short).await.expect("revoke");
     waiter.terminate();
     holder.terminate();
     support::wait_for_count(&mut client, &dir, 0, true).await;

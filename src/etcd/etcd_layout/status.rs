@@ -55,7 +55,7 @@ pub(crate) async fn read(state: &LockerState, key: Option<&Key>) -> EtcdResult<V
         } else {
             status
                 .waiters
-                .push(LockWaiter::new(owner, format!("{lease:x}"), true));
+                .push(LockWaiter::new(owner, LeaseId(lease).to_string(), true));
         }
     }
     Ok(names.into_values().collect())
