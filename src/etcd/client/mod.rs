@@ -15,8 +15,9 @@
 //! - `members/`: which member a request goes to (how each has been
 //!   answering, passing over members that stopped), sealed behind its
 //!   `Routing`; `connect.rs`: connecting, and its errors;
-//! - `watch.rs`: watches multiplexed on one stream; `own_watch.rs`: the
-//!   long-lived ones reused across waits;
+//! - `inbox.rs`: where a watch's messages wait for their reader, and the
+//!   fan-out of a shared watch by key; `watch.rs`: watches multiplexed on
+//!   one stream; `own_watch.rs`: the long-lived ones reused across waits;
 //! - `retry.rs`: the one rule by which a loop that sends a request again
 //!   gives up (`Retrying`), and when a call whose attempt failed starts a
 //!   new one (`Retry`).
@@ -24,6 +25,7 @@
 pub(crate) mod batch;
 pub(crate) mod connect;
 pub(crate) mod error;
+pub(crate) mod inbox;
 pub(crate) mod members;
 pub(crate) mod own_watch;
 pub(crate) mod request;

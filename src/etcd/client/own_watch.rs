@@ -12,23 +12,22 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use tokio::sync::{Mutex, broadcast};
+use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use super::error::{EtcdError, EtcdResult};
+use super::inbox::Fanout;
+pub(crate) use super::inbox::KeyListener;
 use super::watch::{Events, Subscription, Target, WatchHub, WatchMsg};
 
 /// How long an unused shared watch stays open.
 const IDLE: Duration = Duration::from_secs(30);
-/// Messages buffered per subscriber before it must re-read state.
-const CAPACITY: usize = 1024;
 
 struct OpenWatch {
-    tx: broadcast::Sender<WatchMsg>,
-    dead: Arc<AtomicBool>,
+    /// Its listeners, each sent the changes of its own key (`inbox.rs`).
+    fanout: Arc<Fanout>,
     /// The watch itself; dropping it cancels the watch.
     _sub: Subscription,
     last_used: Instant,
@@ -37,56 +36,38 @@ struct OpenWatch {
 /// A watched key, or `[key, end)`.
 type Range = (Vec<u8>, Option<Vec<u8>>);
 
-/// How many of a locker's waiters re-read their queue at once when their
-/// patience runs out (see `lock/queue.rs`).
-const REREADS: usize = 8;
-
 /// One locker's shared watches, keyed by watched range.
 pub(crate) struct OwnWatches {
-    /// Bounds the queue re-reads of this locker's waiters whose patience
-    /// ran out together (they were queued together).
-    pub rereads: tokio::sync::Semaphore,
     hub: Arc<WatchHub>,
     /// Bounds the wait for a new watch to be created.
     timeout: Duration,
     map: Mutex<HashMap<Range, OpenWatch>>,
 }
 
-/// A subscriber's view of a shared watch.
-pub(crate) struct Listener(broadcast::Receiver<WatchMsg>);
-
-impl Listener {
-    /// The next message; lagging behind counts as `Ended` (re-read state).
-    pub async fn recv(&mut self) -> WatchMsg {
-        match self.0.recv().await {
-            Ok(msg) => msg,
-            Err(broadcast::error::RecvError::Lagged(n)) => {
-                WatchMsg::Ended(format!("fell {n} messages behind"))
-            }
-            Err(broadcast::error::RecvError::Closed) => WatchMsg::Ended("watch closed".into()),
-        }
-    }
-}
-
 impl OwnWatches {
     pub fn new(hub: Arc<WatchHub>, timeout: Duration) -> Self {
         OwnWatches {
-            rereads: tokio::sync::Semaphore::new(REREADS),
             hub,
             timeout,
             map: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Subscribes to the shared watch on `key` (or `[key, range_end)`) if
-    /// it is open already; does not count as use (an unused watch closes
-    /// after [`IDLE`], so lockers that never wait stop receiving events).
-    pub async fn existing(&self, key: &[u8], range_end: Option<&[u8]>) -> Option<Listener> {
+    /// Listens for the changes of `listen_key` on the shared watch on
+    /// `key` (or `[key, range_end)`) if it is open already; does not count
+    /// as use (an unused watch closes after [`IDLE`], so lockers that
+    /// never wait stop receiving events).
+    pub async fn existing(
+        &self,
+        key: &[u8],
+        range_end: Option<&[u8]>,
+        listen_key: &[u8],
+    ) -> Option<KeyListener> {
         let id = (key.to_vec(), range_end.map(<[u8]>::to_vec));
         let map = self.map.lock().await;
         map.get(&id)
-            .filter(|s| !s.dead.load(Ordering::SeqCst))
-            .map(|s| Listener(s.tx.subscribe()))
+            .filter(|s| !s.fanout.is_dead())
+            .map(|s| s.fanout.listen(listen_key))
     }
 
     /// Counts a wait on an open shared watch as use, keeping it open.
@@ -97,19 +78,24 @@ impl OwnWatches {
         }
     }
 
-    /// Subscribes to the shared watch on `key` (or `[key, range_end)`),
-    /// opening it if needed. Every change after this call returns is
-    /// delivered, unless the listener later receives `Ended`.
-    pub async fn listen(&self, key: &[u8], range_end: Option<&[u8]>) -> EtcdResult<Listener> {
+    /// Listens for the changes of `listen_key` on the shared watch on
+    /// `key` (or `[key, range_end)`), opening it if needed. Every change
+    /// of `listen_key` after this call returns is delivered, unless the
+    /// listener later receives `Ended`.
+    pub async fn listen(
+        &self,
+        key: &[u8],
+        range_end: Option<&[u8]>,
+        listen_key: &[u8],
+    ) -> EtcdResult<KeyListener> {
         let id = (key.to_vec(), range_end.map(<[u8]>::to_vec));
         let mut map = self.map.lock().await;
         map.retain(|_, s| {
-            !s.dead.load(Ordering::SeqCst)
-                && (s.tx.receiver_count() > 0 || s.last_used.elapsed() < IDLE)
+            !s.fanout.is_dead() && (s.fanout.len() > 0 || s.last_used.elapsed() < IDLE)
         });
         if let Some(shared) = map.get_mut(&id) {
             shared.last_used = Instant::now();
-            return Ok(Listener(shared.tx.subscribe()));
+            return Ok(shared.fanout.listen(listen_key));
         }
         let mut sub = self
             .hub
@@ -136,18 +122,17 @@ impl OwnWatches {
                 });
             }
         }
-        let (tx, rx) = broadcast::channel(CAPACITY);
-        let dead = Arc::new(AtomicBool::new(false));
-        sub.broadcast_to(tx.clone(), Arc::clone(&dead));
+        let fanout = Arc::new(Fanout::default());
+        let listener = fanout.listen(listen_key);
+        sub.fan_out_to(Arc::clone(&fanout));
         map.insert(
             id,
             OpenWatch {
-                tx,
-                dead,
+                fanout,
                 _sub: sub,
                 last_used: Instant::now(),
             },
         );
-        Ok(Listener(rx))
+        Ok(listener)
     }
 }

@@ -4,99 +4,36 @@
 //! itself and routes each response to its subscriber. Waiters of one locker
 //! thus share its connection and stream instead of opening one each.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use etcd_client::{
     Client, EventType, WatchFilterType, WatchOptions, WatchRequestSender, WatchResponseStream,
 };
-use tokio::sync::{Notify, broadcast, mpsc};
+use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
 use super::error::EtcdResult;
+pub(crate) use super::inbox::{Ev, WatchMsg};
+use super::inbox::{Fanout, Inbox};
 use super::request::request;
-
-/// One change seen by a watch.
-#[derive(Clone, Debug)]
-pub(crate) struct Ev {
-    pub put: bool,
-    pub key: Vec<u8>,
-    /// The value written (empty for a delete).
-    pub value: Vec<u8>,
-    pub create_revision: i64,
-    pub mod_revision: i64,
-}
-
-/// What a subscription receives.
-#[derive(Clone, Debug)]
-pub(crate) enum WatchMsg {
-    /// The watch is registered.
-    Created,
-    /// Changes, all at revisions <= `revision`.
-    Events { events: Arc<[Ev]> },
-    /// etcd ended the watch (e.g. its start revision was compacted) or the
-    /// stream broke; the subscriber must re-read the state it cares about.
-    Ended(String),
-}
-
-/// One subscriber's pending messages: an unbounded queue that costs no
-/// allocation while empty (an mpsc channel allocates a block of slots up
-/// front; a waiting lock holds one of these for as long as it waits).
-#[derive(Default)]
-struct Inbox {
-    queue: Mutex<VecDeque<WatchMsg>>,
-    ready: Notify,
-}
-
-impl Inbox {
-    fn queue(&self) -> std::sync::MutexGuard<'_, VecDeque<WatchMsg>> {
-        self.queue.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn send(&self, msg: WatchMsg) {
-        self.queue().push_back(msg);
-        self.ready.notify_one();
-    }
-
-    async fn recv(&self) -> WatchMsg {
-        loop {
-            {
-                let mut queue = self.queue();
-                if let Some(msg) = queue.pop_front() {
-                    if queue.is_empty() {
-                        *queue = VecDeque::new(); // give the buffer back
-                    }
-                    return msg;
-                }
-            }
-            // A message sent after the check above leaves a permit, so
-            // this returns at once.
-            self.ready.notified().await;
-        }
-    }
-}
 
 /// Where a watcher's messages go.
 enum Route {
     /// One subscriber.
     Inbox(Arc<Inbox>),
-    /// Every listener of a shared watch (`own_watch.rs`), straight from
-    /// the stream's reader; `dead` is set with the `Ended` it passes on.
-    Broadcast(broadcast::Sender<WatchMsg>, Arc<AtomicBool>),
+    /// The listeners of a shared watch (`own_watch.rs`), each sent the
+    /// changes of its own key, straight from the stream's reader.
+    Fanout(Arc<Fanout>),
 }
 
 impl Route {
     fn send(&self, msg: WatchMsg) {
         match self {
             Route::Inbox(inbox) => inbox.send(msg),
-            Route::Broadcast(tx, dead) => {
-                if matches!(msg, WatchMsg::Ended(_)) {
-                    dead.store(true, Ordering::SeqCst);
-                }
-                let _ = tx.send(msg);
-            }
+            Route::Fanout(fanout) => fanout.send(msg),
         }
     }
 }
@@ -190,11 +127,12 @@ impl Subscription {
 
 impl Subscription {
     /// From now on, passes this watcher's messages (and any still queued
-    /// here) to `tx` in order, straight from the stream's reader, sparing
-    /// the grant path a task hop. The watch lives as long as `self`.
-    pub fn broadcast_to(&self, tx: broadcast::Sender<WatchMsg>, dead: Arc<AtomicBool>) {
+    /// here) to the listeners of `fanout` in order, straight from the
+    /// stream's reader, sparing the grant path a task hop. The watch lives
+    /// as long as `self`.
+    pub fn fan_out_to(&self, fanout: Arc<Fanout>) {
         let mut routes = self.stream.routes();
-        let route = Route::Broadcast(tx, dead);
+        let route = Route::Fanout(fanout);
         for msg in std::mem::take(&mut *self.rx.queue()) {
             route.send(msg);
         }
@@ -233,6 +171,9 @@ pub(crate) enum Events {
     /// locker's own queue keys, which the locker itself deletes on every
     /// release).
     PutsOnly,
+    /// Deletes only (a vigil over a lock freed without a handoff, which
+    /// acts on nothing else: `session/vigil.rs`).
+    DeletesOnly,
 }
 
 impl WatchHub {
@@ -256,8 +197,10 @@ impl WatchHub {
         if let Some(rev) = target.start_revision {
             options = options.with_start_revision(rev);
         }
-        if target.events == Events::PutsOnly {
-            options = options.with_filters([WatchFilterType::NoDelete]);
+        match target.events {
+            Events::All => {}
+            Events::PutsOnly => options = options.with_filters([WatchFilterType::NoDelete]),
+            Events::DeletesOnly => options = options.with_filters([WatchFilterType::NoPut]),
         }
         let mut slot = self.stream.lock().await;
         let rx = Arc::new(Inbox::default());

@@ -8,7 +8,7 @@ use super::depart::{LineEntry, depart};
 use super::held_entry::HeldEntry;
 use crate::LockGuard;
 use crate::etcd::client::error::{ENTRY_GONE, EtcdError, EtcdResult, LEASE_LOST};
-use crate::etcd::client::own_watch::Listener;
+use crate::etcd::client::own_watch::KeyListener;
 use crate::etcd::client::request::retry_backoff;
 use crate::etcd::client::watch::{Events, Subscription, Target, WatchMsg};
 use crate::etcd::protocol::line_txn::{
@@ -73,14 +73,17 @@ impl TakeBack for LineAttempt {
 }
 
 /// Waits until the waiter holds: its token.
-pub(crate) async fn wait(w: &LineEntry, own: Option<Listener>) -> EtcdResult<i64> {
+pub(crate) async fn wait(w: &LineEntry, own: Option<KeyListener>) -> EtcdResult<i64> {
     let state = &w.state;
     let (own_start, own_end) = w.keys.own(w.share, &state.id);
     let mut own = match own {
         Some(own) => own,
         None => {
             // Opened after the join: a touch may have come before; check.
-            let own = state.watches.listen(&own_start, Some(&own_end)).await?;
+            let own = state
+                .watches
+                .listen(&own_start, Some(&own_end), &w.entry)
+                .await?;
             if let Some(token) = check_place(w).await? {
                 return Ok(token);
             }
@@ -102,7 +105,7 @@ pub(crate) async fn wait(w: &LineEntry, own: Option<Listener>) -> EtcdResult<i64
                     }
                 }
                 WatchMsg::Ended(_) => {
-                    own = state.watches.listen(&own_start, Some(&own_end)).await?;
+                    own = state.watches.listen(&own_start, Some(&own_end), &w.entry).await?;
                     if let Some(token) = check_place(w).await? {
                         return Ok(token);
                     }

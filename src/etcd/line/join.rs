@@ -17,7 +17,7 @@ use super::depart::LineEntry;
 use super::in_line::{LineAttempt, wait};
 use super::sent::Sent;
 use crate::etcd::client::error::EtcdError;
-use crate::etcd::client::own_watch::Listener;
+use crate::etcd::client::own_watch::KeyListener;
 use crate::etcd::client::retry::{Again, Retry};
 use crate::etcd::protocol::line::{LineKeys, owner_value};
 use crate::etcd::protocol::line_txn::{holds_at_join, join, read_conflict, try_join, try_refused};
@@ -98,7 +98,7 @@ enum Joined {
     Holds(LockGuard),
     /// It waits in line; with its locker's watch of its own entries when
     /// that was open before the join (no touch can have been missed).
-    Waits(Armed<LineAttempt>, Option<Listener>),
+    Waits(Armed<LineAttempt>, Option<KeyListener>),
     /// It would have to wait and may not (`Mode::Try`).
     Busy,
 }
@@ -121,7 +121,10 @@ async fn join_line(
     let entry = entries[0].clone();
     let value = owner_value(share);
     let (own_start, own_end) = keys.own(share, &state.id);
-    let open_own = state.watches.existing(&own_start, Some(&own_end)).await;
+    let open_own = state
+        .watches
+        .existing(&own_start, Some(&own_end), &entry)
+        .await;
     let txn = match mode {
         Mode::Wait => join(&keys, share, &entries, (&value, lease.id)),
         Mode::Try => try_join(&keys, share, &entries, (&value, lease.id)),
@@ -183,7 +186,7 @@ async fn join_line(
 async fn wait_in_line(
     ctx: &Context,
     waiting: Armed<LineAttempt>,
-    own: Option<Listener>,
+    own: Option<KeyListener>,
 ) -> std::result::Result<LockGuard, Failed> {
     crate::util::observe::queued(None);
     let key = waiting.line.key.clone();

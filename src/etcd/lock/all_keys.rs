@@ -98,8 +98,8 @@ async fn fair_once(
         .map(|(a, q)| (a.keys.clone(), a.value.clone(), q.clone()))
         .collect();
     let mut own = Vec::with_capacity(keys.len());
-    for attempt in &attempts {
-        own.push(own_watch_before(state, &attempt.keys).await);
+    for (attempt, queue_key) in attempts.iter().zip(&queue_keys) {
+        own.push(own_watch_before(state, &attempt.keys, queue_key).await);
     }
     let enqueue = |lease| take_all::enqueue_all(&parts(&named), lease);
     let write = LockAttempt::write_together(&mut attempts, "enqueue all", enqueue);
@@ -140,7 +140,8 @@ async fn fair_once(
                     Turn::Queued(attempt, queue_key) => (attempt, queue_key),
                 };
                 let wait = async {
-                    let in_line = own_watch_after(state, &attempt.keys, own, my_rev, lease).await?;
+                    let mine = (&attempt.keys, queue_key.as_slice());
+                    let in_line = own_watch_after(state, mine, own, my_rev, lease).await?;
                     wait_in_line(&mut attempt, &queue_key, in_line).await
                 };
                 match turn_or_done(ctx, key, wait).await {

@@ -9,12 +9,11 @@ use tokio_util::sync::CancellationToken;
 use crate::api::loss::LossCell;
 use crate::etcd::client::request::request;
 use crate::etcd::protocol::keys::{LockKeys, Successor};
-#[cfg(doc)]
-use crate::etcd::protocol::queue::LOOKAHEAD;
-use crate::etcd::protocol::queue::{lookup_query, successors};
+use crate::etcd::protocol::queue::{LOOKAHEAD, lookup_query, successors};
 use crate::etcd::protocol::release::Holder;
 use crate::etcd::session::handout::{Lease, margin};
 use crate::etcd::session::held_key::{Change, until_changed};
+use crate::etcd::session::queue_heads::KEEP;
 use crate::etcd::session::revival::Holding;
 use crate::etcd::session::slots::Slot;
 use crate::etcd::session::state::LockerState;
@@ -215,17 +214,28 @@ async fn key_change_cause(state: &LockerState, lease: &Lease, rewritten: bool) -
 }
 
 /// The waiters among the first [`LOOKAHEAD`] queue entries after revision
-/// `after` (see `protocol/queue.rs`).
+/// `after` (see `protocol/queue.rs`): those the locker kept from an
+/// earlier lookup when `after` is our own entry's (the line behind it,
+/// see `session/queue_heads.rs`), else read, keeping up to
+/// [`KEEP`] for the locker's next holders.
 pub(crate) async fn lookup(state: &LockerState, queue_prefix: &[u8], after: i64) -> Vec<Successor> {
+    if after > 0 {
+        let kept = state.heads.after(queue_prefix, after, LOOKAHEAD);
+        if !kept.is_empty() {
+            return kept;
+        }
+    }
+    let query = lookup_query(after).with_limit(KEEP as i64);
     match state
-        .get(
-            "successor lookup",
-            queue_prefix.to_vec(),
-            lookup_query(after),
-        )
+        .get("successor lookup", queue_prefix.to_vec(), query)
         .await
     {
-        Ok(resp) => successors(queue_prefix, &resp).0,
+        Ok(resp) => {
+            let mut waiters = successors(queue_prefix, &resp).0;
+            state.heads.keep(queue_prefix, &waiters);
+            waiters.truncate(LOOKAHEAD);
+            waiters
+        }
         Err(_) => Vec::new(),
     }
 }

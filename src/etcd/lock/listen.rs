@@ -1,8 +1,9 @@
 //! A queued waiter listening for its turn (see `queue.rs`, the wait): to its
 //! locker's watch of its own queue keys, where a release touches its entry,
-//! and once patient to the deletion of its predecessor's entry or the lock
-//! key; and how that watch is opened around the enqueue ([`InLine`]), for
-//! a `lock` and for each key of a `lock_all`.
+//! and once patient to its locker's vigil over the lock (a lock freed with
+//! nobody to hand it on, `session/vigil.rs`); and how that watch is opened
+//! around the enqueue ([`InLine`]), for a `lock` and for each key of a
+//! `lock_all`.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -12,13 +13,14 @@ use tokio::time::Sleep;
 use super::attempt::LockAttempt;
 use super::held_lock::Behind;
 use crate::etcd::client::error::EtcdResult;
-use crate::etcd::client::own_watch::Listener;
+use crate::etcd::client::own_watch::KeyListener;
 use crate::etcd::client::request::retry_backoff;
 use crate::etcd::client::retry::{Budget, Retrying};
-use crate::etcd::client::watch::{Events, Subscription, Target, WatchMsg};
+use crate::etcd::client::watch::WatchMsg;
 use crate::etcd::protocol::keys::{LockKeys, passed_along, prefix_end};
 use crate::etcd::session::handout::Lease;
 use crate::etcd::session::state::LockerState;
+use crate::etcd::session::vigil::Ticket;
 use crate::semantics::fairness::Fairness;
 use crate::util::backoff::Backoff;
 
@@ -28,10 +30,9 @@ pub(super) enum Signal {
     Handed { token: i64, behind: Behind },
     /// Unfair: the lock key was freed for us.
     Woken,
-    /// What we watch changed, or the watch restarted: re-read.
+    /// The vigil found the lock free for us, or our watch restarted:
+    /// re-read.
     Changed,
-    /// Patience ran out with nothing to watch yet: re-read.
-    Patient,
     /// The lease was lost here (the waiter may revive it).
     LeaseLost,
 }
@@ -46,40 +47,31 @@ pub(super) struct Queued<'a> {
 }
 
 /// What a waiter listens to: its locker's watch of its own queue keys, and
-/// once patient, the deletion of `target` (its predecessor or the lock key).
+/// once patient, its locker's vigil over the lock.
 pub(super) struct Watching {
-    own: Listener,
-    /// What to watch once patient, and from which revision: learnt by the
-    /// first re-read (the enqueue reads nothing, to stay O(1) in etcd).
-    target: Option<(Vec<u8>, i64)>,
-    sub: Option<Subscription>,
+    own: KeyListener,
+    /// Once patient: its place in the vigil (joining sends nothing).
+    vigil: Option<Ticket>,
     /// Pauses between watches that failed to open.
     backoff: Backoff,
 }
 
 impl Watching {
-    pub(super) fn new(own: Listener) -> Self {
+    pub(super) fn new(own: KeyListener) -> Self {
         Watching {
             own,
-            target: None,
-            sub: None,
+            vigil: None,
             backoff: retry_backoff(),
         }
     }
 
     /// Waits for the next signal. Once `patience` has run out, also
-    /// watches the target (or, with none known yet, asks for a read).
+    /// listens to the vigil.
     pub(super) async fn signal(
         &mut self,
         waiter: &Queued<'_>,
         mut patience: Pin<&mut Sleep>,
     ) -> EtcdResult<Signal> {
-        if patience.is_elapsed()
-            && self.sub.is_none()
-            && let Some(signal) = self.watch_target(waiter).await?
-        {
-            return Ok(signal);
-        }
         let (attempt, my_rev) = (waiter.attempt, waiter.my_rev);
         loop {
             tokio::select! {
@@ -111,7 +103,7 @@ impl Watching {
                         }
                     }
                     WatchMsg::Ended(_) => {
-                        match Box::pin(listen_own(attempt)).await {
+                        match Box::pin(listen_own(attempt, waiter.queue_key)).await {
                             Ok(own) => self.own = own,
                             Err(e) if e.is_transient() => self.pause(waiter).await,
                             Err(e) => return Err(e),
@@ -121,47 +113,12 @@ impl Watching {
                     WatchMsg::Created => {}
                 },
                 () = waiter.lease.lost.cancelled() => return Ok(Signal::LeaseLost),
-                () = &mut patience, if self.sub.is_none() => {
-                    if let Some(signal) = self.watch_target(waiter).await? {
-                        return Ok(signal);
-                    }
+                () = &mut patience, if self.vigil.is_none() => {
+                    let vigils = &attempt.state.vigils;
+                    self.vigil = Some(vigils.join(&attempt.keys, waiter.queue_key));
                 }
-                msg = Subscription::next_of(&mut self.sub) => match msg {
-                    WatchMsg::Events { events } => {
-                        let gone = self.target.as_ref().map(|t| t.0.as_slice());
-                        if events.iter().any(|e| !e.put && Some(e.key.as_slice()) == gone) {
-                            return Ok(Signal::Changed);
-                        }
-                    }
-                    WatchMsg::Ended(_) => {
-                        self.sub = None;
-                        return Ok(Signal::Changed);
-                    }
-                    WatchMsg::Created => {}
-                },
+                () = told(&self.vigil) => return Ok(Signal::Changed),
             }
-        }
-    }
-
-    /// Once patient: opens the watch on the target (a re-read learns it
-    /// first: [`Signal::Patient`]). A watch that fails to open for a
-    /// reason that may pass (no answer, a member cut off) costs a pause and
-    /// a re-read, not the waiter's place in line.
-    async fn watch_target(&mut self, waiter: &Queued<'_>) -> EtcdResult<Option<Signal>> {
-        let Some((key, since)) = &self.target else {
-            return Ok(Some(Signal::Patient));
-        };
-        match Box::pin(watch_deletion(waiter, key, *since)).await {
-            Ok(sub) => {
-                self.sub = Some(sub);
-                self.backoff = retry_backoff();
-                Ok(None)
-            }
-            Err(e) if e.is_transient() => {
-                self.pause(waiter).await;
-                Ok(Some(Signal::Changed))
-            }
-            Err(e) => Err(e),
         }
     }
 
@@ -170,42 +127,25 @@ impl Watching {
     async fn pause(&mut self, waiter: &Queued<'_>) {
         waiter.lease.pause(&mut self.backoff).await;
     }
+}
 
-    /// Watches `target` from revision `since` from now on (once patient).
-    pub(super) fn follow(&mut self, target: Vec<u8>, since: i64) {
-        if self.target.as_ref().is_none_or(|(old, _)| *old != target) {
-            self.sub = None; // watch the new target (once patient)
-        }
-        self.target = Some((target, since));
+/// Returns when the vigil tells the waiter to re-read; never without one.
+async fn told(vigil: &Option<Ticket>) {
+    match vigil {
+        Some(ticket) => ticket.told().await,
+        None => std::future::pending().await,
     }
 }
 
-/// Subscribes anew to the locker's watch of its own queue keys.
-async fn listen_own(attempt: &LockAttempt) -> EtcdResult<Listener> {
+/// Listens anew to the locker's watch of its own queue keys, for
+/// `queue_key`.
+async fn listen_own(attempt: &LockAttempt, queue_key: &[u8]) -> EtcdResult<KeyListener> {
     let own_prefix = attempt.keys.locker_queue(&attempt.state.id);
     let own_end = prefix_end(&own_prefix);
     attempt
         .state
         .watches
-        .listen(&own_prefix, Some(&own_end))
-        .await
-}
-
-/// Watches `key` (our predecessor's queue key, or the lock key) for its
-/// deletion after revision `since`. Replays from there, so no deletion can
-/// slip by; such a watch may start unsynced (~100 ms late), which only
-/// matters when a lock was freed without a handoff.
-async fn watch_deletion(waiter: &Queued<'_>, key: &[u8], since: i64) -> EtcdResult<Subscription> {
-    waiter
-        .attempt
-        .state
-        .hub
-        .subscribe(Target {
-            key: key.to_vec(),
-            range_end: None,
-            start_revision: Some(since + 1),
-            events: Events::All,
-        })
+        .listen(&own_prefix, Some(&own_end), queue_key)
         .await
 }
 
@@ -214,7 +154,7 @@ async fn watch_deletion(waiter: &Queued<'_>, key: &[u8], since: i64) -> EtcdResu
 pub(super) struct InLine {
     pub my_rev: i64,
     pub lease: Arc<Lease>,
-    pub own: Listener,
+    pub own: KeyListener,
     pub own_watch: OwnWatch,
 }
 
@@ -226,13 +166,23 @@ pub(super) enum OwnWatch {
     OpenedAfter,
 }
 
-/// Before an enqueue under `keys`: the locker's watch of its own queue
-/// keys there, subscribed to if it is open, so that no touch can be
-/// missed. A locker that never waits never opens it.
-pub(super) async fn own_watch_before(state: &LockerState, keys: &LockKeys) -> Option<Listener> {
+/// Before an enqueue of `queue_key` under `keys`: the locker's watch of
+/// its own queue keys there, listened to for `queue_key` if it is open,
+/// so that no touch can be missed. A locker that never waits never opens
+/// it.
+pub(super) async fn own_watch_before(
+    state: &LockerState,
+    keys: &LockKeys,
+    queue_key: &[u8],
+) -> Option<KeyListener> {
     let own_prefix = keys.locker_queue(&state.id);
     let own_end = prefix_end(&own_prefix);
-    Box::pin(state.watches.existing(&own_prefix, Some(&own_end))).await
+    Box::pin(
+        state
+            .watches
+            .existing(&own_prefix, Some(&own_end), queue_key),
+    )
+    .await
 }
 
 /// After an enqueue that queued at `my_rev` on `lease`: the waiter, with
@@ -240,8 +190,8 @@ pub(super) async fn own_watch_before(state: &LockerState, keys: &LockKeys) -> Op
 /// read then closes the gap).
 pub(super) async fn own_watch_after(
     state: &LockerState,
-    keys: &LockKeys,
-    open_own: Option<Listener>,
+    (keys, queue_key): (&LockKeys, &[u8]),
+    open_own: Option<KeyListener>,
     my_rev: i64,
     lease: Arc<Lease>,
 ) -> EtcdResult<InLine> {
@@ -258,7 +208,8 @@ pub(super) async fn own_watch_after(
             // costing the place.
             let mut retrying = Retrying::new(Budget::WhileLeased(&lease.lost));
             let listener = loop {
-                match Box::pin(state.watches.listen(&own_prefix, Some(&own_end))).await {
+                let listen = state.watches.listen(&own_prefix, Some(&own_end), queue_key);
+                match Box::pin(listen).await {
                     Ok(listener) => break listener,
                     Err(e) => retrying.again(e).await?,
                 }

@@ -66,7 +66,8 @@ enum Enqueued {
 enum Step {
     /// Wait for a [`Signal`].
     Listen,
-    /// Re-read the queue.
+    /// Re-read the queue: in full ([`Read::Place`]) or a glance
+    /// ([`Read::Glance`]).
     Read(Read),
     /// Try to take the lock key, which is free for us.
     Take,
@@ -111,7 +112,7 @@ pub(super) async fn wait_in_line(
     };
     let mut step = match own_watch {
         OwnWatch::WasOpen => Step::Listen,
-        OwnWatch::OpenedAfter => Step::Read(Read::Again),
+        OwnWatch::OpenedAfter => Step::Read(Read::Glance),
     };
     loop {
         step = match step {
@@ -120,8 +121,7 @@ pub(super) async fn wait_in_line(
                     Step::Granted(waiter.grant(token, Some(my_rev), behind))
                 }
                 Ok(Signal::Woken) => Step::Take,
-                Ok(Signal::Changed) => Step::Read(Read::Again),
-                Ok(Signal::Patient) => Step::Read(Read::Patient),
+                Ok(Signal::Changed) => Step::Read(Read::Place),
                 Ok(Signal::LeaseLost) => {
                     Step::Failed(EtcdError::session_lost(&waiter.attempt.key, LEASE_LOST))
                 }
@@ -134,10 +134,7 @@ pub(super) async fn wait_in_line(
                 Ok(Position::Gone) => {
                     return Err(EtcdError::session_lost(&waiter.attempt.key, ENTRY_GONE));
                 }
-                Ok(Position::Wait { target, since }) => {
-                    watching.follow(target, since);
-                    Step::Listen
-                }
+                Ok(Position::Wait) => Step::Listen,
                 Ok(Position::Free) => Step::Take,
                 // The read gave up because the lease was lost here.
                 Err(e) => Step::Failed(e),
@@ -159,7 +156,7 @@ pub(super) async fn wait_in_line(
                         return Err(in_use_as_line(waiter.attempt));
                     }
                     // Someone barged in, or we are no longer queued: re-read.
-                    Ok(_) => Step::Read(Read::Again),
+                    Ok(_) => Step::Read(Read::Place),
                     // Its compares make a late copy harmless.
                     Err(e) => Step::Failed(e),
                 }
@@ -177,7 +174,7 @@ pub(super) async fn wait_in_line(
             // new: the waiter keeps its place and re-reads, to be granted
             // on it.
             Step::Failed(e) => match waiter.revive().await {
-                true => Step::Read(Read::Again),
+                true => Step::Read(Read::Place),
                 false => return Err(e),
             },
         };
@@ -189,7 +186,7 @@ pub(super) async fn wait_in_line(
 async fn enqueue(attempt: &mut LockAttempt, queue_key: &[u8]) -> EtcdResult<Enqueued> {
     let state = Arc::clone(&attempt.state);
     let (keys, value) = (attempt.keys.clone(), attempt.value.clone());
-    let open_own = own_watch_before(&state, &keys).await;
+    let open_own = own_watch_before(&state, &keys, queue_key).await;
     let enqueue = |lease: i64| take::enqueue(&keys, state.fairness, (&value, lease), queue_key);
     let (resp, lease) = Box::pin(attempt.write_with_lease("enqueue", enqueue)).await?;
     if resp.succeeded() {
@@ -200,7 +197,8 @@ async fn enqueue(attempt: &mut LockAttempt, queue_key: &[u8]) -> EtcdResult<Enqu
             lease,
         }));
     }
-    let in_line = own_watch_after(&state, &keys, open_own, resp.revision, lease).await?;
+    let in_line =
+        own_watch_after(&state, (&keys, queue_key), open_own, resp.revision, lease).await?;
     Ok(Enqueued::Queued(in_line))
 }
 
@@ -217,21 +215,27 @@ enum Position {
     Granted { token: i64, behind: Behind },
     /// Our queue key is gone: the session lease expired or it was deleted.
     Gone,
-    /// Wait for `target` to be deleted after revision `since`.
-    Wait { target: Vec<u8>, since: i64 },
+    /// Wait: a waiter ahead of us, or the lock held.
+    Wait,
     /// The lock key is free and we may take it (fair: we are first in line).
     Free,
 }
 
-/// Which re-read of the queue.
+/// How much of the queue a re-read reads.
+#[derive(Clone, Copy)]
 enum Read {
-    /// Something changed, or our view may be stale.
-    Again,
-    /// Patience ran out before anything made us read: waiters queued
-    /// together get patient together, so such reads take one of the
-    /// locker's few re-read permits (etcd load, and memory for requests in
-    /// flight).
-    Patient,
+    /// The waiter's queue key, the lock key and the entries ahead of it,
+    /// to tell whether it is first in line: etcd reads the whole queue
+    /// to answer that (see `protocol/queue.rs`), so only a waiter told
+    /// that something changed reads it.
+    Place,
+    /// The waiter's queue key and the lock key only (two keys, whatever
+    /// the queue's length): whether it was granted or woken before its
+    /// locker's watch opened, and whether the lock is held (a release will
+    /// then hand it on, or the vigil tells of a lock freed without one).
+    /// Thousands of waiters that queue at once each glance; one that finds
+    /// the lock free reads its place in full.
+    Glance,
 }
 
 /// A queued waiter: its attempt, its queue key (created at `my_rev`) and
@@ -258,16 +262,15 @@ impl Waiter<'_> {
         &self.attempt.state
     }
 
-    /// Our predecessor: the nearest fairlock waiter ahead of us, from
-    /// `first_batch` on, reading further while entries that are not
-    /// waiters fill a batch.
-    async fn predecessor(&self, first_batch: Option<GetResponse>) -> EtcdResult<Option<Vec<u8>>> {
+    /// Whether a fairlock waiter is ahead of us, from `first_batch` on,
+    /// reading further while entries that are not waiters fill a batch.
+    async fn has_predecessor(&self, first_batch: Option<GetResponse>) -> EtcdResult<bool> {
         let queue = &self.attempt.keys.queue;
         let mut batch = first_batch;
         loop {
             let kvs = batch.as_ref().map_or(&[][..], |g| g.kvs());
             match queue::nearest_waiter(queue, kvs) {
-                Ahead::Waiter(pred) => return Ok(Some(pred)),
+                Ahead::Waiter => return Ok(true),
                 Ahead::ReadBelow(rev) => {
                     let next = self
                         .state()
@@ -275,19 +278,32 @@ impl Waiter<'_> {
                         .await?;
                     batch = Some(next);
                 }
-                Ahead::Nobody => return Ok(None),
+                Ahead::Nobody => return Ok(false),
             }
         }
     }
 
-    /// Re-reads our queue key, the lock key and our predecessor in one
-    /// read-only txn (see `protocol/queue.rs`).
-    async fn check(&self) -> EtcdResult<Position> {
+    /// Re-reads our queue key, the lock key and (for [`Read::Place`]) our
+    /// predecessor in one read-only txn (see `protocol/queue.rs`).
+    async fn check(&self, how: Read) -> EtcdResult<Position> {
         let keys = &self.attempt.keys;
-        let read = queue::place_check(keys, self.queue_key, self.my_rev);
-        let resp = self.state().txn("queue check", read).await?;
+        let mut how = how;
+        let resp = loop {
+            let read = match how {
+                Read::Place => queue::place_check(keys, self.queue_key, self.my_rev),
+                Read::Glance => queue::place_glance(keys, self.queue_key),
+            };
+            let resp = self.state().txn("queue check", read).await?;
+            // A glance that finds the lock free (nobody to hand it on, or
+            // the key in use as a line) reads our place in full.
+            let free = queue::range_is_empty(&resp, 1);
+            match how {
+                Read::Glance if free => how = Read::Place,
+                _ => break resp,
+            }
+        };
         let me = (self.attempt.value.as_slice(), self.my_rev);
-        let (first_batch, lock_free, since) =
+        let (first_batch, lock_free) =
             match queue::read_place(keys, self.state().fairness, me, &resp) {
                 queue::Place::Gone => return Ok(Position::Gone),
                 queue::Place::Granted { token, passed } => {
@@ -300,36 +316,27 @@ impl Waiter<'_> {
                 queue::Place::Behind {
                     first_batch,
                     lock_free,
-                    since,
-                } => (first_batch, lock_free, since),
+                } => (first_batch, lock_free),
             };
-        if let Some(pred) = self.predecessor(first_batch).await? {
-            return Ok(Position::Wait {
-                target: pred,
-                since,
-            });
+        if let Read::Glance = how {
+            return Ok(Position::Wait);
+        }
+        if self.has_predecessor(first_batch).await? {
+            return Ok(Position::Wait);
         }
         Ok(match lock_free {
             true => Position::Free,
-            false => Position::Wait {
-                target: keys.lock.clone(),
-                since,
-            },
+            false => Position::Wait,
         })
     }
 
     /// Where the waiter stands now: [`Waiter::check`], retried while etcd
-    /// does not answer (e.g. thousands of waiters re-reading at once) for
-    /// as long as the session lease lives here, as the waiter would wait
-    /// idle; a refusal ends the wait.
-    async fn read(&self, read: Read) -> EtcdResult<Position> {
-        let _permit = match read {
-            Read::Patient => Some(self.state().watches.rereads.acquire().await),
-            Read::Again => None,
-        };
+    /// does not answer for as long as the session lease lives here, as the
+    /// waiter would wait idle; a refusal ends the wait.
+    async fn read(&self, how: Read) -> EtcdResult<Position> {
         let mut retrying = Retrying::new(Budget::WhileLeased(&self.lease.lost));
         loop {
-            match self.check().await {
+            match self.check(how).await {
                 Err(e) => retrying.again(e).await?,
                 position => return position,
             }

@@ -241,7 +241,10 @@ async fn together(helds: &mut [HeldLock], views: &mut [QueueView]) -> EtcdResult
         }
         for ((held, view), at) in helds.iter().zip(views.iter_mut()).zip(starts) {
             match read_release(held.holder(), &resp, at) {
-                Released::Changed { waiters, last } => view.saw(waiters, last),
+                Released::Changed { waiters, last } => {
+                    held.state.heads.forget(&held.keys.queue);
+                    view.saw(waiters, last);
+                }
                 Released::Lost => return Ok(false),
                 Released::Done => {}
             }
@@ -279,7 +282,12 @@ async fn release_once(held: &HeldLock, view: &mut QueueView) -> EtcdResult<()> {
                 return Ok(());
             }
             Released::Lost => return Err(taken_over(&held.key)),
-            Released::Changed { waiters, last } => view.saw(waiters, last),
+            Released::Changed { waiters, last } => {
+                // A waiter we knew of is gone: what the locker kept of
+                // this queue may hold it too.
+                held.state.heads.forget(&held.keys.queue);
+                view.saw(waiters, last);
+            }
         }
     }
     Err(EtcdError::Failed {

@@ -31,15 +31,17 @@
 //! read/write lock and semaphore entries of the same name (`r/` to the
 //! end of `w/` under Q, see below): a key in use as one is never a free
 //! mutex, and its joins compare L absent, so the two never hold at once.
+//! Those entries are under Q, so "Q empty" implies "no line": a fair
+//! newcomer compares only L absent and Q empty.
 //!
 //! ```text
-//! enqueue (lock)          if L absent and no line [fair: and Q empty]
+//! enqueue (lock)          if L absent and [fair: Q empty | unfair: no line]
 //!   take.rs                 then put L=v@l                 granted, T = revision
 //!                           else put q=v@l                 queued, my_rev = revision
 //! take (queued waiter)    if L absent and q.create == my_rev and no line
 //!   take.rs                 then put L=v@l [unfair: delete q]
 //!                           else count the line (> 0: InvalidKey, leave)
-//! try_lock                if L absent and no line [fair: and Q empty]
+//! try_lock                if L absent and [fair: Q empty | unfair: no line]
 //!   take.rs                 then put L=v@l
 //!                           else [fair] count L; read Q's first 16
 //!   then, if L was free and Q held no waiter, newest at rev N:
@@ -68,13 +70,21 @@
 //! - **place check** (`queue.rs`), a waiter's view of the line, one
 //!   read-only txn: q, L, and the 8 entries created before `my_rev`,
 //!   nearest first (more batches while none is a waiter). L holding `v`:
-//!   granted (a handoff). q gone: its lease ended. Else the nearest waiter
-//!   ahead is watched for deletion, or with none ahead L; with none ahead
-//!   and L absent (or unfair and L absent) the waiter sends a take.
-//! - **successors** (`queue.rs`): Q's first 4 entries after the holder's
+//!   granted (a handoff). q gone: its lease ended. With no waiter ahead
+//!   and L absent (or unfair and L absent) the waiter sends a take; else
+//!   it waits. etcd reads all of Q to answer it (a create-revision sort
+//!   or filter makes it read the whole range before the limit), so only
+//!   a waiter told something changed sends it.
+//! - **place glance**: q and L only; what a waiter whose locker's watch
+//!   opened after its enqueue reads (granted, gone, or L held: wait). L
+//!   absent: a place check follows.
+//! - **successors** (`queue.rs`): Q's first entries after the holder's
 //!   own, by create revision, waiters only; a release serves the first.
 //!   Read serializable at grant (a stale read fails the release's
-//!   compare), or passed along by the grant.
+//!   compare), up to 256 (the locker keeps them for its next holders,
+//!   `session/queue_heads.rs`), or passed along by the grant (3).
+//! - **vigil head check** (`session/vigil.rs`): L (keys only) and Q's
+//!   first 4; with L absent, the locker tells its waiter first in line.
 //! - entries are read whole wherever a lease decides: etcd 3.7 answers
 //!   keys-only reads from its index with lease 0 for every key (etcd issue
 //!   22209), which would make every waiter look like someone else's entry.
@@ -94,9 +104,12 @@
 //!   the txn that frees or hands the lock; a waiter listens for touches
 //!   of its own entry from before its enqueue (or reads its place once
 //!   after). A lock freed with nobody to serve (a holder's lease ended, a
-//!   woken waiter gave up) is found by the waiters' patience: after a
-//!   tenth of the TTL each watches its predecessor, the first L; and a
-//!   waiter that gives up serves a free lock to the first in line.
+//!   woken waiter gave up) is found by the locker's vigil, which its
+//!   waiters join after their patience (a tenth of the TTL, at most 1 s):
+//!   it watches L for deletion and, while L is free, Q, and on either
+//!   reads L and Q's head and tells the first waiter if it is the
+//!   locker's; and a waiter that gives up serves a free lock to the first
+//!   in line.
 //! - **Nothing left behind.** Every entry is on a lease; an attempt that
 //!   gives up deletes its entry, or releases a lock granted to it
 //!   meanwhile; a release deletes the holder's entry on both branches.

@@ -63,14 +63,14 @@ pub(crate) fn ahead(below: i64) -> GetOptions {
         .with_limit(AHEAD_BATCH)
 }
 
-/// The nearest waiter in a batch read by [`ahead`]; or, when none is and
+/// Whether a batch read by [`ahead`] has a waiter; or, when none is and
 /// the batch was full, the revision to read the next batch below.
 pub(crate) fn nearest_waiter(queue_prefix: &[u8], batch: &[KeyValue]) -> Ahead {
-    if let Some(w) = batch
+    if batch
         .iter()
-        .find(|kv| is_waiter(queue_prefix, kv.key(), kv.lease()))
+        .any(|kv| is_waiter(queue_prefix, kv.key(), kv.lease()))
     {
-        return Ahead::Waiter(w.key().to_vec());
+        return Ahead::Waiter;
     }
     match batch.last() {
         Some(oldest) if batch.len() as i64 == AHEAD_BATCH => {
@@ -82,8 +82,8 @@ pub(crate) fn nearest_waiter(queue_prefix: &[u8], batch: &[KeyValue]) -> Ahead {
 
 /// What a batch of the entries ahead of a waiter shows.
 pub(crate) enum Ahead {
-    /// This waiter is the nearest ahead.
-    Waiter(Vec<u8>),
+    /// A waiter is ahead.
+    Waiter,
     /// None in the batch, which was full: read the entries below this
     /// create revision.
     ReadBelow(i64),
@@ -101,6 +101,23 @@ pub(crate) fn place_check(keys: &LockKeys, queue_key: &[u8], my_rev: i64) -> Rep
     ]))
 }
 
+/// [`place_check`] without the entries ahead: the waiter's queue key and
+/// the lock key (read by [`read_place`] all the same; it answers
+/// [`Place::Behind`] with no batch where [`place_check`] would look
+/// ahead).
+pub(crate) fn place_glance(keys: &LockKeys, queue_key: &[u8]) -> Repeatable {
+    Repeatable::read(Txn::new().and_then([
+        TxnOp::get(queue_key.to_vec(), None),
+        TxnOp::get(keys.lock.clone(), None),
+    ]))
+}
+
+/// Whether range `i` of a read-only txn's answer found no key (the lock
+/// key in [`place_check`] and [`place_glance`]: the lock is free).
+pub(crate) fn range_is_empty(resp: &etcd_client::TxnResponse, i: usize) -> bool {
+    range_at(resp, i).is_none_or(|g| g.kvs().is_empty())
+}
+
 /// What the answer to [`place_check`] says of a waiter queued at `my_rev`
 /// with owner value `value`.
 pub(crate) enum Place {
@@ -113,11 +130,10 @@ pub(crate) enum Place {
     FreeToBarge,
     /// Look at the entries ahead (`first_batch`, read by [`ahead`]) for the
     /// nearest waiter; with none, the lock is free for it if `lock_free`,
-    /// else it waits for the lock key. `since`: the read's revision.
+    /// else it waits for the lock key.
     Behind {
         first_batch: Option<GetResponse>,
         lock_free: bool,
-        since: i64,
     },
 }
 
@@ -147,6 +163,54 @@ pub(crate) fn read_place(
     Place::Behind {
         first_batch: range_at(resp, 2),
         lock_free: lock.is_none(),
-        since: resp.header().map_or(0, |h| h.revision()),
+    }
+}
+
+/// The read-only txn of a locker's vigil over a lock (`session/vigil.rs`):
+/// whether the lock key exists, and the first [`LOOKAHEAD`] queue entries
+/// in line order (or, with `after`, those queued after that revision).
+pub(crate) fn head_check(keys: &LockKeys, after: Option<i64>) -> Repeatable {
+    let entries = match after {
+        Some(after) => lookup_query(after),
+        None => successor_query(),
+    };
+    Repeatable::read(Txn::new().and_then([
+        TxnOp::get(keys.lock.clone(), Some(GetOptions::new().with_keys_only())),
+        TxnOp::get(keys.queue.clone(), Some(entries)),
+    ]))
+}
+
+/// What the answer to [`head_check`] says.
+pub(crate) enum Head {
+    /// The lock key exists: someone holds the lock.
+    Held,
+    /// The lock key is free at revision `at`; the waiters read, in line
+    /// order, and the create revision of the last entry read, if the read
+    /// was full (more may follow).
+    Free {
+        waiters: Vec<Successor>,
+        more_after: Option<i64>,
+        at: i64,
+    },
+}
+
+/// Reads the answer `resp` to [`head_check`].
+pub(crate) fn read_head(keys: &LockKeys, resp: &etcd_client::TxnResponse) -> Head {
+    if range_at(resp, 0).is_some_and(|g| !g.kvs().is_empty()) {
+        return Head::Held;
+    }
+    let Some(batch) = range_at(resp, 1) else {
+        return Head::Free {
+            waiters: Vec::new(),
+            more_after: None,
+            at: resp.header().map_or(0, |h| h.revision()),
+        };
+    };
+    let (waiters, last) = successors(&keys.queue, &batch);
+    let full = batch.kvs().len() >= LOOKAHEAD;
+    Head::Free {
+        waiters,
+        more_after: last.filter(|_| full),
+        at: resp.header().map_or(0, |h| h.revision()),
     }
 }

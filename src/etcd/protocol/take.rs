@@ -14,13 +14,19 @@ const FOREIGN_SCAN: i64 = 16;
 
 /// The compares under which a lock is free for a newcomer: the lock key
 /// absent, no read/write lock or semaphore entry of the same name, and,
-/// for a fair one, nobody queued.
+/// for a fair one, nobody queued. A line's entries are under the queue's
+/// prefix (`_OWNERS_/r/`, `_OWNERS_/w`), so for a fair newcomer the one
+/// compare "nothing under `_OWNERS_/`" checks both: the uncontended fair
+/// cycle pays no compare for lines (etcd runs each compare as a range
+/// read).
 pub(crate) fn free_for_newcomer(keys: &LockKeys, fairness: Fairness) -> Vec<Compare> {
-    let mut free = vec![lock_absent(keys), no_line(keys)];
-    if fairness.is_fair() {
-        free.push(Compare::create_revision(keys.queue.clone(), CompareOp::Equal, 0).with_prefix());
+    match fairness {
+        Fairness::Fair => vec![
+            lock_absent(keys),
+            Compare::create_revision(keys.queue.clone(), CompareOp::Equal, 0).with_prefix(),
+        ],
+        Fairness::Unfair => vec![lock_absent(keys), no_line(keys)],
     }
-    free
 }
 
 /// The first write of `lock`: take the lock if it is free for a newcomer,

@@ -11,6 +11,10 @@
 //!   here, deleted before it is renewed again;
 //! - `handout.rs`: the locker's current lease, handed out once a renewal
 //!   counted, and revived for its waiters after it lapsed here only;
+//! - `queue_heads.rs`: the waiters a locker last read at the head of
+//!   each queue, for its next holders there;
+//! - `vigil.rs`: a locker's one watch per lock over a lock freed with
+//!   nobody to hand it on, for its waiters that waited their patience;
 //! - `state.rs`: what one locker's operations share: its connection,
 //!   settings, session, entry names and watches, and `send`, the one way
 //!   its txns go to etcd (alone or batched; hedged if `Repeatable`);
@@ -20,7 +24,9 @@
 pub(crate) mod handout;
 pub(crate) mod held_key;
 pub(crate) mod lease;
+pub(crate) mod queue_heads;
 pub(crate) mod renewal;
 pub(crate) mod revival;
 pub(crate) mod slots;
 pub(crate) mod state;
+pub(crate) mod vigil;

@@ -7,7 +7,10 @@ use std::time::Duration;
 use etcd_client::{Client, GetOptions, GetResponse, Txn};
 
 use super::handout::{Lease, LeaseEnd, Session};
+use super::lease::margin;
+use super::queue_heads::QueueHeads;
 use super::slots::Slots;
+use super::vigil::Vigils;
 use crate::Key;
 use crate::etcd::client::batch::{Answer, Batcher};
 use crate::etcd::client::error::{EtcdError, EtcdResult};
@@ -72,6 +75,10 @@ pub(crate) struct LockerState {
     pub slots: Arc<Slots>,
     pub hub: Arc<WatchHub>,
     pub watches: OwnWatches,
+    /// Over locks freed with nobody to hand them on (see `vigil.rs`).
+    pub vigils: Vigils,
+    /// The waiters last read at the head of each queue (`queue_heads.rs`).
+    pub heads: QueueHeads,
 }
 
 impl LockerState {
@@ -91,7 +98,14 @@ impl LockerState {
                 config.prefix().as_bytes().to_vec(),
             ),
             watches: OwnWatches::new(Arc::clone(&hub), timeout),
+            vigils: Vigils::new(
+                client.clone(),
+                Arc::clone(&hub),
+                timeout,
+                (margin(config.ttl()), fairness),
+            ),
             hub,
+            heads: QueueHeads::default(),
             slots: Arc::default(),
             id: uuid::Uuid::new_v4().simple().to_string(),
             client,

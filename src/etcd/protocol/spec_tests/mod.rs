@@ -79,6 +79,12 @@ fn all() -> Vec<(&'static str, Txn)> {
             take::take_past_foreign(&k, (b"v", 7), 30),
         ),
         ("place check", queue::place_check(&k, QF, 42).into_txn()),
+        ("place glance", queue::place_glance(&k, QF).into_txn()),
+        ("vigil head check", queue::head_check(&k, None).into_txn()),
+        (
+            "vigil head check, next batch",
+            queue::head_check(&k, Some(60)).into_txn(),
+        ),
         (
             "release to fair",
             release_round(holder, &[successor("a/f1", 60), successor("b/f2", 61)], 40).txn(),
