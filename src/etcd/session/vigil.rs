@@ -71,12 +71,14 @@ struct Vigil {
     maybe_free: std::sync::atomic::AtomicBool,
     /// Asks the task for a read.
     kick: Notify,
-    task: tokio::task::AbortHandle,
+    task: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
 impl Drop for Vigil {
     fn drop(&mut self) {
-        self.task.abort();
+        if let Some(task) = lock(&self.task).take() {
+            task.abort();
+        }
     }
 }
 
@@ -147,17 +149,18 @@ impl Vigils {
     }
 }
 
-/// Starts the vigil over the lock of `keys`.
+/// Starts the vigil over the lock of `keys`. Its task starts once the
+/// vigil exists: a task spawned while it is built could find it gone.
 fn start(env: &Arc<Env>, keys: &LockKeys) -> Arc<Vigil> {
-    Arc::new_cyclic(|me: &Weak<Vigil>| {
-        let task = tokio::spawn(keep(Arc::clone(env), keys.clone(), me.clone()));
-        Vigil {
-            waiters: Mutex::new(HashMap::new()),
-            maybe_free: true.into(),
-            kick: Notify::new(),
-            task: task.abort_handle(),
-        }
-    })
+    let vigil = Arc::new(Vigil {
+        waiters: Mutex::new(HashMap::new()),
+        maybe_free: true.into(),
+        kick: Notify::new(),
+        task: Mutex::new(None),
+    });
+    let task = tokio::spawn(keep(Arc::clone(env), keys.clone(), Arc::downgrade(&vigil)));
+    *lock(&vigil.task) = Some(task.abort_handle());
+    vigil
 }
 
 /// The vigil's task: watches, and reads when they say the lock may be
