@@ -29,7 +29,11 @@
 //! (`--no-go` skips that peer); `--multi-only` runs only them.
 //! `--multi-deadlock` runs only `multi_deadlock.rs`: how often locking
 //! `[a, b]` and `[b, a]` one by one deadlocks, against `lock_all`.
+//! `--scale` runs only the scale curves (`scale.rs`): 10 to 10,000 waiters
+//! on a key, 1 to 100,000 held keys, idle locker processes; on etcd and
+//! Redis, drawn as SVGs into `--svg-dir D` (default `target/scale`).
 
+mod chart;
 mod cost;
 mod cost_rows;
 mod go_peer;
@@ -41,6 +45,13 @@ mod redis_deployments;
 mod redis_hand;
 mod redis_rows;
 mod report;
+mod scale;
+mod scale_child;
+mod scale_held;
+mod scale_procs;
+mod scale_run;
+mod scale_sessions;
+mod scale_table;
 mod server;
 mod shared_rows;
 #[path = "../../tests/support/mod.rs"]
@@ -83,6 +94,15 @@ struct Opts {
     /// every link.
     latency: Option<Duration>,
     rss_child: Option<(String, usize)>,
+    /// `--scale`: the scale curves only.
+    scale: bool,
+    /// `--curve queue|held|sessions [N,..]`: one scale curve, at these
+    /// sizes.
+    curve: Option<(String, Vec<usize>)>,
+    /// `--svg-dir D`: where `--scale` draws.
+    svg_dir: std::path::PathBuf,
+    /// `--scale-child MODE ENDPOINT PREFIX N`: one process of a curve.
+    scale_child: Option<(String, String, String, usize)>,
 }
 
 impl Opts {
@@ -112,6 +132,10 @@ fn parse() -> Result<Opts, String> {
         trace: false,
         latency: None,
         rss_child: None,
+        scale: false,
+        svg_dir: "target/scale".into(),
+        curve: None,
+        scale_child: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -129,6 +153,21 @@ fn parse() -> Result<Opts, String> {
             "--shared-only" => o.shared_only = true,
             "--multi-only" => o.multi_only = true,
             "--multi-deadlock" => o.multi_deadlock = true,
+            "--scale" => o.scale = true,
+            "--curve" => {
+                let name = args.next().ok_or("--curve needs queue, held or sessions")?;
+                let sizes = args.next().unwrap_or_default();
+                let sizes = sizes.split(',').filter_map(|n| n.parse().ok()).collect();
+                o.scale = true;
+                o.curve = Some((name, sizes));
+            }
+            "--svg-dir" => o.svg_dir = args.next().ok_or("--svg-dir needs a directory")?.into(),
+            "--scale-child" => {
+                let mut next = || args.next().ok_or("--scale-child MODE ENDPOINT PREFIX N");
+                let (mode, ep, prefix) = (next()?, next()?, next()?);
+                let n = next()?.parse().map_err(|_| "--scale-child: N is a count")?;
+                o.scale_child = Some((mode, ep, prefix, n));
+            }
             "--latency-ms" => {
                 let v = args
                     .next()
@@ -172,6 +211,7 @@ fn parse() -> Result<Opts, String> {
                 return Err("usage: bench [--endpoints E] [--quick] [--json] [--no-go] \
                             [--no-redis] [--redis-only] [--redis-cycle] [--redis-deployments] \
                             [--shared-only] [--multi-only] [--multi-deadlock] \
+                            [--scale [--svg-dir D]] [--curve queue|held|sessions N,.. [--redis-only]] \
                             [--soak-only] [--soak-secs N] \
                             [--soak-mode fair|unfair|both] [--trace] [--latency-ms D]"
                     .into());
@@ -190,6 +230,20 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some((mode, ep, prefix, n)) = &opts.scale_child {
+        // One thread: a thousand of these run side by side.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        return match rt.block_on(scale_child::run(mode, ep, prefix, *n)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("bench --scale-child: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let result = if let Some((what, n)) = &opts.rss_child {
         rt.block_on(rss_child(
@@ -210,6 +264,12 @@ fn main() -> ExitCode {
 }
 
 async fn run(o: &Opts) -> Res<()> {
+    if o.scale {
+        if let Some((name, sizes)) = &o.curve {
+            return scale_run::one_curve(o.quick, name, sizes, o.redis_only).await;
+        }
+        return scale_run::run(o.quick, &o.svg_dir, o.go, o.redis).await;
+    }
     if o.redis_cycle {
         print(&redis_rows::cycle_rows(o.quick).await?, o.json);
         return Ok(());

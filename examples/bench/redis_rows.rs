@@ -20,7 +20,7 @@ fn prefix(name: &str) -> String {
 }
 
 /// Starts `n` servers without the keyspace events the tests wait on.
-async fn servers(n: usize) -> Res<Vec<RedisServer>> {
+pub async fn servers(n: usize) -> Res<Vec<RedisServer>> {
     let servers = redis_server::start_many(n);
     for s in &servers {
         let mut c = s.client().get_multiplexed_async_connection().await?;

@@ -51,6 +51,16 @@ impl Metrics {
         })
     }
 
+    /// One sample, by its name with labels.
+    pub fn get(&self, name: &str) -> Option<f64> {
+        self.0.get(name).copied()
+    }
+
+    /// The sum of the samples `pick` chooses, by name with labels.
+    pub fn sum_of(&self, pick: impl Fn(&str) -> bool) -> f64 {
+        self.sum(pick)
+    }
+
     fn sum(&self, pick: impl Fn(&str) -> bool) -> f64 {
         self.0.iter().filter(|(k, _)| pick(k)).map(|(_, v)| v).sum()
     }

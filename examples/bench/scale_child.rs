@@ -1,0 +1,165 @@
+//! The processes of the scale curves (`scale.rs`): one backend
+//! connection and one locker each, driven over stdin and reporting on
+//! stdout, one line per answer.
+//!
+//! ```text
+//! bench --scale-child queue|held|idle ENDPOINT PREFIX N
+//! ```
+//! - `queue`: N tasks, each locking and unlocking key `q` in a loop (a
+//!   closed loop: the queue stays N long);
+//! - `held`: takes keys `k0` .. `kN-1` at once and holds them;
+//! - `idle`: one session (its lease renewed), nothing held.
+//!
+//! It prints `BASE <rss bytes>` once connected (before any task); held
+//! also `TOOK <seconds>` once every key is held. On stdin,
+//! `count` answers `COUNT <grants so far>`, `release` (held) answers
+//! `RELEASED <seconds>`; at end of input it closes its locker (the lease
+//! is revoked: nothing stays behind) and exits.
+
+use std::io::BufRead;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use fairlock::etcd::EtcdLocker;
+use fairlock::{BackendConfig, Context, Key, LockGuard, Locker};
+use tokio::task::JoinSet;
+
+use crate::workloads::Res;
+
+/// How many lock calls one child keeps in flight while it takes keys.
+const IN_FLIGHT: usize = 256;
+
+/// The TTL of every curve's sessions: long enough that queueing ten
+/// thousand waiters on two cores never outlasts a renewal.
+pub const TTL: Duration = Duration::from_secs(30);
+
+/// Runs one child of the scale curves until its stdin ends.
+pub async fn run(mode: &str, endpoint: &str, prefix: &str, n: usize) -> Res<()> {
+    let config = BackendConfig::from_endpoints([endpoint])?
+        .with_prefix(prefix)
+        .with_ttl(TTL);
+    // On etcd, the locker itself: `close` revokes its lease at the end.
+    let etcd = match &config {
+        BackendConfig::Etcd(c) => Some(EtcdLocker::connect(c.clone(), true).await?),
+        _ => None,
+    };
+    let locker: Arc<dyn Locker> = match &etcd {
+        Some(etcd) => Arc::new(etcd.clone()),
+        None => config.connect(true).await?,
+    };
+    // The session exists (etcd: its lease is granted) before the base.
+    let warm = Key::from(format!("warm-{}", std::process::id()));
+    locker
+        .lock(&Context::background(), &warm)
+        .await?
+        .unlock()
+        .await?;
+    println!("BASE {:.0}", rss_bytes(std::process::id()));
+    let (lines, mut input) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            let Ok(line) = line else { break };
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let grants = Arc::new(AtomicU64::new(0));
+    let mut tasks = JoinSet::new();
+    let mut held = Vec::new();
+    match mode {
+        "queue" => {
+            for _ in 0..n {
+                let (locker, grants) = (Arc::clone(&locker), Arc::clone(&grants));
+                tasks.spawn(async move { cycle_forever(locker, grants).await });
+            }
+        }
+        "held" => {
+            let t = Instant::now();
+            held = take_all(&locker, n).await?;
+            println!("TOOK {:.3}", t.elapsed().as_secs_f64());
+        }
+        "idle" => {}
+        other => return Err(format!("--scale-child {other:?}: use queue, held or idle").into()),
+    }
+    loop {
+        tokio::select! {
+            line = input.recv() => match line.as_deref() {
+                Some("count") => println!("COUNT {}", grants.load(Ordering::Relaxed)),
+                Some("release") => {
+                    let t = Instant::now();
+                    release_all(std::mem::take(&mut held)).await?;
+                    println!("RELEASED {:.3}", t.elapsed().as_secs_f64());
+                }
+                Some(other) => return Err(format!("unknown command {other:?}").into()),
+                None => break,
+            },
+            Some(done) = tasks.join_next() => {
+                return Err(format!("a waiter ended: {:?}", done?.err()).into());
+            }
+        }
+    }
+    tasks.abort_all();
+    std::mem::forget(held); // the close below revokes the lease they are on
+    // Revoking a lease with many keys can outlast a request timeout: the
+    // keys go with the lease either way.
+    if let Some(etcd) = etcd {
+        let _ = etcd.close().await;
+    }
+    Ok(())
+}
+
+/// Locks and unlocks key `q` until aborted, counting grants.
+async fn cycle_forever(locker: Arc<dyn Locker>, grants: Arc<AtomicU64>) -> fairlock::Result<()> {
+    let key = Key::from("q");
+    loop {
+        let guard = locker.lock(&Context::background(), &key).await?;
+        grants.fetch_add(1, Ordering::Relaxed);
+        guard.unlock().await?;
+    }
+}
+
+/// Takes keys `k0` .. `kN-1`, [`IN_FLIGHT`] calls at a time.
+async fn take_all(locker: &Arc<dyn Locker>, n: usize) -> Res<Vec<LockGuard>> {
+    let mut guards = Vec::with_capacity(n);
+    let mut set: JoinSet<fairlock::Result<Option<LockGuard>>> = JoinSet::new();
+    for i in 0..n {
+        if set.len() >= IN_FLIGHT {
+            guards.push(set.join_next().await.expect("a call")??.ok_or("key busy")?);
+        }
+        let locker = Arc::clone(locker);
+        set.spawn(async move { locker.try_lock(&Key::from(format!("k{i}"))).await });
+    }
+    while let Some(g) = set.join_next().await {
+        guards.push(g??.ok_or("key busy")?);
+    }
+    Ok(guards)
+}
+
+/// Unlocks every guard, [`IN_FLIGHT`] at a time.
+async fn release_all(guards: Vec<LockGuard>) -> Res<()> {
+    let mut set = JoinSet::new();
+    for g in guards {
+        if set.len() >= IN_FLIGHT {
+            set.join_next().await.expect("a call")??;
+        }
+        set.spawn(g.unlock());
+    }
+    while let Some(done) = set.join_next().await {
+        done??;
+    }
+    Ok(())
+}
+
+/// The resident memory of process `pid`, in bytes (0 if unknown).
+pub fn rss_bytes(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb * 1024.0)
+}
