@@ -12,8 +12,8 @@
 //! watches: one release wakes one waiter. A fair grant also passes the
 //! waiters behind the grantee along, so most holders release without a
 //! read. Waiters watch nothing else unless they wait longer than a tenth of
-//! the TTL (then their predecessor, to notice a lock freed by a crash; see
-//! `lock/queue.rs`). The fencing token is the revision at which the holder
+//! the TTL (then they join their locker's one vigil over the lock, to
+//! notice a lock freed by a crash; see `session/vigil.rs`). The fencing token is the revision at which the holder
 //! got the lock key. The whole protocol, with why it is safe, is
 //! specified in `protocol/mod.rs`.
 //!

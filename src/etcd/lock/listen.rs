@@ -30,9 +30,11 @@ pub(super) enum Signal {
     Handed { token: i64, behind: Behind },
     /// Unfair: the lock key was freed for us.
     Woken,
-    /// The vigil found the lock free for us, or our watch restarted:
-    /// re-read.
+    /// The vigil found the lock free for us: re-read our place.
     Changed,
+    /// Our locker's watch restarted: glance (a touch may have come
+    /// meanwhile).
+    Reopened,
     /// The lease was lost here (the waiter may revive it).
     LeaseLost,
 }
@@ -103,12 +105,16 @@ impl Watching {
                         }
                     }
                     WatchMsg::Ended(_) => {
+                        // The watch opened for this waiter once: failing
+                        // to open it again is the stream's (a connection
+                        // broken, etcd too busy to answer), not a refusal.
+                        // Pause and try again; the glance that follows
+                        // closes the gap either way.
                         match Box::pin(listen_own(attempt, waiter.queue_key)).await {
                             Ok(own) => self.own = own,
-                            Err(e) if e.is_transient() => self.pause(waiter).await,
-                            Err(e) => return Err(e),
+                            Err(_) => self.pause(waiter).await,
                         }
-                        return Ok(Signal::Changed);
+                        return Ok(Signal::Reopened);
                     }
                     WatchMsg::Created => {}
                 },

@@ -19,13 +19,13 @@
 //! a holder whose lease ended, or a woken unfair waiter that gave up before
 //! retrying (one that gives up serves a free lock to the first in line, see
 //! `release::serve_if_free`; a crashed one cannot). For that a waiter
-//! watches its predecessor's queue key (or, first in line, the lock key)
-//! for deletion, once it has waited its patience (`session::margin`, a
-//! tenth of the TTL, at most a second): a crash takes a TTL to show anyway,
-//! and short waits, the common case, cost etcd no watch at all. When
-//! patience runs out the waiter re-reads the queue once and watches from
-//! that read's revision, so no deletion slips by. The enqueue txn reads
-//! nothing, so its cost does not grow with the queue.
+//! joins its locker's vigil over the lock (`session/vigil.rs`) once it has
+//! waited its patience (`session::margin`, a tenth of the TTL, at most a
+//! second): a crash takes a TTL to show anyway, and short waits, the common
+//! case, join nothing. Joining sends nothing; the vigil, one per locker and
+//! lock, watches the lock key's deletions and tells the first waiter in
+//! line if it is one of its locker's. The enqueue txn reads nothing, so its
+//! cost does not grow with the queue; nor does a waiter's wait.
 //!
 //! The wait is a state machine over [`Step`]: listen for a [`Signal`]
 //! (`listen.rs`), re-read the queue (a [`Position`]), or try to take the
@@ -122,6 +122,7 @@ pub(super) async fn wait_in_line(
                 }
                 Ok(Signal::Woken) => Step::Take,
                 Ok(Signal::Changed) => Step::Read(Read::Place),
+                Ok(Signal::Reopened) => Step::Read(Read::Glance),
                 Ok(Signal::LeaseLost) => {
                     Step::Failed(EtcdError::session_lost(&waiter.attempt.key, LEASE_LOST))
                 }

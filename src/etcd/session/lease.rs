@@ -76,8 +76,8 @@ impl std::ops::Deref for Lease {
 }
 
 /// A tenth of the TTL, at most one second: how much earlier than etcd the
-/// local deadline ends, and how long a waiter waits before it also watches
-/// its predecessor (see `lock/queue.rs`). Deadlines already count from when a
+/// local deadline ends, and how long a waiter waits before it joins its
+/// locker's vigil over the lock (see `lock/queue.rs`). Deadlines already count from when a
 /// renewal was sent, not when it was answered; the margin covers
 /// clock-rate drift and the time a holder needs to act on `is_held`.
 pub(crate) fn margin(ttl: Duration) -> Duration {
