@@ -155,7 +155,8 @@ pub async fn puts(server: &Server, prefix: &str, n: usize) -> Res<f64> {
     match server {
         Server::Etcd { endpoint, .. } => {
             let c = workloads::connect(endpoint).await?;
-            let lease = c.clone().lease_grant(60, None).await?.id();
+            // Outlives 100,000 puts on a slow disk (over a minute here).
+            let lease = c.clone().lease_grant(3600, None).await?.id();
             for i in 0..n {
                 if set.len() >= IN_FLIGHT {
                     set.join_next().await.expect("a put")??;
@@ -191,7 +192,7 @@ pub async fn puts(server: &Server, prefix: &str, n: usize) -> Res<f64> {
                         .arg("x")
                         .arg("NX")
                         .arg("PX")
-                        .arg(60_000)
+                        .arg(3_600_000)
                         .query_async::<Option<String>>(&mut c)
                         .await
                         .map(drop)
