@@ -110,9 +110,17 @@ impl Watching {
                         // broken, etcd too busy to answer), not a refusal.
                         // Pause and try again; the glance that follows
                         // closes the gap either way.
-                        match Box::pin(listen_own(attempt, waiter.queue_key)).await {
-                            Ok(own) => self.own = own,
-                            Err(_) => self.pause(waiter).await,
+                        // Until it is open again (the old listener's watch
+                        // is over: it would never say more), or the lease
+                        // is lost; the caller's deadline still ends it.
+                        loop {
+                            match Box::pin(listen_own(attempt, waiter.queue_key)).await {
+                                Ok(own) => break self.own = own,
+                                Err(_) if waiter.lease.lost.is_cancelled() => {
+                                    return Ok(Signal::LeaseLost);
+                                }
+                                Err(_) => self.pause(waiter).await,
+                            }
                         }
                         return Ok(Signal::Reopened);
                     }
