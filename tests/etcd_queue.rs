@@ -328,15 +328,21 @@ async fn random_foreign_data_under_the_prefix_never_panics_or_hangs() {
     );
 }
 
-/// etcd's count of watch events it sent, from its `/metrics`.
-fn events_sent(endpoint: &str) -> u64 {
+/// etcd's `/metrics` page.
+fn metrics(endpoint: &str) -> String {
     use std::io::{Read, Write};
     let mut conn = std::net::TcpStream::connect(endpoint).expect("connect to etcd");
     conn.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
         .expect("ask for metrics");
     let mut page = String::new();
     conn.read_to_string(&mut page).expect("read metrics");
-    page.lines()
+    page
+}
+
+/// etcd's count of watch events it sent, from its `/metrics`.
+fn events_sent(endpoint: &str) -> u64 {
+    metrics(endpoint)
+        .lines()
         .find_map(|l| l.strip_prefix("etcd_debugging_mvcc_events_total "))
         .and_then(|n| n.trim().parse::<f64>().ok())
         .expect("etcd_debugging_mvcc_events_total in /metrics") as u64
@@ -389,13 +395,8 @@ async fn a_fair_handoff_sends_one_watch_event() {
 /// etcd's count of watch requests it received (creates and cancels), from
 /// its `/metrics`.
 fn watch_requests(endpoint: &str) -> u64 {
-    use std::io::{Read, Write};
-    let mut conn = std::net::TcpStream::connect(endpoint).expect("connect to etcd");
-    conn.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
-        .expect("ask for metrics");
-    let mut page = String::new();
-    conn.read_to_string(&mut page).expect("read metrics");
-    page.lines()
+    metrics(endpoint)
+        .lines()
         .filter(|l| {
             l.starts_with("grpc_server_msg_received_total{")
                 && l.contains("grpc_method=\"Watch\",grpc_service=\"etcdserverpb.Watch\"")

@@ -677,14 +677,7 @@ async fn release_with_waiters(ep: &str, waiters: usize, releases: usize) -> Res<
 }
 
 fn rss_bytes() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        })
-        .map_or(0.0, |kb| kb * 1024.0)
+    scale_child::rss_bytes(std::process::id())
 }
 
 /// In a fresh process: RSS growth per held or per waiting lock.
