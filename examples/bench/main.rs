@@ -231,11 +231,21 @@ fn main() -> ExitCode {
         }
     };
     if let Some((mode, ep, prefix, n)) = &opts.scale_child {
-        // One thread: a thousand of these run side by side.
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
+        // An idle one on one thread: a thousand of these run side by side.
+        // The others as a service would run: two workers (a burst of 10,000
+        // Redis lock calls on one thread starves the connection's reader
+        // past the 250 ms node timeout).
+        let rt = match mode.as_str() {
+            "idle" => tokio::runtime::Builder::new_current_thread(),
+            _ => {
+                let mut b = tokio::runtime::Builder::new_multi_thread();
+                b.worker_threads(2);
+                b
+            }
+        }
+        .enable_all()
+        .build()
+        .expect("runtime");
         return match rt.block_on(scale_child::run(mode, ep, prefix, *n)) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

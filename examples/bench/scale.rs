@@ -17,11 +17,10 @@
 
 use std::time::{Duration, Instant};
 
-use fairlock::{BackendConfig, Key};
+use fairlock::Key;
 
 use crate::chart::{Chart, Series};
-use crate::scale_child::TTL;
-use crate::scale_procs::{Proc, Server, cpu_secs, finish_all, total_count};
+use crate::scale_procs::{Proc, Server, cpu_secs, finish_all, total_count, total_cpu};
 use crate::scale_table::Table;
 use crate::workloads::Res;
 
@@ -46,7 +45,12 @@ impl Plan {
         Plan {
             queues: vec![10, 100, 1000, 10_000],
             spread: 10,
-            held: vec![1, 1000, 10_000, 100_000],
+            // 100,000 keys take minutes of this machine's disk: full runs only.
+            held: if quick {
+                vec![1, 1000, 10_000]
+            } else {
+                vec![1, 1000, 10_000, 100_000]
+            },
             sessions: if quick {
                 vec![0, 10, 100]
             } else {
@@ -78,15 +82,14 @@ pub struct QueuePoint {
     pub server_mib: f64,
     pub data_mib: f64,
     pub cpu_us_per_handoff: f64,
+    pub client_cpu_us_per_handoff: f64,
 }
 
 /// A closed loop of `n` fair waiters on one key in `procs` processes,
 /// queued behind a holder, then let go.
 pub async fn queue_point(server: &Server, n: usize, procs: usize, plan: &Plan) -> Res<QueuePoint> {
     let prefix = unique("queue");
-    let config = BackendConfig::from_endpoints([server.endpoint()])?
-        .with_prefix(&prefix)
-        .with_ttl(TTL);
+    let config = crate::scale_child::config(server.endpoint(), &prefix)?;
     let locker = config.connect(true).await?;
     let holder = locker.try_lock(&Key::from("q")).await?.ok_or("q busy")?;
     let before = server.queued(&prefix).await?;
@@ -97,6 +100,9 @@ pub async fn queue_point(server: &Server, n: usize, procs: usize, plan: &Plan) -
         children.push(Proc::start("queue", server.endpoint(), &prefix, share).await?);
     }
     while server.queued(&prefix).await? < before + n {
+        for c in &mut children {
+            c.check_alive()?;
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let fill_s = t.elapsed().as_secs_f64();
@@ -108,14 +114,16 @@ pub async fn queue_point(server: &Server, n: usize, procs: usize, plan: &Plan) -
     );
     holder.unlock().await?;
     tokio::time::sleep(plan.warm).await;
-    let (c0, cpu0, t0) = (
+    let (c0, cpu0, client0, t0) = (
         total_count(&mut children).await?,
         cpu_secs(server.pid()),
+        total_cpu(&children),
         Instant::now(),
     );
     tokio::time::sleep(plan.window).await;
     let c1 = total_count(&mut children).await?;
     let (secs, cpu) = (t0.elapsed().as_secs_f64(), cpu_secs(server.pid()) - cpu0);
+    let client_cpu = total_cpu(&children) - client0;
     finish_all(children).await?;
     let handoffs = (c1 - c0).max(1.0);
     eprintln!(
@@ -132,6 +140,7 @@ pub async fn queue_point(server: &Server, n: usize, procs: usize, plan: &Plan) -
         server_mib,
         data_mib,
         cpu_us_per_handoff: cpu * 1e6 / handoffs,
+        client_cpu_us_per_handoff: client_cpu * 1e6 / handoffs,
     })
 }
 
@@ -167,6 +176,7 @@ pub fn queue_table(server: &Server, points: &[QueuePoint], floor: Option<f64>) -
             "server RSS MiB",
             "data MiB",
             "server CPU us/handoff",
+            "client CPU us/handoff",
         ],
     );
     for p in points {
@@ -185,6 +195,7 @@ pub fn queue_table(server: &Server, points: &[QueuePoint], floor: Option<f64>) -
             format!("{:.0}", p.server_mib),
             format!("{:.1}", p.data_mib),
             format!("{:.0}", p.cpu_us_per_handoff),
+            format!("{:.0}", p.client_cpu_us_per_handoff),
         ]);
     }
     if let Some(floor) = floor {

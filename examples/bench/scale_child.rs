@@ -34,11 +34,23 @@ const IN_FLIGHT: usize = 256;
 /// thousand waiters on two cores never outlasts a renewal.
 pub const TTL: Duration = Duration::from_secs(30);
 
-/// Runs one child of the scale curves until its stdin ends.
-pub async fn run(mode: &str, endpoint: &str, prefix: &str, n: usize) -> Res<()> {
+/// The configuration of every locker of the curves. On Redis without the
+/// data-loss wait: the server is the bench's own, just started, so there
+/// is no lock it could have forgotten (with it, the first grants wait a
+/// TTL and a `try_lock` finds the key busy).
+pub fn config(endpoint: &str, prefix: &str) -> Res<BackendConfig> {
     let config = BackendConfig::from_endpoints([endpoint])?
         .with_prefix(prefix)
         .with_ttl(TTL);
+    Ok(match config {
+        BackendConfig::Redis(c) => BackendConfig::Redis(c.with_data_loss_wait(Duration::ZERO)),
+        other => other,
+    })
+}
+
+/// Runs one child of the scale curves until its stdin ends.
+pub async fn run(mode: &str, endpoint: &str, prefix: &str, n: usize) -> Res<()> {
+    let config = config(endpoint, prefix)?;
     // On etcd, the locker itself: `close` revokes its lease at the end.
     let etcd = match &config {
         BackendConfig::Etcd(c) => Some(EtcdLocker::connect(c.clone(), true).await?),

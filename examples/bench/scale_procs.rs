@@ -83,6 +83,20 @@ impl Proc {
         rss_bytes(self.pid)
     }
 
+    /// An error if it has exited (a child ends only when told to, or on
+    /// an error it printed).
+    pub fn check_alive(&mut self) -> Res<()> {
+        match self.child.try_wait()? {
+            None => Ok(()),
+            Some(status) => Err(format!("child {} exited early: {status}", self.pid).into()),
+        }
+    }
+
+    /// Its CPU time so far, in seconds.
+    pub fn cpu(&self) -> f64 {
+        cpu_secs(self.pid)
+    }
+
     /// Ends its input and waits for it to close its locker and exit.
     pub async fn finish(mut self) -> Res<()> {
         drop(self.stdin.take());
@@ -101,6 +115,11 @@ pub async fn total_count(procs: &mut [Proc]) -> Res<f64> {
         sum += p.count().await?;
     }
     Ok(sum)
+}
+
+/// The CPU time of every child so far, in seconds.
+pub fn total_cpu(procs: &[Proc]) -> f64 {
+    procs.iter().map(Proc::cpu).sum()
 }
 
 /// Ends every child.
