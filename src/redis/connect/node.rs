@@ -52,7 +52,8 @@ pub(crate) struct Node {
 /// node did not answer, so it must not count the time a request queues
 /// behind this process's own: 10,000 `lock` calls at once from one
 /// process took more than 250 ms to reach Redis, and the last ones failed
-/// (`bench --curve queue 10000 --redis-only`). Redis runs one script at a
+/// (`bench --curve queue 10000 --redis-only`; with the admission all were
+/// served, see `docs/performance.md`). Redis runs one script at a
 /// time, so a few dozen keep it busy; an admitted request waits behind at
 /// most this many (about 4 ms at 30 us a script).
 const IN_FLIGHT: usize = 128;
