@@ -231,6 +231,11 @@ fn main() -> ExitCode {
         }
     };
     if let Some((mode, ep, prefix, n)) = &opts.scale_child {
+        // Why a child failed (a lost lease, say) goes to its stderr.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("fairlock=warn"))
+            .with_writer(std::io::stderr)
+            .try_init();
         // An idle one on one thread: a thousand of these run side by side.
         // The others as a service would run: two workers (a burst of 10,000
         // Redis lock calls on one thread starves the connection's reader

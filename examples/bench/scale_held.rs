@@ -4,8 +4,6 @@
 //! Redis: commands). Floor: as many plain puts (etcd) or `SET PX` (Redis),
 //! as many at a time.
 
-use std::time::Instant;
-
 use crate::chart::{Chart, Series};
 use crate::scale::{Plan, unique};
 use crate::scale_child::TTL;
@@ -32,9 +30,7 @@ pub async fn held_point(server: &Server, n: usize, plan: &Plan) -> Res<HeldPoint
     let take_s = child.answer("TOOK").await?;
     let client_bytes_per_key = (child.rss() - child.base) / n as f64;
     let data_mib = server.data_bytes().await? / 1048576.0;
-    let (r0, t0) = (server.renewals().await?, Instant::now());
-    tokio::time::sleep(plan.renewals).await;
-    let renewals_per_s = (server.renewals().await? - r0) / t0.elapsed().as_secs_f64();
+    let (renewals_per_s, _) = server.renewal_window(plan.renewals).await?;
     child.send("release").await?;
     let release_s = child.answer("RELEASED").await?;
     child.finish().await?;

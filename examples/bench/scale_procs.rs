@@ -206,6 +206,22 @@ impl Server {
         }
     }
 
+    /// Waits `window` and says what the server did meanwhile: renewals
+    /// per second (see [`Server::renewals`]) and its CPU, in percent of a
+    /// core.
+    pub async fn renewal_window(&self, window: Duration) -> Res<(f64, f64)> {
+        let (r0, cpu0, t0) = (
+            self.renewals().await?,
+            cpu_secs(self.pid()),
+            std::time::Instant::now(),
+        );
+        tokio::time::sleep(window).await;
+        let secs = t0.elapsed().as_secs_f64();
+        let renewals = self.renewals().await? - r0;
+        let cpu = cpu_secs(self.pid()) - cpu0;
+        Ok((renewals / secs, cpu / secs * 100.0))
+    }
+
     /// How many keys wait in the fair queue of key `q` under `prefix`.
     pub async fn queued(&self, prefix: &str) -> Res<usize> {
         match self {

@@ -3,11 +3,9 @@
 //! etcd's CPU, and the uncontended cycle beside them against the txn floor
 //! beside them.
 
-use std::time::Instant;
-
 use crate::chart::{Chart, Series};
 use crate::scale::{Plan, unique};
-use crate::scale_procs::{Proc, Server, cpu_secs, finish_all};
+use crate::scale_procs::{Proc, Server, finish_all};
 use crate::scale_table::Table;
 use crate::workloads::Res;
 
@@ -28,15 +26,7 @@ pub async fn sessions_point(server: &Server, procs: usize, plan: &Plan) -> Res<S
     for _ in 0..procs {
         children.push(Proc::start("idle", server.endpoint(), &prefix, 0).await?);
     }
-    let (r0, cpu0, t0) = (
-        server.renewals().await?,
-        cpu_secs(server.pid()),
-        Instant::now(),
-    );
-    tokio::time::sleep(plan.renewals).await;
-    let secs = t0.elapsed().as_secs_f64();
-    let keepalives_per_s = (server.renewals().await? - r0) / secs;
-    let cpu_pct = (cpu_secs(server.pid()) - cpu0) / secs * 100.0;
+    let (keepalives_per_s, cpu_pct) = server.renewal_window(plan.renewals).await?;
     let (cycle_us, floor_us) = crate::scale_run::cycle_beside(server.endpoint(), &prefix).await?;
     finish_all(children).await?;
     Ok(SessionsPoint {

@@ -91,7 +91,7 @@ impl OwnWatches {
         let id = (key.to_vec(), range_end.map(<[u8]>::to_vec));
         let mut map = self.map.lock().await;
         map.retain(|_, s| {
-            !s.fanout.is_dead() && (s.fanout.len() > 0 || s.last_used.elapsed() < IDLE)
+            !s.fanout.is_dead() && (!s.fanout.is_unused() || s.last_used.elapsed() < IDLE)
         });
         if let Some(shared) = map.get_mut(&id) {
             shared.last_used = Instant::now();
