@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use etcd_client::{GetOptions, SortOrder, SortTarget, Txn, TxnOp};
 use fairlock::conformance::{Backend, ElectionBackend, patient};
 use fairlock::etcd::{EtcdConfig, EtcdLocker, FencedTxn, Layout};
-use fairlock::{Elector, Error, Key, LockGuard, Locker};
+use fairlock::{Elector, Error, Key, LeaseId, LockGuard, Locker};
 use support::etcd_backend::EtcdBackend;
 use support::etcd_elections::EtcdElections;
 use support::peers::Peer;
@@ -455,7 +455,12 @@ async fn status_lists_every_contender() {
     let status = locker.status(Some(&Key::from("k"))).await.expect("status");
     assert_eq!(status.len(), 1, "{status:?}");
     let k = &status[0];
-    let lease_of = |key: &str| key.rsplit('/').next().expect("hex").to_owned();
+    // A key is named after its lease in `%x`; status prints every lease
+    // in `LeaseId`'s 16 digits (a lease of 15 hex digits tells them apart).
+    let lease_of = |key: &str| {
+        let hex = key.rsplit('/').next().expect("hex");
+        LeaseId(i64::from_str_radix(hex, 16).expect("a lease in hex")).to_string()
+    };
     let holding = k.holder.as_ref().expect("a holder");
     assert_eq!(held, keys[0].0);
     assert_eq!(holding.fencing_token as i64, keys[0].1);

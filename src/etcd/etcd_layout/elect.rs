@@ -19,7 +19,9 @@ use crate::etcd::client::watch::{Events, Target, WatchMsg};
 use crate::etcd::protocol::etcd_layout::{self, NameKeys};
 use crate::etcd::session::handout::Lease;
 use crate::etcd::session::state::LockerState;
-use crate::{ChangeSender, Context, Error, Key, Leader, LeaderRecord, LeaderWatch, Owner, Result};
+use crate::{
+    ChangeSender, Context, Error, Key, Leader, LeaderRecord, LeaderWatch, LeaseId, Owner, Result,
+};
 
 /// Campaigns for `name` with `value` on `state`'s fair locker: a lock in
 /// etcd's layout whose key holds the proposal.
@@ -96,7 +98,7 @@ impl LeaderRecord for ContenderRecord {
 /// (create revision) and its lease.
 fn leader_of(name: &Key, names: &NameKeys, key: &[u8], value: &[u8], created: i64) -> Leader {
     let owner = match names.lease_of(key) {
-        Some(lease) => Owner::parse(&format!("lease={lease:x}")),
+        Some(lease) => Owner::parse(&format!("lease={}", LeaseId(lease))),
         None => Owner::parse(&String::from_utf8_lossy(key)),
     };
     Leader {

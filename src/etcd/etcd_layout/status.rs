@@ -44,7 +44,7 @@ pub(crate) async fn read(state: &LockerState, key: Option<&Key>) -> EtcdResult<V
             continue;
         };
         let owner = match kv.value() {
-            [] => Owner::parse(&format!("lease={lease:x}")),
+            [] => Owner::parse(&format!("lease={}", LeaseId(lease))),
             value => Owner::parse(&String::from_utf8_lossy(value)),
         };
         if status.holder.is_none() {
