@@ -27,8 +27,9 @@ use tokio::task::JoinSet;
 
 use crate::workloads::Res;
 
-/// How many lock calls one child keeps in flight while it takes keys.
-const IN_FLIGHT: usize = 256;
+/// How many calls the curves keep in flight: a child's takes and
+/// releases, and the floors' plain writes ([`in_flight`]).
+pub const IN_FLIGHT: usize = 256;
 
 /// The TTL of every curve's sessions: long enough that queueing ten
 /// thousand waiters on two cores never outlasts a renewal.
@@ -134,34 +135,48 @@ async fn cycle_forever(locker: Arc<dyn Locker>, grants: Arc<AtomicU64>) -> fairl
 
 /// Takes keys `k0` .. `kN-1`, [`IN_FLIGHT`] calls at a time.
 async fn take_all(locker: &Arc<dyn Locker>, n: usize) -> Res<Vec<LockGuard>> {
-    let mut guards = Vec::with_capacity(n);
-    let mut set: JoinSet<fairlock::Result<Option<LockGuard>>> = JoinSet::new();
-    for i in 0..n {
-        if set.len() >= IN_FLIGHT {
-            guards.push(set.join_next().await.expect("a call")??.ok_or("key busy")?);
-        }
+    let tries = (0..n).map(|i| {
         let locker = Arc::clone(locker);
-        set.spawn(async move { locker.try_lock(&Key::from(format!("k{i}"))).await });
-    }
-    while let Some(g) = set.join_next().await {
-        guards.push(g??.ok_or("key busy")?);
-    }
-    Ok(guards)
+        async move { locker.try_lock(&Key::from(format!("k{i}"))).await }
+    });
+    let taken = in_flight(tries).await?;
+    taken
+        .into_iter()
+        .map(|g| g.ok_or_else(|| "key busy".into()))
+        .collect()
 }
 
 /// Unlocks every guard, [`IN_FLIGHT`] at a time.
 async fn release_all(guards: Vec<LockGuard>) -> Res<()> {
-    let mut set = JoinSet::new();
-    for g in guards {
+    in_flight(guards.into_iter().map(LockGuard::unlock)).await?;
+    Ok(())
+}
+
+/// Runs `calls`, [`IN_FLIGHT`] at a time, each a task of its own; their
+/// answers in the order they came, or the first error.
+pub async fn in_flight<T, E, F>(calls: impl IntoIterator<Item = F>) -> Res<Vec<T>>
+where
+    F: Future<Output = Result<T, E>> + Send + 'static,
+    T: Send + 'static,
+    E: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
+{
+    let mut set: JoinSet<Result<T, E>> = JoinSet::new();
+    let mut answers = Vec::new();
+    for call in calls {
         if set.len() >= IN_FLIGHT {
-            set.join_next().await.expect("a call")??;
+            answers.push(
+                set.join_next()
+                    .await
+                    .expect("a call")?
+                    .map_err(Into::into)?,
+            );
         }
-        set.spawn(g.unlock());
+        set.spawn(call);
     }
     while let Some(done) = set.join_next().await {
-        done??;
+        answers.push(done?.map_err(Into::into)?);
     }
-    Ok(())
+    Ok(answers)
 }
 
 /// The resident memory of process `pid`, in bytes (0 if unknown).

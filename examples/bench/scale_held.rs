@@ -88,7 +88,7 @@ pub fn held_table(server: &Server, points: &[HeldPoint], plan: &Plan) -> Table {
         "renewals counted over {} s while held, TTL {} s; the take runs {} calls at a time",
         plan.renewals.as_secs(),
         TTL.as_secs(),
-        256
+        crate::scale_child::IN_FLIGHT
     ));
     t
 }
@@ -96,23 +96,25 @@ pub fn held_table(server: &Server, points: &[HeldPoint], plan: &Plan) -> Table {
 pub fn held_chart(curves: &[(&Server, &[HeldPoint])]) -> Chart {
     let mut series = Vec::new();
     for (server, points) in curves {
-        let rate = |n: usize, s: f64| n as f64 / s;
-        series.push(Series {
-            name: format!("fairlock on {}", server.name()),
+        // Keys per second, from each point's seconds for all its keys.
+        let line = |name: String, secs: fn(&HeldPoint) -> f64, dashed: bool| Series {
+            name,
             points: points
                 .iter()
-                .map(|p| (p.n as f64, rate(p.n, p.take_s)))
+                .map(|p| (p.n as f64, p.n as f64 / secs(p)))
                 .collect(),
-            dashed: false,
-        });
-        series.push(Series {
-            name: format!("plain writes, {}", server.name()),
-            points: points
-                .iter()
-                .map(|p| (p.n as f64, rate(p.n, p.floor_s)))
-                .collect(),
-            dashed: true,
-        });
+            dashed,
+        };
+        series.push(line(
+            format!("fairlock on {}", server.name()),
+            |p| p.take_s,
+            false,
+        ));
+        series.push(line(
+            format!("plain writes, {}", server.name()),
+            |p| p.floor_s,
+            true,
+        ));
     }
     Chart {
         title: "Keys taken per second by one locker, against keys held".into(),

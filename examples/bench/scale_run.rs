@@ -7,17 +7,13 @@ use std::time::Instant;
 use etcd_client::PutOptions;
 use fairlock::Key;
 use fairlock::etcd::{EtcdConfig, EtcdLocker};
-use tokio::task::JoinSet;
 
 use crate::scale::{self, Plan};
+use crate::scale_child::in_flight;
 use crate::scale_procs::Server;
 use crate::support;
 use crate::workloads::{self, Res};
 use crate::{scale_held, scale_sessions};
-
-/// How many plain writes the floors keep in flight: as many as a child's
-/// take (`scale_child::IN_FLIGHT`).
-const IN_FLIGHT: usize = 256;
 
 /// Runs every curve and writes the drawings into `svg_dir`.
 pub async fn run(quick: bool, svg_dir: &Path, go: bool, redis: bool) -> Res<()> {
@@ -147,30 +143,24 @@ pub async fn one_curve(quick: bool, name: &str, sizes: &[usize], redis: bool) ->
     Ok(())
 }
 
-/// Seconds to write `n` plain keys under `prefix`, [`IN_FLIGHT`] at a
-/// time: on etcd puts on one lease, on Redis `SET PX`.
+/// Seconds to write `n` plain keys under `prefix`, [`in_flight`] at a
+/// time: on etcd puts on one lease, on Redis `SET NX PX`.
 pub async fn puts(server: &Server, prefix: &str, n: usize) -> Res<f64> {
     let t = Instant::now();
-    let mut set = JoinSet::new();
+    let key = |i: usize| format!("{prefix}k{i}");
     match server {
         Server::Etcd { endpoint, .. } => {
             let c = workloads::connect(endpoint).await?;
             // Outlives 100,000 puts on a slow disk (over a minute here).
             let lease = c.clone().lease_grant(3600, None).await?.id();
-            for i in 0..n {
-                if set.len() >= IN_FLIGHT {
-                    set.join_next().await.expect("a put")??;
-                }
-                let mut c = c.clone();
-                let key = format!("{prefix}k{i}");
-                set.spawn(async move {
+            let puts = (0..n).map(|i| {
+                let (mut c, key) = (c.clone(), key(i));
+                async move {
                     let opts = PutOptions::new().with_lease(lease);
                     c.put(key, "x", Some(opts)).await.map(drop)
-                });
-            }
-            while let Some(done) = set.join_next().await {
-                done??;
-            }
+                }
+            });
+            in_flight(puts).await?;
             let secs = t.elapsed().as_secs_f64();
             c.clone().lease_revoke(lease).await?;
             Ok(secs)
@@ -179,14 +169,9 @@ pub async fn puts(server: &Server, prefix: &str, n: usize) -> Res<f64> {
             let c = redis::Client::open(url.as_str())?
                 .get_multiplexed_async_connection()
                 .await?;
-            let mut set = JoinSet::new();
-            for i in 0..n {
-                if set.len() >= IN_FLIGHT {
-                    set.join_next().await.expect("a set")??;
-                }
-                let mut c = c.clone();
-                let key = format!("{prefix}k{i}");
-                set.spawn(async move {
+            let sets = (0..n).map(|i| {
+                let (mut c, key) = (c.clone(), key(i));
+                async move {
                     redis::cmd("SET")
                         .arg(key)
                         .arg("x")
@@ -196,11 +181,9 @@ pub async fn puts(server: &Server, prefix: &str, n: usize) -> Res<f64> {
                         .query_async::<Option<String>>(&mut c)
                         .await
                         .map(drop)
-                });
-            }
-            while let Some(done) = set.join_next().await {
-                done??;
-            }
+                }
+            });
+            in_flight(sets).await?;
             Ok(t.elapsed().as_secs_f64())
         }
     }
