@@ -139,6 +139,13 @@ impl EtcdConfig {
         /// its own answer; together they cost etcd one raft proposal
         /// instead of one each, which matters when many tasks lock
         /// different keys. Off: every write is a request of its own.
+        ///
+        /// Either way, at most 64 takes and releases of a connection are on
+        /// their way at once; more wait in line, and a write's request
+        /// timeout counts from when it goes out. A burst of thousands of
+        /// `lock` calls at once then waits in this process instead of
+        /// overrunning etcd (which refuses proposals, and delays lease
+        /// renewals, once it falls behind applying them).
         with_write_batching(on: bool) => write_batching = on;
         /// Which keys the locker uses ([`Layout`]): fairlock's own (the
         /// default) or etcd's, to share names with `etcdctl lock`, Go's

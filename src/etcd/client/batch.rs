@@ -5,20 +5,24 @@
 //! committed to disk. Many lockers on one connection, each locking its own
 //! key, would pay that per take and per release. So the lockers that share
 //! a [`Batcher`] (see `EtcdLocker::another`) send their takes and releases
-//! through it: while fewer than [`IN_FLIGHT`] are on their way, a write goes
-//! out at once, alone, in the caller's task; beyond that, it waits for one
-//! of them to be answered, and the writes waiting then go together, each as
-//! one branch of a single txn (`Txn::and_then([TxnOp::txn(..), ..])`), at
-//! most [`MAX_BATCH`] of them and at most one per lock. etcd evaluates
-//! every branch's compares against the state before the txn: since no two
-//! branches touch the same lock's keys (a lock's keys are its lock key and
-//! the keys under its reserved `_OWNERS_` segment), that is the same as
-//! running them one after another.
+//! through it: while few are on their way, a write goes out at once,
+//! alone, in the caller's task; beyond that, it waits for one of them to be
+//! answered, and the writes waiting then go together, each as one branch
+//! of a single txn (`Txn::and_then([TxnOp::txn(..), ..])`), at most one
+//! per lock. etcd evaluates every branch's compares against the state
+//! before the txn: since no two branches touch the same lock's keys (a
+//! lock's keys are its lock key and the keys under its reserved `_OWNERS_`
+//! segment), that is the same as running them one after another. How many
+//! go at once, and which go together, is `write_queue.rs`.
 //!
-//! A write waits at most [`HOLD`]: then it goes alone, so that writes stuck
-//! on a member that stopped answering do not hold up the others. A write
-//! for a lock with a long key ([`MAX_SHARED_KEY`]) always goes alone, which
-//! keeps a batch far below etcd's request size limit (1.5 MiB).
+//! At most a fixed number of requests are on their way at once (the
+//! seats): a burst of writes, such as thousands of `lock` calls on one key,
+//! waits in line instead of overrunning etcd. While seats are free, a write
+//! waits at most [`HOLD`] to go together: then it goes alone, so that
+//! writes stuck on a member that stopped answering do not hold up the
+//! others. A write's request timeout counts from when it is sent: the time
+//! it waits for a seat is spent behind this process's own writes, not on
+//! etcd's answer.
 //!
 //! When etcd refuses a batch before applying any of it (one branch's lease
 //! has expired, the user lacks a permission), each write is sent again
@@ -26,101 +30,58 @@
 //! is every write's failure: like any unanswered request, it may still
 //! have been applied.
 
-use std::ops::Deref;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use etcd_client::{Client, Txn, TxnOp, TxnOpResponse, TxnResponse};
+use etcd_client::{Client, Txn, TxnOp, TxnOpResponse};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::error::{EtcdError, EtcdResult};
-use super::request::request;
+use super::request::{Answer, hedge, request};
+use super::write_queue::{QueuedWrite, WriteQueue};
 
-/// How many writes may be on their way before later ones wait to go
-/// together. Up to about this many at once, etcd's raft already commits
-/// them together and waiting would only add latency (measured here: fewer
-/// allowed on their way cost 4 tasks on 4 keys 10-20 % of their cycles).
-const IN_FLIGHT: usize = 4;
-
-/// The most writes sent in one txn. etcd allows 128 operations per level
-/// of a txn by default (`--max-txn-ops`), less the level above's count for
-/// a nested one; a batch is 2 levels deep (each write is one txn inside).
-const MAX_BATCH: usize = 32;
-
-/// How long a write waits to go together with others at most; then it goes
-/// alone (the writes on their way may be stuck on a member that stopped
-/// answering).
+/// How long a write waits to go together with others at most, while seats
+/// are free; then it goes alone (the writes on their way may be stuck on a
+/// member that stopped answering).
 const HOLD: Duration = Duration::from_millis(20);
-
-/// The longest lock key whose writes may share a request. A take or a
-/// release names its lock key up to about 10 times (compares, ranges,
-/// queue keys, passed-along waiters): at most about 320 KiB per batch.
-const MAX_SHARED_KEY: usize = 1024;
-
-/// A txn's answer: its response, and the revision etcd was at after it. A
-/// txn sent as a branch of a batch has no header of its own, so its
-/// revision is the batch's.
-pub(crate) struct Answer {
-    pub resp: TxnResponse,
-    pub revision: i64,
-}
-
-impl Answer {
-    pub fn new(resp: TxnResponse) -> Self {
-        let revision = resp.header().map_or(0, |h| h.revision());
-        Answer { resp, revision }
-    }
-}
-
-impl Deref for Answer {
-    type Target = TxnResponse;
-
-    fn deref(&self) -> &TxnResponse {
-        &self.resp
-    }
-}
 
 /// The writes of the lockers that share it (see the module docs).
 pub(crate) struct Batcher {
     client: Client,
-    /// `false`: every write goes out on its own at once.
-    enabled: bool,
     inner: Mutex<Inner>,
 }
 
-#[derive(Default)]
 struct Inner {
-    /// Writes (or batches) on their way.
-    in_flight: usize,
-    next_id: u64,
-    /// Writes waiting to go together, oldest first; never two for one lock.
-    waiting: Vec<QueuedWrite>,
-}
-
-struct QueuedWrite {
-    id: u64,
-    op: &'static str,
-    lock: Vec<u8>,
-    txn: Txn,
-    deadline: Instant,
-    reply: oneshot::Sender<EtcdResult<Answer>>,
+    queue: WriteQueue,
+    /// When etcd last answered a request of this batcher (or it was made).
+    last_answer: Instant,
 }
 
 /// What a write does next.
 enum Route {
     /// Goes out now, with a seat of its own.
     Now(Txn, Seat),
-    /// Waits under this id for its answer.
-    Wait(u64, oneshot::Receiver<EtcdResult<Answer>>),
+    /// Waits in line.
+    Wait(Waiting),
+}
+
+/// A write in line, as its caller sees it.
+struct Waiting {
+    id: u64,
+    since: Instant,
+    sent: oneshot::Receiver<()>,
+    answer: oneshot::Receiver<EtcdResult<Answer>>,
 }
 
 impl Batcher {
-    pub fn new(client: Client, enabled: bool) -> Arc<Self> {
+    pub fn new(client: Client, batching: bool) -> Arc<Self> {
         Arc::new(Batcher {
             client,
-            enabled,
-            inner: Mutex::default(),
+            inner: Mutex::new(Inner {
+                queue: WriteQueue::new(batching),
+                last_answer: Instant::now(),
+            }),
         })
     }
 
@@ -132,8 +93,12 @@ impl Batcher {
     }
 
     /// Sends `txn`, a write that touches only the keys of the lock whose
-    /// lock key is `lock`, alone or together with other writes; fails with
-    /// [`EtcdError::NoAnswer`] after `timeout`, waiting included.
+    /// lock key is `lock`, alone or together with other writes. Once it is
+    /// sent it gets `timeout` to be answered, and a `repeatable` one a
+    /// second copy, alone, when the first has not answered within a third
+    /// of it (see [`hedge`]). The time it waits for a seat is not counted:
+    /// it fails unsent, with [`EtcdError::NoAnswer`], only if etcd answered
+    /// none of this batcher's requests for `timeout` while it waited.
     ///
     /// # Cancel safety
     /// Dropped before it went out, the write is never sent; after, it may
@@ -144,31 +109,28 @@ impl Batcher {
         lock: &[u8],
         txn: Txn,
         timeout: Duration,
+        repeatable: bool,
     ) -> EtcdResult<Answer> {
-        let deadline = Instant::now() + timeout;
-        let (id, answer) = match self.route(op, lock, txn, deadline) {
-            Route::Now(txn, seat) => return self.send(op, txn, deadline, seat).await,
-            Route::Wait(id, answer) => (id, answer),
+        let copy = repeatable.then(|| txn.clone());
+        let mut waiting = match self.route(op, lock, txn, timeout) {
+            Route::Now(txn, seat) => return self.send_alone(op, txn, timeout, seat, copy).await,
+            Route::Wait(waiting) => waiting,
         };
-        tokio::pin!(answer);
-        let answer = match tokio::time::timeout(HOLD, &mut answer).await {
-            Ok(answer) => answer,
-            // The writes on their way are slow to answer: it goes alone.
-            Err(_) => match self.go_alone(id) {
-                Some((txn, seat)) => return self.send(op, txn, deadline, seat).await,
-                // Already in a batch.
-                None => match tokio::time::timeout_at(deadline, answer).await {
-                    Ok(answer) => answer,
-                    Err(_) => return Err(EtcdError::NoAnswer { op, after: timeout }),
-                },
-            },
-        };
-        answer.unwrap_or_else(|_| {
-            Err(EtcdError::Failed {
-                op,
-                why: "the batch this write went in ended without answering it".into(),
+        if let Some((txn, seat)) = self.until_sent(op, timeout, &mut waiting).await? {
+            return self.send_alone(op, txn, timeout, seat, copy).await;
+        }
+        let answer = async move {
+            waiting.answer.await.unwrap_or_else(|_| {
+                Err(EtcdError::Failed {
+                    op,
+                    why: "the batch this write went in ended without answering it".into(),
+                })
             })
-        })
+        };
+        match copy {
+            Some(copy) => hedge(answer, timeout / 3, || self.send(op, copy, timeout, None)).await,
+            None => answer.await,
+        }
     }
 
     fn route(
@@ -176,77 +138,117 @@ impl Batcher {
         op: &'static str,
         lock: &[u8],
         txn: Txn,
-        deadline: Instant,
+        timeout: Duration,
     ) -> Route {
         let mut inner = self.inner();
-        // A second write for a lock already waiting goes alone: one batch
-        // cannot hold both, and it must not wait for two.
-        if !self.enabled
-            || inner.in_flight < IN_FLIGHT
-            || lock.len() > MAX_SHARED_KEY
-            || inner.waiting.iter().any(|w| w.lock == lock)
-        {
-            return Route::Now(txn, self.take_seat(&mut inner));
+        if inner.queue.seat_now(lock) {
+            return Route::Now(txn, Seat(Arc::clone(self)));
         }
+        let (sent, sent_rx) = oneshot::channel();
         let (reply, answer) = oneshot::channel();
-        inner.next_id += 1;
-        let id = inner.next_id;
-        inner.waiting.push(QueuedWrite {
-            id,
+        let id = inner.queue.enqueue(QueuedWrite {
+            id: 0,
             op,
             lock: lock.to_vec(),
             txn,
-            deadline,
+            timeout,
+            sent: Some(sent),
             reply,
         });
-        Route::Wait(id, answer)
+        Route::Wait(Waiting {
+            id,
+            since: Instant::now(),
+            sent: sent_rx,
+            answer,
+        })
     }
 
-    /// Takes write `id` back if it is still waiting, with a seat of its own.
-    fn go_alone(self: &Arc<Self>, id: u64) -> Option<(Txn, Seat)> {
-        let mut inner = self.inner();
-        let i = inner.waiting.iter().position(|w| w.id == id)?;
-        let seat = self.take_seat(&mut inner);
-        Some((inner.waiting.remove(i).txn, seat))
+    /// Waits until write `w` is sent in a batch (`None`), or goes alone
+    /// with a seat of its own after [`HOLD`] if one is free. Fails it,
+    /// taken out of line unsent, once etcd has answered none of this
+    /// batcher's requests for `timeout` while it waited.
+    async fn until_sent(
+        self: &Arc<Self>,
+        op: &'static str,
+        timeout: Duration,
+        w: &mut Waiting,
+    ) -> EtcdResult<Option<(Txn, Seat)>> {
+        let hold = tokio::time::sleep(HOLD);
+        tokio::pin!(hold);
+        let mut held = false;
+        loop {
+            let silent_since = self.inner().last_answer.max(w.since);
+            tokio::select! {
+                biased;
+                sent = &mut w.sent => {
+                    return sent.map(|()| None).map_err(|_| EtcdError::Failed {
+                        op,
+                        why: "the batcher ended before this write went out".into(),
+                    });
+                }
+                () = &mut hold, if !held => {
+                    held = true;
+                    let alone = self.inner().queue.go_alone(w.id);
+                    if let Some(alone) = alone {
+                        return Ok(Some((alone.txn, Seat(Arc::clone(self)))));
+                    }
+                }
+                () = tokio::time::sleep_until(silent_since + timeout) => {
+                    let mut inner = self.inner();
+                    if inner.last_answer <= silent_since && inner.queue.withdraw(w.id) {
+                        return Err(EtcdError::NoAnswer { op, after: timeout });
+                    }
+                }
+            }
+        }
     }
 
-    /// Counts one more write (or batch) on its way; the seat returned
-    /// uncounts it when dropped.
-    fn take_seat(self: &Arc<Self>, inner: &mut Inner) -> Seat {
-        inner.in_flight += 1;
-        Seat(Arc::clone(self))
+    /// Sends `txn` alone on `seat`, and a second copy without one if
+    /// `copy` is given and the first is slow (see [`Batcher::write`]).
+    async fn send_alone(
+        &self,
+        op: &'static str,
+        txn: Txn,
+        timeout: Duration,
+        seat: Seat,
+        copy: Option<Txn>,
+    ) -> EtcdResult<Answer> {
+        let first = self.send(op, txn, timeout, Some(seat));
+        match copy {
+            Some(copy) => hedge(first, timeout / 3, || self.send(op, copy, timeout, None)).await,
+            None => first.await,
+        }
     }
 
-    /// Sends `txn` as it is, until `deadline`; `seat` comes free when it
-    /// is answered (or this future is dropped).
+    /// Sends `txn` as it is, for at most `timeout`; `seat` (if any) comes
+    /// free when it is answered (or this future is dropped).
     async fn send(
         &self,
         op: &'static str,
         txn: Txn,
-        deadline: Instant,
-        seat: Seat,
+        timeout: Duration,
+        seat: Option<Seat>,
     ) -> EtcdResult<Answer> {
         let mut kv = self.client.kv_client();
-        let left = deadline.saturating_duration_since(Instant::now());
-        let answer = request(op, left, kv.txn(txn)).await;
+        let answer = request(op, timeout, kv.txn(txn)).await;
+        if answer
+            .as_ref()
+            .map_or_else(EtcdError::is_server_answer, |_| true)
+        {
+            self.inner().last_answer = Instant::now();
+        }
         drop(seat);
         answer.map(Answer::new)
     }
 
-    /// A seat came free: the writes waiting go together in a task of their
-    /// own, which takes the seat over; with none waiting, the seat is free.
+    /// A seat came free: the writes that go next go together in a task of
+    /// their own, which takes the seat over; with none waiting, the seat is
+    /// free.
     fn seat_freed(self: &Arc<Self>) {
-        let batch = {
-            let mut inner = self.inner();
-            // A write whose caller gave up before it went out is dropped.
-            inner.waiting.retain(|w| !w.reply.is_closed());
-            if inner.waiting.is_empty() {
-                inner.in_flight -= 1;
-                return;
-            }
-            let n = inner.waiting.len().min(MAX_BATCH);
-            inner.waiting.drain(..n).collect::<Vec<_>>()
-        };
+        let batch = self.inner().queue.freed();
+        if batch.is_empty() {
+            return;
+        }
         let seat = Seat(Arc::clone(self));
         // Outside a runtime (it is shutting down), the batch and its seat
         // are dropped: its callers get "ended without answering".
@@ -256,16 +258,19 @@ impl Batcher {
     }
 
     async fn send_batch(self: Arc<Self>, mut batch: Vec<QueuedWrite>, seat: Seat) {
+        for w in &mut batch {
+            if let Some(sent) = w.sent.take() {
+                let _ = sent.send(());
+            }
+        }
         if batch.len() == 1 {
             let w = batch.remove(0);
-            let _ = w.reply.send(self.send(w.op, w.txn, w.deadline, seat).await);
+            let _ = w
+                .reply
+                .send(self.send(w.op, w.txn, w.timeout, Some(seat)).await);
             return;
         }
-        let deadline = batch
-            .iter()
-            .map(|w| w.deadline)
-            .max()
-            .unwrap_or_else(Instant::now);
+        let timeout = batch.iter().map(|w| w.timeout).max().unwrap_or_default();
         // etcd prices a txn for its space quota by the puts at its top
         // level only, the larger branch's: the writes inside would pass an
         // etcd out of space that refuses each of them alone. A put in the
@@ -281,7 +286,7 @@ impl Batcher {
                     .collect::<Vec<_>>(),
             )
             .or_else([price]);
-        match self.send("batched writes", txn, deadline, seat).await {
+        match self.send("batched writes", txn, timeout, Some(seat)).await {
             Ok(answer) => {
                 let revision = answer.revision;
                 let mut parts = answer.resp.op_responses().into_iter();
@@ -302,10 +307,10 @@ impl Batcher {
                     "etcd refused a batch of writes; sending them one by one"
                 );
                 for w in batch {
-                    let this = Arc::clone(&self);
-                    let seat = this.take_seat(&mut this.inner());
+                    self.inner().queue.extra_seat();
+                    let (this, seat) = (Arc::clone(&self), Seat(Arc::clone(&self)));
                     tokio::spawn(async move {
-                        let answer = this.send(w.op, w.txn, w.deadline, seat).await;
+                        let answer = this.send(w.op, w.txn, w.timeout, Some(seat)).await;
                         let _ = w.reply.send(answer);
                     });
                 }
@@ -356,8 +361,8 @@ fn describe(e: &EtcdError) -> String {
     }
 }
 
-/// One of the [`IN_FLIGHT`] seats, held by a write (or a batch) on its way
-/// until it is answered; dropping it frees it.
+/// One of the seats of [`WriteQueue`], held by a write (or a batch) on its
+/// way until it is answered; dropping it frees it.
 struct Seat(Arc<Batcher>);
 
 impl Drop for Seat {

@@ -7,8 +7,9 @@
 //!   and mapped into [`crate::Error`];
 //! - `request.rs`: one request with its timeout, hedged copies, the retry
 //!   backoff; `request_body.rs`: request bodies whose message ends its
-//!   HTTP/2 stream; `batch.rs`: writes of one connection that go together
-//!   in one txn while others are on their way;
+//!   HTTP/2 stream; `write_queue.rs`: how many writes of a connection are
+//!   on their way, and which wait to go together; `batch.rs`: sending them,
+//!   together in one txn while others are on their way;
 //! - `stale_token.rs`: etcd's refusal of an auth token older than its last
 //!   change to users or roles, read as one of an invalid token (on which
 //!   etcd-client authenticates again);
@@ -34,3 +35,4 @@ pub(crate) mod retry;
 pub(crate) mod secure;
 pub(crate) mod stale_token;
 pub(crate) mod watch;
+pub(crate) mod write_queue;

@@ -1,10 +1,36 @@
 //! Sending one etcd request: the timeout and error mapping every request
-//! shares, hedged copies, and the pause between retries.
+//! shares, a txn's answer, hedged copies, and the pause between retries.
 
 use std::future::Future;
+use std::ops::Deref;
 use std::time::Duration;
 
+use etcd_client::TxnResponse;
+
 use super::error::{EtcdError, EtcdResult};
+
+/// A txn's answer: its response, and the revision etcd was at after it. A
+/// txn sent as a branch of a batch (`batch.rs`) has no header of its own,
+/// so its revision is the batch's.
+pub(crate) struct Answer {
+    pub resp: TxnResponse,
+    pub revision: i64,
+}
+
+impl Answer {
+    pub fn new(resp: TxnResponse) -> Self {
+        let revision = resp.header().map_or(0, |h| h.revision());
+        Answer { resp, revision }
+    }
+}
+
+impl Deref for Answer {
+    type Target = TxnResponse;
+
+    fn deref(&self) -> &TxnResponse {
+        &self.resp
+    }
+}
 
 /// Awaits `call` for at most `timeout`; a failure or no answer is an error
 /// of `op`. The call is boxed: kept inline, request futures would make
@@ -34,12 +60,25 @@ where
     F: Fn() -> Fut,
     Fut: Future<Output = EtcdResult<T>>,
 {
-    let first = call();
+    hedge(call(), after, call).await
+}
+
+/// [`hedged`] for a first copy already on its way: `second()` goes when
+/// `first` has not answered within `after`.
+pub(crate) async fn hedge<T, F, S>(
+    first: impl Future<Output = EtcdResult<T>>,
+    after: Duration,
+    second: F,
+) -> EtcdResult<T>
+where
+    F: FnOnce() -> S,
+    S: Future<Output = EtcdResult<T>>,
+{
     tokio::pin!(first);
     if let Ok(answered) = tokio::time::timeout(after, &mut first).await {
         return answered;
     }
-    let second = call();
+    let second = second();
     tokio::pin!(second);
     tokio::select! {
         r = &mut first => match r {

@@ -12,8 +12,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::held::HeldContender;
 use super::leases::ContenderLease;
-use crate::etcd::client::batch::Answer;
 use crate::etcd::client::error::{EtcdError, EtcdResult};
+use crate::etcd::client::request::Answer;
 use crate::etcd::client::request::retry_backoff;
 use crate::etcd::protocol::etcd_layout::{self, Enqueued, NameKeys, Tried};
 use crate::etcd::protocol::keys::owner_value;

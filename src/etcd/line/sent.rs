@@ -9,8 +9,8 @@ use std::task::{Poll, ready};
 use etcd_client::Txn;
 
 use super::depart::{Leaving, depart};
-use crate::etcd::client::batch::Answer;
 use crate::etcd::client::error::EtcdResult;
+use crate::etcd::client::request::Answer;
 use crate::etcd::protocol::line::LineKeys;
 use crate::etcd::protocol::line_txn::queued_at;
 use crate::etcd::session::handout::{Lease, LeaseEnd};

@@ -10,8 +10,8 @@ use tokio::sync::watch;
 
 use super::cleanup::{self, InflightWrite, Landing, Written};
 use super::held_lock::{Grant, HeldLock};
-use crate::etcd::client::batch::Answer;
 use crate::etcd::client::error::{EtcdError, EtcdResult};
+use crate::etcd::client::request::Answer;
 use crate::etcd::protocol::keys::{LockKeys, owner_value};
 use crate::etcd::session::handout::Lease;
 use crate::etcd::session::slots::Slot;

@@ -32,8 +32,8 @@ use tokio_util::sync::CancellationToken;
 use super::held_lock::{HeldLock, Lookahead, lookup};
 use crate::api::guard::release_each;
 use crate::api::multi_guard::all_of_kind;
-use crate::etcd::client::batch::Answer;
 use crate::etcd::client::error::{EtcdError, EtcdResult};
+use crate::etcd::client::request::Answer;
 use crate::etcd::client::request::retry_backoff;
 use crate::etcd::protocol::keys::{LockKeys, Successor};
 #[cfg(doc)]

@@ -12,10 +12,10 @@ use super::queue_heads::QueueHeads;
 use super::slots::Slots;
 use super::vigil::Vigils;
 use crate::Key;
-use crate::etcd::client::batch::{Answer, Batcher};
+use crate::etcd::client::batch::Batcher;
 use crate::etcd::client::error::{EtcdError, EtcdResult};
 use crate::etcd::client::own_watch::OwnWatches;
-use crate::etcd::client::request::{hedged, request};
+use crate::etcd::client::request::{Answer, hedged, request};
 use crate::etcd::client::watch::WatchHub;
 use crate::etcd::config::EtcdConfig;
 use crate::etcd::protocol::keys::LockKeys;
@@ -128,7 +128,8 @@ impl LockerState {
     /// Sends `txn` (the step `op` of the protocol) by `path`: the one way
     /// every txn of a locker goes to etcd. A [`Repeatable`] txn is sent
     /// [hedged](hedged) (a second copy when the first has not answered
-    /// within a third of the request timeout); any other txn once.
+    /// within a third of its timeout: for a batched one, from when it went
+    /// out); any other txn once.
     pub async fn send(
         &self,
         op: &'static str,
@@ -138,17 +139,15 @@ impl LockerState {
         let Outgoing { txn, repeatable } = txn.into();
         let timeout = self.config.request_timeout();
         let once = |txn: Txn| async move {
-            match path {
-                Path::Alone => {
-                    let mut kv = self.client.kv_client();
-                    request(op, timeout, kv.txn(txn)).await.map(Answer::new)
-                }
-                Path::Batched { lock, within } => self.writes.write(op, lock, txn, within).await,
-            }
+            let mut kv = self.client.kv_client();
+            request(op, timeout, kv.txn(txn)).await.map(Answer::new)
         };
-        match repeatable {
-            true => hedged(timeout / 3, || once(txn.clone())).await,
-            false => once(txn).await,
+        match (path, repeatable) {
+            (Path::Batched { lock, within }, _) => {
+                self.writes.write(op, lock, txn, within, repeatable).await
+            }
+            (Path::Alone, true) => hedged(timeout / 3, || once(txn.clone())).await,
+            (Path::Alone, false) => once(txn).await,
         }
     }
 
