@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::redis::connect::failed_op::is_refusal;
+use crate::redis::connect::failed_op::{is_refusal, is_unanswered};
 use crate::redis::state::Core;
 use crate::util::backoff::{Backoff, jitter};
 use crate::util::observe;
@@ -23,8 +23,11 @@ pub(crate) struct Pace<'a> {
     /// Where the waiter's wake-ups arrive (see `connect/wake.rs`).
     notify: Arc<Notify>,
     /// When a round was last answered (the waiter's record refreshed).
-    /// The first round's errors are reported at once, but where a failover
-    /// may be under way (`Core::first_round_patience`).
+    /// The first round's errors are reported at once (a wrong address, a
+    /// server that is down), but where a failover may be under way
+    /// (`Core::first_round_patience`), and but for a round some node did
+    /// not answer in time (`is_unanswered`: the node, or this process, was
+    /// busy), whose wait starts then.
     last_ok: Option<Instant>,
     backoff: Backoff,
 }
@@ -63,6 +66,9 @@ impl<'a> Pace<'a> {
     /// # Errors
     /// `e`, to report, when the wait ends.
     pub(crate) async fn after_error(&mut self, e: Error) -> Result<()> {
+        if self.last_ok.is_none() && is_unanswered(&e) {
+            self.last_ok = Some(Instant::now());
+        }
         match self.last_ok {
             _ if is_refusal(&e) => Err(e),
             Some(at) if at.elapsed() < self.core.config.ttl() => {

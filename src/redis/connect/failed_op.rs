@@ -78,11 +78,11 @@ impl From<FailedOp> for Error {
                 source: first,
             };
         }
-        let rest: Vec<String> = errors.map(|e| e.to_string()).collect();
-        let source = if rest.is_empty() {
+        let rest: Vec<NodeError> = errors.collect();
+        let source: BoxError = if rest.is_empty() {
             first
         } else {
-            format!("{first}; {}", rest.join("; ")).into()
+            Box::new(NodeFailures { first, rest })
         };
         Error::Unavailable {
             backend: "redis",
@@ -103,6 +103,43 @@ pub(crate) fn is_refusal(e: &Error) -> bool {
         Error::Backend { source, .. } => source
             .downcast_ref::<NodeError>()
             .is_some_and(|node| node.failure.is_refusal()),
+        _ => false,
+    }
+}
+
+/// The failures of the nodes of an operation that too few answered, told
+/// in one line; kept by type, for [`is_unanswered`].
+#[derive(Debug)]
+struct NodeFailures {
+    first: BoxError,
+    rest: Vec<NodeError>,
+}
+
+impl std::fmt::Display for NodeFailures {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.first)?;
+        self.rest.iter().try_for_each(|e| write!(f, "; {e}"))
+    }
+}
+
+impl std::error::Error for NodeFailures {}
+
+/// Whether some node of the operation `e` reports got no answer in time
+/// (and none refused it: see [`is_refusal`]): the node, or this process,
+/// was busy, and the same request may pass when sent again.
+pub(crate) fn is_unanswered(e: &Error) -> bool {
+    let no_answer = |n: &NodeError| matches!(n.failure, Failure::NoAnswer(_));
+    let no_answer_in = |source: &BoxError| match source.downcast_ref::<NodeFailures>() {
+        Some(all) => {
+            all.first.downcast_ref::<NodeError>().is_some_and(no_answer)
+                || all.rest.iter().any(no_answer)
+        }
+        None => source.downcast_ref::<NodeError>().is_some_and(no_answer),
+    };
+    match e {
+        Error::Backend { source, .. } | Error::Unavailable { source, .. } => {
+            !is_refusal(e) && no_answer_in(source)
+        }
         _ => false,
     }
 }
@@ -165,6 +202,37 @@ mod tests {
             matches!(slow, Error::Backend { op: "lock", .. }),
             "{slow:?}"
         );
+    }
+
+    #[test]
+    fn a_node_that_did_not_answer_in_time_is_told_apart() {
+        let node = |n: &str, failure| NodeError::new(n, failure);
+        let slow = |n: &str| node(n, Failure::NoAnswer(Duration::from_millis(5)));
+        let down = |n: &str| node(n, Failure::Refused(answer("refused")));
+        let op = |total, errors| {
+            Error::from(FailedOp {
+                op: "lock",
+                total,
+                quorum: total / 2 + 1,
+                errors,
+            })
+        };
+        assert!(is_unanswered(&op(1, vec![slow("redis://a:1")])));
+        assert!(!is_unanswered(&op(1, vec![down("redis://a:1")])));
+        let redlock = op(3, vec![down("redis://a:1"), slow("redis://b:1")]);
+        assert!(is_unanswered(&redlock), "{redlock:?}");
+        let text = std::error::Error::source(&redlock).map(ToString::to_string);
+        assert_eq!(
+            text.as_deref(),
+            Some("redis://a:1: connection refused; redis://b:1: no answer within 5ms")
+        );
+        let both_down = op(3, vec![down("redis://a:1"), down("redis://b:1")]);
+        assert!(!is_unanswered(&both_down));
+        let wrong = op(
+            1,
+            vec![node("redis://a:1", Failure::Auth(answer("WRONGPASS")))],
+        );
+        assert!(!is_unanswered(&wrong));
     }
 
     #[test]
