@@ -34,6 +34,17 @@ async fn redis(test: &str) -> Redis {
 
 fairlock::conformance_tests!(redis);
 
+/// 10,000 `lock` calls at once from one process: before each node kept
+/// its requests in flight bounded, the last ones waited over 250 ms behind
+/// the first and failed as "no answer" (`node.rs`, `IN_FLIGHT`).
+#[test]
+fn ten_thousand_waiters_at_once_are_served() {
+    fairlock::conformance::run(async {
+        let r = redis("burst-10k").await;
+        fairlock::conformance::a_burst_of_waiters_is_served(&r, true, 10_000).await;
+    });
+}
+
 async fn get(url: &str, key: &str) -> Option<String> {
     redis::cmd("GET")
         .arg(key)

@@ -142,3 +142,54 @@ pub async fn key_isolation(b: &impl Backend, fair: bool) {
     b.wait_clean().await;
     b.finish().await;
 }
+
+/// A burst of waiters on one locker: `n` `lock` calls at once from one
+/// process ([`BURST`] in the suite), queued behind a holder (in fair mode,
+/// all of them before it unlocks), are each granted once, with fencing
+/// tokens past the holder's, and nothing is left behind. What a service's
+/// worker pool does when one resource becomes the bottleneck; a backend
+/// whose own requests time out behind each other fails here (Redis did at
+/// 10,000: `tests/redis.rs` runs that size).
+///
+/// Returns at once when `fair` and the backend does not support the mode.
+///
+/// # Panics
+/// When a waiter's `lock` fails or a token is granted twice.
+pub async fn a_burst_of_waiters_is_served(b: &impl Backend, fair: bool, n: usize) {
+    if mode_unsupported(b, fair) {
+        return;
+    }
+    let key = Key::from("burst");
+    let locker = b.locker(fair);
+    let holder = take(&*locker, &key).await;
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..n {
+        let (locker, key) = (Arc::clone(&locker), key.clone());
+        tasks.spawn(async move {
+            let guard = locker.lock(&patient(), &key).await?;
+            let token = guard.fencing_token();
+            locker.unlock(guard).await?;
+            Ok::<_, crate::Error>(token)
+        });
+    }
+    if fair {
+        b.wait_queued(&key, n).await;
+    }
+    let before = holder.fencing_token();
+    locker.unlock(holder).await.expect("unlock");
+    let mut tokens = Vec::with_capacity(n);
+    while let Some(done) = tasks.join_next().await {
+        tokens.push(done.expect("waiter task").expect("a waiter of the burst"));
+    }
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), n, "a fencing token was granted twice");
+    assert!(tokens[0] > before, "a token at or before the holder's");
+    b.wait_clean().await;
+    b.finish().await;
+}
+
+/// How many waiters the suite's [`a_burst_of_waiters_is_served`] starts
+/// at once: enough to queue behind each other in every backend's client,
+/// few enough for every etcd version's round of the suite.
+pub const BURST: usize = 1_000;

@@ -31,6 +31,8 @@
 //!   growing fencing tokens, in fair, unfair and mixed modes.
 //! - [`fair_order`]: fair waiters are granted in arrival order.
 //! - [`key_isolation`]: `a`, `ab` and `a/b` are independent locks.
+//! - [`a_burst_of_waiters_is_served`]: [`BURST`] `lock` calls at once from
+//!   one locker are each granted once.
 //! - [`try_lock`]: free, held (also to its own locker), free again.
 //! - [`timeout_leaves_nothing`], [`cancel_leaves_nothing`]: a `lock` that
 //!   gives up cleans up before it returns.
@@ -120,7 +122,8 @@
 //! # Map
 //! - `backend.rs`: [`Backend`], the contract of the backend under test.
 //! - `common.rs`: [`patient`] and the helpers the checks share.
-//! - `exclusion.rs`: [`mutual_exclusion`], [`fair_order`], [`key_isolation`].
+//! - `exclusion.rs`: [`mutual_exclusion`], [`fair_order`], [`key_isolation`],
+//!   [`a_burst_of_waiters_is_served`].
 //! - `cleanup.rs`: [`timeout_leaves_nothing`], [`cancel_leaves_nothing`],
 //!   [`drop_future_leaves_nothing`], [`drop_guard_releases`].
 //! - `entry_points.rs`: [`try_lock`], [`bad_input`].
@@ -163,7 +166,9 @@ pub use election_watch::{
     observers_see_every_change,
 };
 pub use entry_points::{bad_input, try_lock};
-pub use exclusion::{fair_order, key_isolation, mutual_exclusion};
+pub use exclusion::{
+    BURST, a_burst_of_waiters_is_served, fair_order, key_isolation, mutual_exclusion,
+};
 pub use lines::{read_write_lock, semaphore, shared_bad_input, shared_giving_up_leaves_nothing};
 pub use mixed::{lock_is_the_write_lock_of_a_read_key, read_lock_waits_for_the_mutex};
 pub use suite::run;

@@ -26,7 +26,7 @@ pub fn run<F: Future>(check: F) -> F::Output {
 }
 
 /// Declares the whole conformance suite as tests: a module
-/// `conformance_suite` with one `#[test]` per check and mode (32 tests).
+/// `conformance_suite` with one `#[test]` per check and mode (34 tests).
 ///
 /// The argument is the path of an `async fn(&str) -> B` where `B` implements
 /// [`conformance::Backend`](crate::conformance::Backend): each test calls
@@ -60,6 +60,10 @@ macro_rules! conformance_tests {
                 drop_guard_releases_unfair: drop_guard_releases("dropg-unfair", false),
                 key_isolation_fair: key_isolation("iso-fair", true),
                 key_isolation_unfair: key_isolation("iso-unfair", false),
+                a_burst_of_waiters_is_served_fair:
+                    a_burst_of_waiters_is_served("burst-fair", true, suite::BURST),
+                a_burst_of_waiters_is_served_unfair:
+                    a_burst_of_waiters_is_served("burst-unfair", false, suite::BURST),
                 bad_input_is_a_clear_error: bad_input("bad"),
                 read_write_lock: read_write_lock("rw"),
                 semaphore: semaphore("sem"),
