@@ -155,7 +155,16 @@ async fn accept(
                 let (sender, count) = (sender.clone(), Arc::clone(&count));
                 async move { Ok::<_, Infallible>(relay(sender, req, version, &count).await) }
             });
+            // No limits etcd does not have: etcd takes any number of
+            // streams at once (`--max-concurrent-streams`), and closes no
+            // connection for streams its client reset (hyper's defaults, 200
+            // streams and 20 resets of streams not yet served, closed a
+            // connection whose client gave up on hedged copies under a
+            // burst of 1,000 lock calls).
             let client = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                .max_concurrent_streams(u32::MAX)
+                .max_pending_accept_reset_streams(usize::MAX)
+                .max_local_error_reset_streams(None)
                 .serve_connection(TokioIo::new(inbound), service);
             // The two connections end together: a client whose etcd went
             // away (killed, restarted) sees its connection break, as it
