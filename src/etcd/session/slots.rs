@@ -19,15 +19,33 @@ pub(crate) struct Slots {
     by_lock: Mutex<HashMap<Vec<u8>, Used>>,
 }
 
+/// One lock key's slots: every number below `next` is in use, retired or
+/// free; the lowest free one (or `next`) is the one a take gets, in
+/// O(log n) whatever the number of slots in use.
 #[derive(Default)]
 struct Used {
-    busy: BTreeSet<u32>,
+    /// How many are in use.
+    busy: usize,
+    /// Given back for reuse, below `next`.
+    free: BTreeSet<u32>,
     retired: BTreeSet<u32>,
+    /// The lowest number never taken.
+    next: u32,
 }
 
 impl Used {
     fn is_empty(&self) -> bool {
-        self.busy.is_empty() && self.retired.is_empty()
+        self.busy == 0 && self.retired.is_empty()
+    }
+
+    /// The lowest number neither in use nor retired; now in use.
+    fn take(&mut self) -> u32 {
+        self.busy += 1;
+        self.free.pop_first().unwrap_or_else(|| {
+            let number = self.next;
+            self.next = self.next.saturating_add(1);
+            number
+        })
     }
 }
 
@@ -57,14 +75,7 @@ impl Slots {
 
     /// The lowest slot neither in use nor retired, for lock key `lock`.
     pub fn take(self: &Arc<Self>, lock: &[u8]) -> Slot {
-        let number = self.with(|all| {
-            let used = all.entry(lock.to_vec()).or_default();
-            let number = (0..)
-                .find(|n| !used.busy.contains(n) && !used.retired.contains(n))
-                .unwrap_or(u32::MAX);
-            used.busy.insert(number);
-            number
-        });
+        let number = self.with(|all| all.entry(lock.to_vec()).or_default().take());
         Slot {
             slots: Arc::clone(self),
             lock: lock.to_vec(),
@@ -76,19 +87,17 @@ impl Slots {
     /// Slots in use or retired for `lock` (for tests).
     #[cfg(test)]
     fn count(&self, lock: &[u8]) -> (usize, usize) {
-        self.with(|all| {
-            all.get(lock)
-                .map_or((0, 0), |u| (u.busy.len(), u.retired.len()))
-        })
+        self.with(|all| all.get(lock).map_or((0, 0), |u| (u.busy, u.retired.len())))
     }
 
     fn give_back(&self, lock: &[u8], number: u32, then: Afterwards) {
         self.with(|all| {
             if let Some(used) = all.get_mut(lock) {
-                used.busy.remove(&number);
-                if then == Afterwards::Retire {
-                    used.retired.insert(number);
-                }
+                used.busy -= 1;
+                match then {
+                    Afterwards::Reuse => used.free.insert(number),
+                    Afterwards::Retire => used.retired.insert(number),
+                };
                 if used.is_empty() {
                     all.remove(lock);
                 }
@@ -147,5 +156,41 @@ mod tests {
             1,
             "a slot given back, freed or retired, holds nothing of the pool"
         );
+    }
+
+    /// Against the rule itself (the lowest number neither in use nor
+    /// retired), over a long mix of takes, frees and retirements.
+    #[test]
+    fn a_take_gets_the_lowest_number_neither_in_use_nor_retired() {
+        let slots = Arc::new(Slots::default());
+        let (mut held, mut retired) = (Vec::<Slot>::new(), BTreeSet::<u32>::new());
+        let mut seed = 7_u64;
+        let mut next = |n: usize| {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            (seed >> 33) as usize % n
+        };
+        for _ in 0..4_000 {
+            match next(10) {
+                0..=5 => {
+                    let lowest = (0..)
+                        .find(|n| !retired.contains(n) && !held.iter().any(|s| s.number() == *n))
+                        .expect("a number");
+                    let slot = slots.take(b"k");
+                    assert_eq!(slot.number(), lowest);
+                    held.push(slot);
+                }
+                6..=8 if !held.is_empty() => {
+                    let i = next(held.len());
+                    held.swap_remove(i).free();
+                }
+                _ if !held.is_empty() => {
+                    let i = next(held.len());
+                    retired.insert(held.swap_remove(i).number());
+                }
+                _ => {}
+            }
+        }
+        assert!(held.len() > 100, "the mix kept many slots in use");
+        assert_eq!(slots.count(b"k"), (held.len(), retired.len()));
     }
 }
