@@ -141,7 +141,8 @@ impl EtcdConfig {
         /// different keys. Off: every write is a request of its own.
         ///
         /// Either way, at most 64 takes and releases of a connection are on
-        /// their way at once; more wait in line, and a write's request
+        /// their way at once (with fairlock's [`Layout`]; the etcd layout's
+        /// go out at once); more wait in line, and a write's request
         /// timeout counts from when it goes out. A burst of thousands of
         /// `lock` calls at once then waits in this process instead of
         /// overrunning etcd (which refuses proposals, and delays lease
