@@ -93,7 +93,7 @@ impl Slots {
     fn give_back(&self, lock: &[u8], number: u32, then: Afterwards) {
         self.with(|all| {
             if let Some(used) = all.get_mut(lock) {
-                used.busy -= 1;
+                used.busy = used.busy.saturating_sub(1);
                 match then {
                     Afterwards::Reuse => used.free.insert(number),
                     Afterwards::Retire => used.retired.insert(number),
