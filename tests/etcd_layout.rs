@@ -325,8 +325,9 @@ async fn never_two_holders_across_fairlock_and_etcdctl() {
 }
 
 /// A waiter whose key is deleted (its session lease ended, or someone
-/// deleted it) is told at once, not granted once the keys ahead go, as
-/// etcd's Go recipe before 3.5 does (etcd issues 11408, 19597).
+/// deleted it) is told at once, while the keys ahead are still there,
+/// not granted once they go, as etcd's Go recipe before 3.5 does (etcd
+/// issues 11408, 19597).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_whose_key_is_gone_is_told() {
     let b = etcd_layout("gone").await;
@@ -344,11 +345,11 @@ async fn a_waiter_whose_key_is_gone_is_told() {
         .delete(keys[1].0.clone(), None)
         .await
         .expect("delete the waiter's key");
-    // The holder goes too: a waiter that missed its own key's deletion
-    // would now be granted, as Go's recipe before 3.5 is.
-    assert!(etcdctl.terminate().success());
+    // Told while the holder still holds: the waiter watches its own key,
+    // not only the one ahead of it.
     let err = waiter.await.expect("task").expect_err("its key is gone");
     assert!(matches!(err, Error::SessionLost { .. }), "{err}");
+    assert!(etcdctl.terminate().success());
     b.wait_clean().await;
     b.finish().await;
 }

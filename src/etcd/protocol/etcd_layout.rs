@@ -48,12 +48,13 @@
 //! ```
 //!
 //! # Reads
-//! - **ahead**: if `c.create == R`, the keys under `N/` created before `R`
-//!   (keys only): the contenders ahead of the caller, which it waits to
-//!   see deleted (etcd counts a range before it filters it by create
-//!   revision, so this reads keys, not a count). When `c` is gone it
-//!   reads nothing: the caller's session lease ended, or someone deleted
-//!   its key.
+//! - **ahead**: if `c.create == R`, the key under `N/` created last
+//!   before `R` (keys only, sorted by create revision, limit 1: etcd
+//!   filters and sorts a range before it limits it): the contender just
+//!   ahead of the caller, whose deletion it waits for before it reads
+//!   again, as etcd's `waitDeletes` does. Each handoff thus wakes one
+//!   waiter, not every one. When `c` is gone it reads nothing: the
+//!   caller's session lease ended, or someone deleted its key.
 //! - **first**: the key under `N/` with the lowest create revision, whole
 //!   (its value is the leader's proposal): who holds, who leads.
 //! - **all**: every key under `N/` in create order, whole (status).
@@ -63,14 +64,14 @@
 //!   `N/` was created before its own. Keys are only created, never
 //!   re-created under one create revision, so at most one key is first at
 //!   any revision, for fairlock and a Go client alike. A fairlock waiter
-//!   reads the keys ahead of it, then watches `N/` from the revision of
-//!   that read for their deletions: keys created after `R` never count,
-//!   and a deleted key counts once (a key of that name created again has
-//!   a create revision after `R`).
+//!   holds only once a read finds no key ahead of it; between reads it
+//!   watches the key just ahead from the revision of the last read, so
+//!   no deletion is missed. Keys created after `R` never count (a key of
+//!   that name created again has a create revision after `R`).
 //! - **A waiter whose key is gone is told, not granted.** Its key can go
-//!   only with its lease or by someone's delete; the watch that counts
-//!   deletions sees that one too, and the wait ends with the session
-//!   lost. Go's recipe grants it once the keys ahead are gone (etcd
+//!   only with its lease or by someone's delete; the waiter watches its
+//!   own key's deletion too, and every read compares it, so the wait ends
+//!   with the session lost. Go's recipe grants it once the keys ahead are gone (etcd
 //!   issues 11408, 19597): with a peer that does, two can hold.
 //! - **Nothing is left behind.** A call that gives up deletes its key by
 //!   its create revision, or, when the enqueue's answer was lost, by its
@@ -207,14 +208,16 @@ pub(crate) fn proclaim(c: &[u8], rev: i64, value: &[u8], lease: i64) -> Repeatab
     )
 }
 
-/// If contender `c` created at `rev` is still there, the contenders
-/// created before it, keys only: those ahead of it. Fails (reading
+/// If contender `c` created at `rev` is still there, the contender
+/// created last before it, key only: the one it waits on. Fails (reading
 /// nothing) when `c` is gone.
 pub(crate) fn ahead(n: &NameKeys, c: &[u8], rev: i64) -> Repeatable {
     let options = GetOptions::new()
         .with_range(n.end())
         .with_keys_only()
-        .with_max_create_revision(rev - 1);
+        .with_max_create_revision(rev - 1)
+        .with_sort(SortTarget::Create, SortOrder::Descend)
+        .with_limit(1);
     Repeatable::read(
         Txn::new()
             .when([still_ours(c, rev)])
@@ -279,14 +282,14 @@ pub(crate) fn read_try(resp: &TxnResponse) -> Tried {
     }
 }
 
-/// The keys in the answer to [`ahead`]: `None` when the contender's own
-/// key is gone.
-pub(crate) fn read_ahead(resp: &TxnResponse) -> Option<Vec<Vec<u8>>> {
+/// What the answer to [`ahead`] says: `None` when the contender's own
+/// key is gone, else the key it waits on (`None` when it is first).
+pub(crate) fn read_ahead(resp: &TxnResponse) -> Option<Option<Vec<u8>>> {
     if !resp.succeeded() {
         return None;
     }
     let keys = range_at(resp, 0)?;
-    Some(keys.kvs().iter().map(|kv| kv.key().to_vec()).collect())
+    Some(keys.kvs().first().map(|kv| kv.key().to_vec()))
 }
 
 /// The read of the first contender, whole (its value is the leader's
