@@ -9,7 +9,7 @@ use crate::redis::connect::node::invocation;
 use crate::redis::protocol::keys::{LockKeys, owner_value, waiter_id};
 use crate::redis::protocol::lock_args::{Joined, acquire_args, release_args};
 use crate::redis::protocol::lock_lua::{ACQUIRE_SCRIPT, RELEASE_SCRIPT};
-use crate::redis::state::Core;
+use crate::redis::state::{Core, record_ttl};
 
 /// For the bench's floor row; not API. The acquire and release scripts of
 /// one locker's uncontended `lock` + `unlock` on one key of a single node
@@ -63,7 +63,7 @@ impl HandCycle {
             &id,
             &keys,
             &core.nodes.list[0].hub.id,
-            &core.record_ttl().as_millis().to_string(),
+            &record_ttl(core.poll()).as_millis().to_string(),
             Joined::No,
             &core.config.data_loss_wait_ms(),
         );

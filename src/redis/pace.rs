@@ -45,10 +45,10 @@ impl<'a> Pace<'a> {
 
     /// After a round that waits behind a holder who expires in
     /// `expires_in` (if it is not renewed): until a wake-up, then, or the
-    /// next poll (which refreshes the waiter's record before it expires).
-    pub(crate) async fn after_busy(&mut self, expires_in: Option<Duration>) {
+    /// next poll, `poll` after (the round's, which its record's TTL was
+    /// made of: the next round refreshes the record before it expires).
+    pub(crate) async fn after_busy(&mut self, expires_in: Option<Duration>, poll: Duration) {
         self.answered();
-        let poll = self.core.poll();
         let wait = expires_in.map_or(poll, |e| (e + Duration::from_millis(1)).min(poll));
         self.pause(wait).await;
     }

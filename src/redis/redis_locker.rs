@@ -211,7 +211,7 @@ impl LockServer for RedisLocker {
     async fn try_lock_mutex(&self, key: &Key) -> Result<Option<LockGuard>> {
         let round = async || {
             let mut attempt = LockAttempt::new(&self.core, key, AttemptKind::TryLock);
-            match attempt.round().await {
+            match attempt.round(self.core.poll()).await {
                 Ok(Round::Granted(guard)) => Ok(Some(guard)),
                 Ok(Round::Busy { unsure, .. }) => {
                     // A node that did not answer may grant us the lock

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::api::status::{LineEntry, locker_of};
 use crate::redis::connect::node::Node;
-use crate::redis::connect::node::{Call, Reach};
+use crate::redis::connect::node::{Admission, Call, Reach};
 use crate::redis::connect::node_error::NodeError;
 use crate::redis::protocol::keys::{Layout as Naming, LockKeys as Layout};
 use crate::redis::protocol::line::{LineKeys, parse_entry};
@@ -116,6 +116,7 @@ impl RedisLocker {
                 keys: &keys,
                 args: vec![layout.waiters.clone()],
                 reach: Reach::Master,
+                admission: Admission::InTurn,
             })
             .await;
         let mut views = Vec::new();
@@ -154,6 +155,7 @@ impl RedisLocker {
                 keys: &keys.script_keys(),
                 args: vec![keys.entries.clone()],
                 reach: Reach::Master,
+                admission: Admission::InTurn,
             })
             .await
             .map_err(|e| self.inner().nodes.unavailable("status", vec![e]))?;

@@ -43,8 +43,10 @@ pub(crate) struct Node {
     pub subscribe: Subscribe,
     /// The replicas a grant or extend must reach.
     replicas: Arc<Replicas>,
-    /// The requests on their way to this node ([`IN_FLIGHT`]).
+    /// The requests on their way to this node ([`IN_FLIGHT`]), one
+    /// admission queue per [`Admission`].
     in_flight: Semaphore,
+    holders_in_flight: Semaphore,
 }
 
 /// How many requests this process keeps on its way to one node; more wait
@@ -57,6 +59,18 @@ pub(crate) struct Node {
 /// time, so a few dozen keep it busy; an admitted request waits behind at
 /// most this many (about 4 ms at 30 us a script).
 const IN_FLIGHT: usize = 128;
+
+/// Which admission queue a request joins ([`IN_FLIGHT`] each).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Admission {
+    /// A holder's request: an extend, a release, a leader's refresh. It
+    /// waits behind other holders' requests only: 10,000 `lock` calls at
+    /// once from one process on a loaded machine kept the holder's extend
+    /// queued past its TTL, and it lost the lock (`tests/redis.rs`).
+    Holder,
+    /// Every other request (takes, waiters' rounds, reads), in turn.
+    InTurn,
+}
 
 /// Where a call's writes must be before its answer counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,6 +89,7 @@ pub(crate) struct Call<'a> {
     pub keys: &'a [&'a str],
     pub args: Vec<String>,
     pub reach: Reach,
+    pub admission: Admission,
 }
 
 /// The `EVALSHA` of `script` with `keys` and `args`, for a pipeline.
@@ -107,8 +122,13 @@ pub(crate) fn invocation<'s, A: AsRef<[u8]>>(
 impl Node {
     /// Runs `call` on this node within the per-node timeout.
     pub async fn run<T: FromRedisValue>(&self, call: Call<'_>) -> Result<T, NodeError> {
-        self.invoke(call.script, call.keys, &call.args, call.reach)
-            .await
+        self.invoke(
+            call.script,
+            call.keys,
+            &call.args,
+            (call.reach, call.admission),
+        )
+        .await
     }
 
     /// Runs `script` with arguments that need not be text (an election's
@@ -118,9 +138,9 @@ impl Node {
         script: &Script,
         keys: &[&str],
         args: &[&[u8]],
-        reach: Reach,
+        (reach, admission): (Reach, Admission),
     ) -> Result<T, NodeError> {
-        self.invoke(script, keys, args, reach).await
+        self.invoke(script, keys, args, (reach, admission)).await
     }
 
     /// Runs a script call of `keys` within the per-node timeout, and
@@ -131,7 +151,7 @@ impl Node {
         script: &Script,
         keys: &[&str],
         args: &[A],
-        reach: Reach,
+        (reach, admission): (Reach, Admission),
     ) -> Result<T, NodeError> {
         let invocation = invocation(script, keys, args);
         let needed = match reach {
@@ -141,7 +161,7 @@ impl Node {
             Reach::Master => 0,
         };
         let result = if needed == 0 {
-            self.request(self.timeout, self.link.invoke(&invocation))
+            self.request(self.timeout, admission, self.link.invoke(&invocation))
                 .await
         } else {
             // The script within the per-node timeout, then the replicas'
@@ -150,7 +170,7 @@ impl Node {
             let sent =
                 self.link
                     .invoke_acked(&invocation, evalsha(script, keys, args), needed, within);
-            match self.request(self.timeout + within, sent).await {
+            match self.request(self.timeout + within, admission, sent).await {
                 Ok((answer, acked)) if acked >= needed => Ok(answer),
                 Ok((_, acked)) => {
                     self.replicas.fell_short();
@@ -174,7 +194,8 @@ impl Node {
         cmd: &redis::Cmd,
         at: Option<(&str, u16)>,
     ) -> Result<T, NodeError> {
-        self.request(self.timeout, self.link.query(cmd, at)).await
+        self.request(self.timeout, Admission::InTurn, self.link.query(cmd, at))
+            .await
     }
 
     /// Whether this node is a Redis Cluster.
@@ -185,22 +206,32 @@ impl Node {
     /// Sends `PING`, within `timeout`.
     async fn ping(&self, timeout: Duration) -> Result<(), NodeError> {
         let cmd = redis::cmd("PING");
-        self.request(timeout, self.link.query::<String>(&cmd, None))
-            .await
-            .map(drop)
+        self.request(
+            timeout,
+            Admission::InTurn,
+            self.link.query::<String>(&cmd, None),
+        )
+        .await
+        .map(drop)
     }
 
     /// The one request helper: `request` (not yet sent: it is a future)
-    /// admitted among the [`IN_FLIGHT`] ones, then bounded by `timeout`,
+    /// admitted among the [`IN_FLIGHT`] ones of its `admission` queue,
+    /// then bounded by `timeout`,
     /// its error classified and named by this node; an answer that arrived
     /// after the sentinels announced a failover is a failure.
     async fn request<T>(
         &self,
         timeout: Duration,
+        admission: Admission,
         request: impl Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, NodeError> {
+        let queue = match admission {
+            Admission::Holder => &self.holders_in_flight,
+            Admission::InTurn => &self.in_flight,
+        };
         // Never closed, so never an error; a request is admitted anyway.
-        let _admitted = self.in_flight.acquire().await.ok();
+        let _admitted = queue.acquire().await.ok();
         let generation = self.link.generation();
         let failure = match tokio::time::timeout(timeout, request).await {
             Ok(Ok(value)) if self.link.generation() == generation => return Ok(value),
@@ -248,6 +279,7 @@ impl Nodes {
             hub: Hub::start(subscribe.clone(), &wake),
             subscribe,
             in_flight: Semaphore::new(IN_FLIGHT),
+            holders_in_flight: Semaphore::new(IN_FLIGHT),
         };
         let mut list = Vec::new();
         match &topology.deployment {

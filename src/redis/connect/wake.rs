@@ -64,6 +64,11 @@ impl Hub {
             .insert(id.to_owned(), Arc::clone(notify));
     }
 
+    /// How many waiters this hub wakes now.
+    pub fn waiters(&self) -> usize {
+        self.shared.waiters().len()
+    }
+
     /// Stops waking waiter `id`.
     pub fn deregister(&self, id: &str) {
         self.shared.waiters().remove(id);

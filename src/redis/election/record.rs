@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::protocol::{ElectionKeys, PROCLAIM, REFRESH, RETRACT, padded, record_tail};
 use crate::redis::connect::failed_op::FailedOp;
-use crate::redis::connect::node::Reach;
+use crate::redis::connect::node::{Admission, Reach};
 use crate::redis::state::Core;
 use crate::util::backoff::Backoff;
 use crate::{Error, Key, LeaderRecord, Result};
@@ -50,7 +50,12 @@ impl Term {
         let renewed: i64 = self
             .core
             .single_node()
-            .run_bytes(&REFRESH, &self.keys.script_keys(), &args, Reach::Replicas)
+            .run_bytes(
+                &REFRESH,
+                &self.keys.script_keys(),
+                &args,
+                (Reach::Replicas, Admission::Holder),
+            )
             .await
             .map_err(|e| self.failed("renew the leader's record", e))?;
         Ok(renewed == 1)
@@ -67,7 +72,12 @@ impl Term {
             let sent: std::result::Result<i64, _> = self
                 .core
                 .single_node()
-                .run_bytes(&RETRACT, &self.keys.script_keys(), &args, Reach::Master)
+                .run_bytes(
+                    &RETRACT,
+                    &self.keys.script_keys(),
+                    &args,
+                    (Reach::Master, Admission::Holder),
+                )
                 .await;
             match sent {
                 Ok(_) => return Ok(()),
@@ -155,7 +165,12 @@ impl LeaderRecord for RedisRecord {
         ];
         let written: i64 = core
             .single_node()
-            .run_bytes(&PROCLAIM, &keys.script_keys(), &args, Reach::Replicas)
+            .run_bytes(
+                &PROCLAIM,
+                &keys.script_keys(),
+                &args,
+                (Reach::Replicas, Admission::Holder),
+            )
             .await
             .map_err(|e| self.term.failed("proclaim", e))?;
         if written == 1 {

@@ -13,7 +13,7 @@ use redis::aio::PubSubStream;
 
 use super::protocol::{ElectionKeys, READ, Read, State, announced};
 use crate::redis::connect::failed_op::FailedOp;
-use crate::redis::connect::node::Reach;
+use crate::redis::connect::node::{Admission, Reach};
 use crate::redis::state::Core;
 use crate::util::backoff::Backoff;
 use crate::{ChangeSender, Key, LeaderWatch, Result};
@@ -30,7 +30,12 @@ async fn read_raw(core: &Core, keys: &ElectionKeys) -> Result<Read> {
     type Reply = (Option<Vec<u8>>, i64, Option<Vec<u8>>, Option<Vec<u8>>);
     let (lock, pttl, record, fence): Reply = core
         .single_node()
-        .run_bytes(&READ, &keys.script_keys(), &[], Reach::Master)
+        .run_bytes(
+            &READ,
+            &keys.script_keys(),
+            &[],
+            (Reach::Master, Admission::InTurn),
+        )
         .await
         .map_err(|e| {
             crate::Error::from(FailedOp {

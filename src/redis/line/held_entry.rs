@@ -9,7 +9,7 @@ use std::time::Instant;
 use async_trait::async_trait;
 use tokio::task::AbortHandle;
 
-use crate::redis::connect::node::{Call, Reach};
+use crate::redis::connect::node::{Admission, Call, Reach};
 use crate::redis::protocol::line::{Left, LineKeys};
 use crate::redis::protocol::line_lua::{EXTEND_SCRIPT, LEAVE_SCRIPT};
 use crate::redis::state::Core;
@@ -71,6 +71,7 @@ impl Renew for EntryRenew {
                     self.core.config.ttl_ms().to_string(),
                 ],
                 reach: Reach::Replicas,
+                admission: Admission::Holder,
             })
             .await;
         match answer {
@@ -137,6 +138,7 @@ impl GuardRelease for HeldEntry {
                         self.keys.lock.wake.clone(),
                     ],
                     reach: Reach::Master,
+                    admission: Admission::Holder,
                 })
                 .await;
             match answer {

@@ -4,7 +4,7 @@
 //!
 //! A waiter sleeps until a release that grants it publishes its id (see
 //! `wake.rs`), the least PTTL of the holders ahead passes (a dead holder's
-//! share frees then), or the next poll (`min(TTL/3, 1 s)`, in case a
+//! share frees then), or the next poll (`Core::waiter_poll`, in case a
 //! message was lost); each wake-up runs `ENTER` in `check` mode, which
 //! refreshes its record, confirms a grant (renewing it to the full TTL),
 //! or answers that its entry is gone ([`crate::Error::SessionLost`]: it
@@ -15,14 +15,14 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::redis::connect::node::{Call, Reach};
+use crate::redis::connect::node::{Admission, Call, Reach};
 use crate::redis::connect::node_error::NodeError;
 use crate::redis::line::held_entry;
 use crate::redis::pace::{self, Pace};
 use crate::redis::protocol::keys::{LockKeys, owner_value};
 use crate::redis::protocol::line::{Entered, LineKeys, Mode, in_use_as_mutex, spell};
 use crate::redis::protocol::line_lua::{ENTER_SCRIPT, LEAVE_SCRIPT};
-use crate::redis::state::Core;
+use crate::redis::state::{Core, record_ttl};
 use crate::semantics::admission::{Share, conflict};
 use crate::semantics::armed::{Armed, TakeBack, turn_or_done};
 use crate::util::observe;
@@ -36,7 +36,7 @@ pub(crate) async fn try_shared(
 ) -> Result<Option<LockGuard>> {
     let mut entry = LineAttempt::new(core, key, share, Wakes::Never);
     let sent = Instant::now();
-    match entry.enter(Mode::Try).await {
+    match entry.enter(Mode::Try, core.poll()).await {
         Ok(Entered::Held(token)) => Ok(Some(entry.granted(token, sent))),
         Ok(Entered::Waits(_) | Entered::Gone) => {
             entry.set_armed(false);
@@ -73,14 +73,16 @@ pub(crate) async fn wait_shared(
         let mut pace = Pace::new(core, notify);
         loop {
             let sent = Instant::now();
-            match entry.enter(mode).await {
+            let poll = core.waiter_poll();
+            match entry.enter(mode, poll).await {
                 Ok(Entered::Held(token)) => return Ok(entry.granted(token, sent)),
                 Ok(Entered::Waits(soonest)) => {
                     if mode == Mode::Join {
                         observe::queued(None);
                     }
                     mode = Mode::Check;
-                    pace.after_busy(soonest.map(Duration::from_millis)).await;
+                    pace.after_busy(soonest.map(Duration::from_millis), poll)
+                        .await;
                 }
                 Ok(refused) => return Err(entry.refusal(refused)),
                 // Refresh the record before it expires.
@@ -144,8 +146,9 @@ impl LineAttempt {
         })
     }
 
-    /// Runs `ENTER` once.
-    async fn enter(&self, mode: Mode) -> Result<Entered> {
+    /// Runs `ENTER` once; the entry's record lives three `poll`s
+    /// ([`record_ttl`]).
+    async fn enter(&self, mode: Mode, poll: Duration) -> Result<Entered> {
         let (kind, limit, n) = spell(self.share);
         let config = &self.core.config;
         let hub = match self.wakes {
@@ -166,13 +169,14 @@ impl LineAttempt {
                     self.owner.clone(),
                     hub,
                     config.ttl_ms().to_string(),
-                    self.core.record_ttl().as_millis().to_string(),
+                    record_ttl(poll).as_millis().to_string(),
                     self.keys.entries.clone(),
                     self.keys.lock.wake.clone(),
                     mode.word().to_owned(),
                     config.data_loss_wait_ms(),
                 ],
                 reach: Reach::Replicas,
+                admission: Admission::InTurn,
             })
             .await
             .map_err(|e| self.core.nodes.unavailable("lock", vec![e]))?;
@@ -247,6 +251,7 @@ async fn send_leave(core: &Core, keys: &LineKeys, id: &str) -> Result<i64, NodeE
             keys: &keys.script_keys(),
             args: vec![id.to_owned(), keys.entries.clone(), keys.lock.wake.clone()],
             reach: Reach::Master,
+            admission: Admission::InTurn,
         })
         .await
 }

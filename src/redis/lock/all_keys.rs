@@ -148,9 +148,10 @@ async fn fair_once(
         .iter()
         .map(|k| LockAttempt::new(core, k, AttemptKind::Lock))
         .collect();
+    let poll = core.waiter_poll();
     let step = async {
         core.wakeups_ready().await;
-        enqueue_all(core, &attempts).await
+        enqueue_all(core, &attempts, poll).await
     };
     let (answer, started) = match turn_or_done(ctx, &keys[0], step).await {
         Ok(done) => done,
@@ -197,7 +198,7 @@ async fn fair_once(
         let notify = Arc::clone(&attempt.notify);
         let wait = async {
             let mut pace = Pace::new(core, notify);
-            pace.after_busy(expires_in).await;
+            pace.after_busy(expires_in, poll).await;
             attempt.until_granted(&mut pace).await
         };
         let waited = turn_or_done(ctx, key, wait).await;
@@ -215,9 +216,14 @@ async fn fair_once(
 }
 
 /// Runs the step of `attempts`: their answer and when it was sent.
-async fn enqueue_all(core: &Core, attempts: &[Armed<LockAttempt>]) -> Result<(AllAnswer, Instant)> {
+/// Its queue records live three `poll`s.
+async fn enqueue_all(
+    core: &Core,
+    attempts: &[Armed<LockAttempt>],
+    poll: Duration,
+) -> Result<(AllAnswer, Instant)> {
     let parts: Vec<Part<'_>> = attempts.iter().map(|a| a.part()).collect();
-    take_all::run(core, &parts, true).await
+    take_all::run(core, &parts, true, poll).await
 }
 
 /// Gives up `attempts`, waiting (within `within`) for each to take back

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 use crate::redis::connect::failed_op::is_in_use_as_line;
-use crate::redis::connect::node::{Call, Reach};
+use crate::redis::connect::node::{Admission, Call, Reach};
 use crate::redis::lock::held_lock;
 use crate::redis::pace::{self, Pace};
 use crate::redis::protocol::keys::{LockKeys, owner_value, waiter_id};
@@ -18,7 +18,7 @@ use crate::redis::protocol::lock_args::{Joined, acquire_args, release_args};
 use crate::redis::protocol::lock_lua::{
     ACQUIRE_SCRIPT, LEAVE_SCRIPT, RAISE_SCRIPT, RELEASE_SCRIPT,
 };
-use crate::redis::state::Core;
+use crate::redis::state::{Core, record_ttl};
 use crate::semantics::armed::{Armed, TakeBack};
 use crate::util::observe;
 use crate::{Key, LockGuard, Result};
@@ -122,8 +122,9 @@ impl LockAttempt {
 }
 
 impl Armed<LockAttempt> {
-    /// Runs the acquire script on every node and decides.
-    pub async fn round(&mut self) -> Result<Round> {
+    /// Runs the acquire script on every node and decides; a queue record
+    /// it writes lives three `poll`s ([`record_ttl`]).
+    pub async fn round(&mut self, poll: Duration) -> Result<Round> {
         let joined = match (self.rounds, self.kept) {
             (0, _) => Joined::No,
             (_, false) => Joined::Yes,
@@ -134,7 +135,7 @@ impl Armed<LockAttempt> {
         let (nodes, config, keys) = (&core.nodes, &core.config, &self.keys);
         let script_keys = keys.script_keys();
         let ttl_ms = config.ttl_ms().to_string();
-        let record_ms = core.record_ttl().as_millis().to_string();
+        let record_ms = record_ttl(poll).as_millis().to_string();
         let loss_wait_ms = config.data_loss_wait_ms();
         let id = match self.kind {
             AttemptKind::Lock => self.id.as_str(),
@@ -157,6 +158,7 @@ impl Armed<LockAttempt> {
                     &loss_wait_ms,
                 ),
                 reach: Reach::Replicas,
+                admission: Admission::InTurn,
             })
             .await;
         let mut granted = Vec::new();
@@ -207,6 +209,7 @@ impl Armed<LockAttempt> {
                     keys: &script_keys,
                     args: release_args(&self.owner, keys, ""),
                     reach: Reach::Master,
+                    admission: Admission::InTurn,
                 })
                 .await;
         }
@@ -236,6 +239,7 @@ impl Armed<LockAttempt> {
                 keys: &script_keys,
                 args: vec![self.owner.clone(), token.to_string()],
                 reach: Reach::Replicas,
+                admission: Admission::InTurn,
             })
             .await;
         results.into_iter().filter(|r| matches!(r, Ok(1))).count()
@@ -250,7 +254,8 @@ impl Armed<LockAttempt> {
     /// A round's error, when `pace` ends the wait.
     pub async fn until_granted(&mut self, pace: &mut Pace<'_>) -> Result<Option<LockGuard>> {
         loop {
-            match self.round().await {
+            let poll = self.core.waiter_poll();
+            match self.round(poll).await {
                 Ok(Round::Granted(guard)) => return Ok(Some(guard)),
                 Ok(Round::PlaceLost) => return Ok(None),
                 Ok(Round::Busy {
@@ -262,7 +267,7 @@ impl Armed<LockAttempt> {
                     if split {
                         pace.after_split().await;
                     } else {
-                        pace.after_busy(expires_in).await;
+                        pace.after_busy(expires_in, poll).await;
                     }
                 }
                 // Refresh the queue record before it expires.
@@ -354,6 +359,7 @@ pub(crate) async fn send_leave(
                 keys.wake.clone(),
             ],
             reach: Reach::Master,
+            admission: Admission::InTurn,
         })
         .await;
     nodes

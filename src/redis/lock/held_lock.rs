@@ -9,7 +9,7 @@ use async_trait::async_trait;
 
 use crate::api::guard::release_each;
 use crate::api::multi_guard::all_of_kind;
-use crate::redis::connect::node::{Call, Reach};
+use crate::redis::connect::node::{Admission, Call, Reach};
 use crate::redis::lock::deferred::Watchdog;
 use crate::redis::protocol::keys::LockKeys;
 use crate::redis::protocol::lock_args::release_args;
@@ -83,6 +83,7 @@ impl Renew for LockRenew {
                 keys: &script_keys,
                 args: vec![self.owner.clone(), ttl_ms.clone()],
                 reach: Reach::Replicas,
+                admission: Admission::Holder,
             })
             .await;
         let extended = results.iter().filter(|r| matches!(r, Ok(1))).count();
@@ -167,6 +168,7 @@ impl GuardRelease for HeldLock {
                     keys: &script_keys,
                     args: release_args(&self.owner, &self.keys, &self.tokens[i]),
                     reach: Reach::Master,
+                    admission: Admission::Holder,
                 })
                 .await;
             let mut still = Vec::new();
@@ -286,6 +288,7 @@ async fn release_all(helds: Vec<HeldLock>) -> Vec<Result<()>> {
             keys: &keys,
             args: args.clone(),
             reach: Reach::Master,
+            admission: Admission::Holder,
         };
         match core.single_node().run::<Vec<i64>>(call).await {
             Ok(answers) if answers.len() == helds.len() => break answers,

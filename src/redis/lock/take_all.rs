@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use tokio::sync::Notify;
 
-use crate::redis::connect::node::{Call, Reach};
+use crate::redis::connect::node::{Admission, Call, Reach};
 use crate::redis::lock::attempt::send_leave;
 use crate::redis::lock::held_lock;
 use crate::redis::pace::{self, Pace};
@@ -20,7 +20,7 @@ use crate::redis::protocol::lock_all_lua::{
     AllAnswer, ENQUEUE_ALL_SCRIPT, Part, Shared, TAKE_ALL_SCRIPT, keys_and_args, read,
 };
 use crate::redis::protocol::lock_args::Joined;
-use crate::redis::state::Core;
+use crate::redis::state::{Core, record_ttl};
 use crate::semantics::armed::{Armed, TakeBack, turn_or_done};
 use crate::util::observe;
 use crate::{Context, Key, LockGuard, Result};
@@ -34,7 +34,7 @@ const PER_LOCK: usize = 3;
 pub(crate) async fn try_lock_all(core: &Arc<Core>, keys: &[Key]) -> Result<Option<Vec<LockGuard>>> {
     let once = async || {
         let mut attempt = AllAttempt::new(core, keys, false);
-        let took = attempt.take().await;
+        let took = attempt.take(core.poll()).await;
         let within = core.config.node_timeout();
         match took {
             Ok(Took::All(guards)) => Ok(Some(guards)),
@@ -75,7 +75,8 @@ pub(crate) async fn unfair(
         core.wakeups_ready().await;
         let mut pace = Pace::new(core, notify);
         loop {
-            match attempt.take().await {
+            let poll = core.waiter_poll();
+            match attempt.take(poll).await {
                 Ok(Took::All(guards)) => return Ok(guards),
                 // The next round confirms it.
                 Ok(Took::Late) => {}
@@ -83,7 +84,7 @@ pub(crate) async fn unfair(
                     if attempt.rounds == 1 {
                         observe::queued(None);
                     }
-                    pace.after_busy(expires_in).await;
+                    pace.after_busy(expires_in, poll).await;
                 }
                 Ok(Took::InUse(i)) => return Err(in_use_as_line(&keys[i])),
                 Err(e) => pace.after_error(e).await?,
@@ -147,8 +148,8 @@ impl AllAttempt {
 }
 
 impl Armed<AllAttempt> {
-    /// One take-all round.
-    async fn take(&mut self) -> Result<Took> {
+    /// One take-all round; a queue record it writes lives three `poll`s.
+    async fn take(&mut self, poll: Duration) -> Result<Took> {
         self.rounds += 1;
         let core = Arc::clone(&self.core);
         let id = if self.waits { self.id.as_str() } else { "" };
@@ -161,7 +162,7 @@ impl Armed<AllAttempt> {
                 id,
             })
             .collect();
-        let (answer, started) = run(&core, &parts, false).await?;
+        let (answer, started) = run(&core, &parts, false, poll).await?;
         drop(parts);
         let tokens = match answer {
             AllAnswer::Taken(tokens) if tokens.len() == self.keys.len() => tokens,
@@ -226,6 +227,7 @@ pub(crate) async fn run(
     core: &Core,
     parts: &[Part<'_>],
     enqueue: bool,
+    poll: Duration,
 ) -> Result<(AllAnswer, Instant)> {
     let (script, op) = match enqueue {
         true => (&*ENQUEUE_ALL_SCRIPT, "enqueue all"),
@@ -233,7 +235,7 @@ pub(crate) async fn run(
     };
     let node = core.single_node();
     let ttl_ms = core.config.ttl_ms().to_string();
-    let record_ms = core.record_ttl().as_millis().to_string();
+    let record_ms = record_ttl(poll).as_millis().to_string();
     let loss_wait_ms = core.config.data_loss_wait_ms();
     let shared = Shared {
         ttl_ms: &ttl_ms,
@@ -251,6 +253,7 @@ pub(crate) async fn run(
         keys: &keys,
         args,
         reach: Reach::Replicas,
+        admission: Admission::InTurn,
     };
     match node.run::<Vec<i64>>(call).await {
         Ok(answer) => Ok((read(&answer, parts.len(), enqueue), started)),
