@@ -404,36 +404,44 @@ async fn wait_until_counted(
 ) {
     let done = |n: i64| if at_most { n <= want } else { n >= want };
     let wait = async {
+        let resp = client
+            .get(prefix, Some(opts.clone()))
+            .await
+            .expect("count keys");
+        if done(count(&resp)) {
+            return;
+        }
+        // One watch for the whole wait: a watch opened and dropped per
+        // change leaves etcd sending on reset streams, and a burst of
+        // 1,000 made h2 close the connection (GOAWAY, too many resets).
+        let rev = resp.header().expect("header").revision();
+        let mut stream = client
+            .watch(
+                prefix,
+                Some(
+                    WatchOptions::new()
+                        .with_prefix()
+                        .with_start_revision(rev + 1),
+                ),
+            )
+            .await
+            .expect("watch");
         loop {
+            let msg = stream
+                .message()
+                .await
+                .expect("watch message")
+                .expect("watch open");
+            if msg.events().is_empty() {
+                continue;
+            }
+            // A change under the prefix: count again.
             let resp = client
                 .get(prefix, Some(opts.clone()))
                 .await
                 .expect("count keys");
             if done(count(&resp)) {
                 return;
-            }
-            let rev = resp.header().expect("header").revision();
-            let mut stream = client
-                .watch(
-                    prefix,
-                    Some(
-                        WatchOptions::new()
-                            .with_prefix()
-                            .with_start_revision(rev + 1),
-                    ),
-                )
-                .await
-                .expect("watch");
-            // Any change under the prefix: count again.
-            loop {
-                let msg = stream
-                    .message()
-                    .await
-                    .expect("watch message")
-                    .expect("watch open");
-                if !msg.events().is_empty() {
-                    break;
-                }
             }
         }
     };

@@ -199,6 +199,15 @@ struct Link {
     health: Health,
 }
 
+/// How many streams this process reset (a request given up, a hedged
+/// copy that lost, a watch stream closed) a connection remembers, so that
+/// what etcd still sends on them is dropped quietly. h2 remembers 10 by
+/// default and counts a frame on a forgotten one as an error of its own;
+/// after 1,024 such it closes the connection (`GOAWAY`,
+/// `too_many_internal_resets`), failing every request on it: seen in a
+/// test's client that closed a watch per change of a burst of 1,000.
+const RESETS_REMEMBERED: usize = 10_000;
+
 /// A member's current connection.
 struct Connection {
     /// How many were replaced before it.
@@ -210,13 +219,16 @@ struct Connection {
 
 impl Member {
     fn new(endpoint: &Endpoint, routing: Routing) -> Self {
+        let endpoint = endpoint
+            .clone()
+            .http2_max_concurrent_reset_streams(RESETS_REMEMBERED);
         Member(Arc::new(Link {
-            endpoint: endpoint.clone(),
             connection: Mutex::new(Connection {
                 number: 0,
                 channel: endpoint.connect_lazy(),
                 answered: None,
             }),
+            endpoint,
             health: Health::new(routing),
         }))
     }
