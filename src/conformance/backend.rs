@@ -64,6 +64,17 @@ pub trait Backend: Send + Sync + 'static {
         true
     }
 
+    /// The most `lock` calls at once that [`a_burst_of_waiters_is_served`]
+    /// starts here: no limit, or fewer where each concurrent call of one
+    /// locker on one key costs the server a session of its own (etcd's
+    /// layout names a contender's key after its lease, as etcd's recipe
+    /// does: 1,000 calls are 1,000 leases, each renewed and confirmed).
+    ///
+    /// [`a_burst_of_waiters_is_served`]: crate::conformance::a_burst_of_waiters_is_served
+    fn burst_limit(&self) -> usize {
+        usize::MAX
+    }
+
     /// `false` for a backend that refuses unfair mode (etcd's own layout,
     /// where the oldest contender holds): the checks that need unfair
     /// lockers then return at once, and the others use fair lockers only.

@@ -144,7 +144,8 @@ pub async fn key_isolation(b: &impl Backend, fair: bool) {
 }
 
 /// A burst of waiters on one locker: `n` `lock` calls at once from one
-/// process ([`BURST`] in the suite), queued behind a holder (in fair mode,
+/// process ([`BURST`] in the suite, at most [`Backend::burst_limit`]),
+/// queued behind a holder (in fair mode,
 /// all of them before it unlocks), are each granted once, with fencing
 /// tokens past the holder's, and nothing is left behind. What a service's
 /// worker pool does when one resource becomes the bottleneck; a backend
@@ -159,6 +160,7 @@ pub async fn a_burst_of_waiters_is_served(b: &impl Backend, fair: bool, n: usize
     if mode_unsupported(b, fair) {
         return;
     }
+    let n = n.min(b.burst_limit());
     let key = Key::from("burst");
     let locker = b.locker(fair);
     let holder = take(&*locker, &key).await;
