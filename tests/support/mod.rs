@@ -404,38 +404,12 @@ async fn wait_until_counted(
 ) {
     let done = |n: i64| if at_most { n <= want } else { n >= want };
     let wait = async {
-        let resp = client
-            .get(prefix, Some(opts.clone()))
-            .await
-            .expect("count keys");
-        if done(count(&resp)) {
-            return;
-        }
-        // One watch for the whole wait: a watch opened and dropped per
-        // change leaves etcd sending on reset streams, and a burst of
-        // 1,000 made h2 close the connection (GOAWAY, too many resets).
-        let rev = resp.header().expect("header").revision();
-        let mut stream = client
-            .watch(
-                prefix,
-                Some(
-                    WatchOptions::new()
-                        .with_prefix()
-                        .with_start_revision(rev + 1),
-                ),
-            )
-            .await
-            .expect("watch");
+        // One watch for the whole wait, opened after the first count: a
+        // watch opened and dropped per change leaves etcd sending on reset
+        // streams, and a burst of 1,000 made h2 close the connection
+        // (GOAWAY, too many resets).
+        let mut stream = None;
         loop {
-            let msg = stream
-                .message()
-                .await
-                .expect("watch message")
-                .expect("watch open");
-            if msg.events().is_empty() {
-                continue;
-            }
-            // A change under the prefix: count again.
             let resp = client
                 .get(prefix, Some(opts.clone()))
                 .await
@@ -443,6 +417,23 @@ async fn wait_until_counted(
             if done(count(&resp)) {
                 return;
             }
+            if stream.is_none() {
+                let rev = resp.header().expect("header").revision();
+                let watch = WatchOptions::new()
+                    .with_prefix()
+                    .with_start_revision(rev + 1);
+                stream = Some(client.watch(prefix, Some(watch)).await.expect("watch"));
+            }
+            let events = stream.as_mut().expect("opened above");
+            // A change under the prefix: count again.
+            while events
+                .message()
+                .await
+                .expect("watch message")
+                .expect("watch open")
+                .events()
+                .is_empty()
+            {}
         }
     };
     // A safety net against a hang, not a timing assertion.
