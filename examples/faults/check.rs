@@ -332,13 +332,13 @@ fn exclusion(
                 }),
             },
             None => match etcd_ended_lease(inp, a, first) {
-                Some(early) => {
+                Some((early, ended)) => {
                     etcd_ended += 1;
                     notes.push(format!(
                         "ETCD LEASE FAULT (not counted): {overlap}: the later grant came \
                          {early:.1} ms before the deadline the holder's lease had at its grant, \
-                         etcd said that lease was gone before that deadline, and every write the \
-                         holder tried after the later grant was refused (see docs/faults.md)\n{}",
+                         {ended}, and every write the holder tried after the later grant was \
+                         refused (see docs/faults.md)\n{}",
                         explain(inp, a, first)
                     ));
                 }
@@ -365,33 +365,74 @@ fn exclusion(
 /// lease early: `b` was granted before the deadline `a`'s lease had at
 /// its grant (`until=` on its ACQ line: the local deadline, which a
 /// renewal moves only once etcd acknowledged it, to the renewal's send
-/// time plus the TTL less a margin, never past etcd's own expiry); etcd
-/// said the lease was gone when the holder asked after its loss, and that
-/// answer came before the deadline too (`lease=gone` on its REL line,
-/// written after the answer; a key deleted by anyone else leaves the lease
-/// alive, and no lease expires on its own before that deadline); and no
-/// write the holder tried after `b`'s grant was accepted. A correct etcd
-/// ends a lease that early only when told to (a revoke); etcd 3.5.16 did
-/// it on its own, when a paused leader resumed and revoked leases the new
-/// leader had extended (etcd issues 12528, 15247). Returns how long before
-/// the deadline `b` was granted, in ms.
-fn etcd_ended_lease(inp: &Input<'_>, a: &Interval, b: &Interval) -> Option<f64> {
+/// time plus the TTL less a margin, never past etcd's own expiry); the
+/// lease had ended by then; and no write the holder tried after `b`'s
+/// grant was accepted. A correct etcd ends a lease that early only when
+/// told to (a revoke); etcd 3.5 did it on its own, when a paused leader
+/// resumed and revoked leases the new leader had extended (etcd issues
+/// 12528, 15247). Returns how long before the deadline `b` was granted,
+/// in ms, and the evidence that the lease had ended.
+///
+/// The evidence is etcd's history or its answer. In the history: the lock
+/// key at `a`'s token was deleted in the same revision as the key the
+/// worker put on the same lease (`worker::witness_key`), before `b`'s
+/// grant: etcd deletes a lease's keys in one revision when it ends, and a
+/// request deletes only the keys it names. Or in etcd's answer: it said
+/// the lease was gone when the holder asked after its loss, before the
+/// deadline (`lease=gone` on its REL line; no lease expires on its own
+/// before that deadline). The answer can come too late when the deadline
+/// is near (renewals went unanswered while a leader was stopped), the
+/// history cannot.
+fn etcd_ended_lease(inp: &Input<'_>, a: &Interval, b: &Interval) -> Option<(f64, String)> {
     let mine = after(&inp.log, a.proc, a.token, 0);
-    let until: u64 = mine
-        .iter()
-        .find(|e| e.kind == Kind::Acq)?
-        .detail
-        .split(' ')
-        .find_map(|f| f.strip_prefix("until="))?
-        .parse()
-        .ok()?;
-    let gone = mine
-        .iter()
-        .any(|e| e.kind == Kind::Rel && e.detail == "lease=gone" && e.t < until);
+    let acq = &mine.iter().find(|e| e.kind == Kind::Acq)?.detail;
+    let field = |name: &str| {
+        acq.split(' ')
+            .find_map(|f| f.strip_prefix(name))
+            .map(str::to_string)
+    };
+    let until: u64 = field("until=")?.parse().ok()?;
+    let lease = i64::from_str_radix(&field("lease=")?, 16).ok()?;
     let refused = !after(&inp.log, a.proc, a.token, b.acq)
         .iter()
         .any(|e| matches!(e.kind, Kind::Write | Kind::Probe) && e.detail == "ok");
-    (gone && refused && b.acq < until).then(|| ms(until - b.acq))
+    if !refused || b.acq >= until {
+        return None;
+    }
+    let early = ms(until - b.acq);
+    if let Some(rev) = lease_end(inp, a.token, b.token, lease) {
+        return Some((
+            early,
+            format!(
+                "etcd deleted the lock key at rev {rev} with the other key on its lease (the lease ended)"
+            ),
+        ));
+    }
+    mine.iter()
+        .any(|e| e.kind == Kind::Rel && e.detail == "lease=gone" && e.t < until)
+        .then(|| {
+            (
+                early,
+                "etcd said that lease was gone before that deadline".into(),
+            )
+        })
+}
+
+/// The revision, between the grants at `token` and `next`, in which the
+/// lock key granted at `token` was deleted together with the witness key
+/// on `lease`; `None` if it was deleted alone (or not at all).
+fn lease_end(inp: &Input<'_>, token: u64, next: u64, lease: i64) -> Option<i64> {
+    let (from, to) = (i64::try_from(token).ok()?, i64::try_from(next).ok()?);
+    let delete = inp
+        .changes
+        .iter()
+        .find(|c| c.key == inp.lock_key && c.revision > from && c.revision < to)
+        .filter(|c| c.put.is_none())?;
+    let witness = crate::worker::witness_key(&inp.counter, lease);
+    inp.changes
+        .iter()
+        .any(|c| c.key == witness && c.revision == delete.revision && c.put.is_none())
+        .then_some(delete.revision)
 }
 
 /// What a post-mortem of an overlap needs, without `--dump`: for the
@@ -415,7 +456,13 @@ pub fn explain(inp: &Input<'_>, a: &Interval, b: &Interval) -> String {
                 .find(|e| e.t < s.acq && matches!(e.kind, Kind::Unl | Kind::Start))
                 .map_or(0, |e| e.t)
                 .max(s.acq.saturating_sub(LEAD));
-            for e in p.events.iter().filter(|e| e.t >= from && e.t <= s.end) {
+            // To the end of the cycle: what the holder learnt after.
+            let to = p
+                .events
+                .iter()
+                .find(|e| e.kind == Kind::Unl && e.token == s.token && e.t >= s.acq)
+                .map_or(s.end, |e| e.t.max(s.end));
+            for e in p.events.iter().filter(|e| e.t >= from && e.t <= to) {
                 let kind = e.kind.name();
                 out.push_str(&format!(
                     "      {:+9.1} ms {kind} token={} {}\n",
@@ -443,16 +490,16 @@ pub fn explain(inp: &Input<'_>, a: &Interval, b: &Interval) -> String {
     }
     let (low, high) = (a.token.min(b.token), a.token.max(b.token));
     let window = i64::try_from(low).unwrap_or(0) - 3..=i64::try_from(high).unwrap_or(0) + 1;
+    // With the deletes of the leases' witness keys: a lease that ended.
+    let witnesses = crate::worker::witness_prefix(&inp.counter);
     out.push_str("    lock key history:");
-    for c in inp
-        .changes
-        .iter()
-        .filter(|c| c.key == inp.lock_key && window.contains(&c.revision))
-    {
-        let what = c
-            .put
-            .as_ref()
-            .map_or("delete".to_string(), |p| format!("put {}", p.value));
+    for c in inp.changes.iter().filter(|c| window.contains(&c.revision)) {
+        let what = match (&c.put, c.key.strip_prefix(witnesses.as_str())) {
+            (None, Some(lease)) => format!("delete of lease {lease}'s witness key"),
+            (None, None) if c.key == inp.lock_key => "delete".to_string(),
+            (Some(p), None) if c.key == inp.lock_key => format!("put {}", p.value),
+            _ => continue,
+        };
         out.push_str(&format!("\n      rev {} {what}", c.revision));
     }
     out

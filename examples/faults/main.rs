@@ -68,8 +68,9 @@
 //!    where etcd ended the earlier holder's lease before the deadline its
 //!    acknowledged renewals guaranteed and the holder's later writes were
 //!    refused (reported as an ETCD LEASE FAULT, not counted: the revoke
-//!    injection does this on purpose, and etcd 3.5.16 did it on its own
-//!    after a paused leader resumed; see `check::etcd_ended_lease`);
+//!    injection does this on purpose, and etcd 3.5 did it on its own
+//!    after a paused leader resumed; the lease's end is read from etcd's
+//!    history, see `check::etcd_ended_lease`);
 //! 3. fair mode grants in queue order (replayed from etcd's history);
 //! 4. after each fault heals, a lock is granted again within
 //!    TTL + election timeout + margin (the isolated leader: from when the

@@ -183,6 +183,7 @@ pub async fn run(a: Args) -> Result<(), BoxError> {
     });
 
     let mut seq = 0;
+    let mut witnessed = 0;
     let key = Key::from(LOCK_KEY);
     while !stop.is_cancelled() {
         if a.workload != Workload::Mutex {
@@ -207,7 +208,7 @@ pub async fn run(a: Args) -> Result<(), BoxError> {
                 continue;
             }
         };
-        cycle(&a, &locker, &lock_key, guard, &mut seq).await;
+        cycle(&a, &locker, &lock_key, guard, &mut seq, &mut witnessed).await;
     }
     let closed = locker.close().await;
     Ev::new(Kind::Bye, 0, 0, format!("{closed:?}")).emit();
@@ -215,7 +216,14 @@ pub async fn run(a: Args) -> Result<(), BoxError> {
 }
 
 /// One critical section and unlock.
-async fn cycle(a: &Args, locker: &EtcdLocker, lock_key: &str, guard: LockGuard, seq: &mut u64) {
+async fn cycle(
+    a: &Args,
+    locker: &EtcdLocker,
+    lock_key: &str,
+    guard: LockGuard,
+    seq: &mut u64,
+    witnessed: &mut i64,
+) {
     let token = guard.fencing_token();
     // The lease's local deadline (CLOCK_MONOTONIC ns, 0 if none) and id:
     // the checker tells a lease etcd ended before that deadline (an etcd
@@ -227,6 +235,12 @@ async fn cycle(a: &Args, locker: &EtcdLocker, lock_key: &str, guard: LockGuard, 
         crate::mono_ns() + u64::try_from(left.as_nanos()).unwrap_or(u64::MAX / 2)
     });
     let lease = locker.session_lease().await.unwrap_or(0);
+    if lease != 0 && lease != *witnessed {
+        // Before the grant is reported, so before any injection can
+        // target it.
+        witness(a, locker, lease).await;
+        *witnessed = lease;
+    }
     acq.detail = format!("until={until} lease={lease:x}");
     acq.emit();
     let lost = guard.lost_token();
@@ -313,6 +327,37 @@ async fn cycle(a: &Args, locker: &EtcdLocker, lock_key: &str, guard: LockGuard, 
         ended = lease_state(a, locker, lease).await;
     }
     finish(guard, watcher, token, "", ended).await;
+}
+
+/// The key on lease `id` that tells, in etcd's history, when the lease
+/// ended: etcd deletes every key of a lease in one revision when the lease
+/// is revoked or expires, so a lock key deleted in the same revision as
+/// its lease's witness went with its lease, and one deleted alone was
+/// deleted by a request (`check::etcd_ended_lease`). Best effort: a lease
+/// without a witness never excuses an overlap.
+pub fn witness_key(counter: &str, id: i64) -> String {
+    format!("{}{id:x}", witness_prefix(counter))
+}
+
+/// Where the witness keys are: beside the counter, outside the lock prefix.
+pub fn witness_prefix(counter: &str) -> String {
+    format!("{counter}/lease/")
+}
+
+async fn witness(a: &Args, locker: &EtcdLocker, id: i64) {
+    let mut kv = locker.client().kv_client();
+    let put = kv.put(
+        witness_key(&a.counter, id),
+        a.id.to_string(),
+        Some(etcd_client::PutOptions::new().with_lease(id)),
+    );
+    if let Ok(Err(e)) | Err(e) = tokio::time::timeout(a.request_timeout, put)
+        .await
+        .map_err(|_| "no answer".to_string())
+        .map(|r| r.map_err(|e| e.to_string()))
+    {
+        Ev::new(Kind::Err, 0, 0, format!("lease witness: {e}")).emit();
+    }
 }
 
 /// After a loss: `lease=gone` if etcd no longer knows lease `id`,
