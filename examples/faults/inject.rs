@@ -146,7 +146,11 @@ impl Phase<'_> {
                 match lease {
                     Some(lease) => match client.lease_revoke(lease).await {
                         // An earlier try's revoke was applied after all.
-                        Err(e) if e.to_string().contains("lease not found") => Ok(()),
+                        Err(etcd_client::Error::GRpcStatus(s))
+                            if s.code() == tonic::Code::NotFound =>
+                        {
+                            Ok(())
+                        }
                         done => done.map(drop).map_err(Into::into),
                     },
                     None => Ok(()),

@@ -369,7 +369,10 @@ pub async fn lease_state(a: &Args, locker: &EtcdLocker, id: i64) -> &'static str
         // etcd answers an expired or revoked lease with TTL -1.
         Ok(Ok(answer)) if answer.ttl() >= 0 => "lease=alive",
         Ok(Ok(_)) => "lease=gone",
-        Ok(Err(e)) if e.to_string().contains("lease not found") => "lease=gone",
+        // etcd answers a lease it does not know with NOT_FOUND.
+        Ok(Err(etcd_client::Error::GRpcStatus(s))) if s.code() == tonic::Code::NotFound => {
+            "lease=gone"
+        }
         _ => "lease=?",
     }
 }
