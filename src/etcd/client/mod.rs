@@ -10,6 +10,8 @@
 //!   HTTP/2 stream; `write_queue.rs`: how many writes of a connection are
 //!   on their way, and which wait to go together; `batch.rs`: sending them,
 //!   together in one txn while others are on their way;
+//! - `in_doubt.rs`: a write its caller may stop waiting for, kept for
+//!   the cleanup to finish;
 //! - `stale_token.rs`: etcd's refusal of an auth token older than its last
 //!   change to users or roles, read as one of an invalid token (on which
 //!   etcd-client authenticates again);
@@ -26,6 +28,7 @@
 pub(crate) mod batch;
 pub(crate) mod connect;
 pub(crate) mod error;
+pub(crate) mod in_doubt;
 pub(crate) mod inbox;
 pub(crate) mod members;
 pub(crate) mod own_watch;

@@ -5,14 +5,14 @@
 //! 22123.)
 
 use std::future::Future;
-use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
 use super::held::HeldContender;
 use super::leases::ContenderLease;
 use crate::etcd::client::error::{EtcdError, EtcdResult};
+use crate::etcd::client::in_doubt::InDoubt;
 use crate::etcd::client::request::Answer;
 use crate::etcd::client::request::retry_backoff;
 use crate::etcd::protocol::etcd_layout::{self, Enqueued, NameKeys, Tried};
@@ -20,11 +20,7 @@ use crate::etcd::protocol::keys::owner_value;
 use crate::etcd::session::handout::{Lease, LeaseEnd};
 use crate::etcd::session::state::{LockerState, Outgoing};
 use crate::semantics::armed::{Armed, TakeBack};
-use crate::util::unstoppable::Unstoppable;
 use crate::{Error, Key, LockGuard};
-
-/// A write sent but not answered yet, as the caller left it.
-type InflightWrite = Pin<Box<dyn Future<Output = EtcdResult<Answer>> + Send>>;
 
 /// One call on a name in etcd's layout.
 pub(crate) struct Contender {
@@ -38,14 +34,11 @@ pub(crate) struct Contender {
     leased: Option<ContenderLease>,
     /// Our key's create revision, once known.
     rev: Option<i64>,
-    /// A write whose answer has not come yet: if the caller gives up
-    /// meanwhile, the cleanup waits for it first. (In a mutex only to
-    /// make the call `Sync`; reached through `&mut self`.)
-    inflight: Mutex<Option<InflightWrite>>,
+    /// Its write on its way, and whether one may land unseen: if the
+    /// caller gives up meanwhile, the cleanup waits for it first.
+    in_doubt: InDoubt,
     /// A write was sent: our key may be in etcd.
     sent: bool,
-    /// A write got no answer: it may still be applied.
-    unanswered: bool,
 }
 
 impl Contender {
@@ -64,9 +57,8 @@ impl Contender {
             lease,
             leased: Some(leased),
             rev: None,
-            inflight: Mutex::new(None),
+            in_doubt: InDoubt::default(),
             sent: false,
-            unanswered: false,
         }))
     }
 
@@ -134,28 +126,12 @@ impl Contender {
     async fn write(&mut self, op: &'static str, txn: impl Into<Outgoing>) -> EtcdResult<Answer> {
         let (state, txn) = (Arc::clone(&self.state), txn.into());
         self.sent = true;
-        let inflight = self
-            .inflight
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner);
-        // A write left over from an earlier, dropped call: in doubt.
-        self.unanswered |= inflight.is_some();
-        let write = inflight.insert(Box::pin(Unstoppable::new(
-            async move { state.txn(op, txn).await },
-            || {
-                Err(EtcdError::Failed {
-                    op: "write",
-                    why: "the write panicked (a bug in fairlock or etcd-client)".into(),
-                })
-            },
-        )));
-        let result = write.await;
-        *inflight = None;
+        let result = self
+            .in_doubt
+            .send(async move { state.txn(op, txn).await })
+            .await;
         match result {
-            Err(e) => {
-                self.unanswered |= e.is_transient();
-                Err(self.state.lease_error(&self.key, &self.lease, e).await)
-            }
+            Err(e) => Err(self.state.lease_error(&self.key, &self.lease, e).await),
             ok => ok,
         }
     }
@@ -201,7 +177,7 @@ impl Armed<Contender> {
     pub fn wrote_nothing(mut self) {
         self.set_armed(false);
         if let Some(leased) = self.leased.take() {
-            leased.done(!self.unanswered);
+            leased.done(!self.in_doubt.unanswered);
         }
     }
 }
@@ -217,12 +193,8 @@ impl TakeBack for Contender {
             Arc::clone(&self.lease),
             self.leased.take(),
         );
-        let inflight = self
-            .inflight
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        let (mut rev, sent, mut unanswered) = (self.rev, self.sent, self.unanswered);
+        let inflight = self.in_doubt.take();
+        let (mut rev, sent, mut unanswered) = (self.rev, self.sent, self.in_doubt.unanswered);
         async move {
             if let Some(write) = inflight {
                 match write.await {

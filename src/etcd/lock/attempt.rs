@@ -2,22 +2,22 @@
 //! writes it sends, and the cleanup that giving up (error, cancel or drop)
 //! starts, so that an attempt leaves nothing behind.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use etcd_client::Txn;
 
 use tokio::sync::watch;
 
-use super::cleanup::{self, InflightWrite, Landing, Written};
+use super::cleanup::{self, Landing, Written};
 use super::held_lock::{Grant, HeldLock};
 use crate::etcd::client::error::{EtcdError, EtcdResult};
+use crate::etcd::client::in_doubt::InDoubt;
 use crate::etcd::client::request::Answer;
 use crate::etcd::protocol::keys::{LockKeys, owner_value};
 use crate::etcd::session::handout::Lease;
 use crate::etcd::session::slots::Slot;
 use crate::etcd::session::state::{LockerState, Outgoing, Path};
 use crate::semantics::armed::{Armed, TakeBack};
-use crate::util::unstoppable::Unstoppable;
 use crate::{Key, LockGuard};
 
 /// One attempt to take a lock.
@@ -33,18 +33,13 @@ pub(crate) struct LockAttempt {
     slot: Option<Slot>,
     /// The lease its writes used; none means nothing was written.
     lease: Option<Arc<Lease>>,
-    /// A write whose outcome is not known yet. The caller polls it; if the
-    /// caller gives up meanwhile, the cleanup finishes it first. (In a
-    /// mutex only to make the attempt `Sync`: it is reached through
-    /// `&mut self`, which needs no locking.)
-    inflight: Mutex<Option<InflightWrite>>,
+    /// Its write on its way, and whether one may land unseen: if the
+    /// caller gives up meanwhile, the cleanup finishes it first.
+    in_doubt: InDoubt,
     /// The outcome of a write another attempt of the same `lock_all` call
     /// sent for this one too (see [`LockAttempt::write_together`]):
     /// `Some(answered)` once it ended.
     landing: Option<watch::Receiver<Option<bool>>>,
-    /// A write failed in a way that does not tell whether etcd applied it
-    /// (no answer, connection lost): it may still land later.
-    unanswered: bool,
     /// Its lease lapsed here once and was renewed again (see
     /// [`LockAttempt::use_lease`]).
     revived: bool,
@@ -81,9 +76,8 @@ impl LockAttempt {
             key: key.clone(),
             keys,
             lease: None,
-            inflight: Mutex::new(None),
+            in_doubt: InDoubt::default(),
             landing: None,
-            unanswered: false,
             revived: false,
         })
     }
@@ -138,19 +132,11 @@ impl LockAttempt {
         self.lease = Some(Arc::clone(lease));
         let state = Arc::clone(&self.state);
         let lock = self.keys.lock.clone();
-        // Polled here, in the caller's task (a task of its own per write
-        // cost a cross-thread hop each way), but kept in the attempt, not
-        // in this future: if this future is dropped, the write stays for
-        // the cleanup to finish (see `take_back`). A write left over
-        // from an earlier, dropped call is finished by a task of its own
-        // (`Unstoppable`) and counts as unanswered.
-        let inflight = self
-            .inflight
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner);
-        self.unanswered |= inflight.is_some();
-        let write = inflight.insert(Box::pin(Unstoppable::new(
-            async move {
+        // If this future is dropped, the write stays for the cleanup to
+        // finish (see `take_back`).
+        let result = self
+            .in_doubt
+            .send(async move {
                 let path = match batched {
                     true => Path::Batched {
                         lock: &lock,
@@ -163,21 +149,10 @@ impl LockAttempt {
                     let _ = landed.send(Some(answer.is_ok()));
                 }
                 answer
-            },
-            || {
-                Err(EtcdError::Failed {
-                    op: "write",
-                    why: "the write panicked (a bug in fairlock or etcd-client)".into(),
-                })
-            },
-        )));
-        let result = write.await;
-        *inflight = None;
+            })
+            .await;
         match result {
-            Err(e) => {
-                self.unanswered |= e.is_transient();
-                Err(self.state.lease_error(&self.key, lease, e).await)
-            }
+            Err(e) => Err(self.state.lease_error(&self.key, lease, e).await),
             ok => ok,
         }
     }
@@ -209,7 +184,7 @@ impl LockAttempt {
             let result = Box::pin(first.send(op, &lease, txn, Some(landed))).await;
             for other in others.iter_mut() {
                 other.landing = None;
-                other.unanswered |= result.as_ref().is_err_and(EtcdError::is_transient);
+                other.in_doubt.unanswered |= result.as_ref().is_err_and(EtcdError::is_transient);
             }
             match result {
                 Err(e) if e.is_session_lost() && !retried => retried = true,
@@ -245,7 +220,7 @@ impl Armed<LockAttempt> {
         // A holder without a queue revision has no queue key: it never
         // wrote one, or deleted it in the txn that took the lock.
         let slot = match (self.slot.take(), grant.queue_rev) {
-            (Some(slot), None) if !self.unanswered => {
+            (Some(slot), None) if !self.in_doubt.unanswered => {
                 slot.free();
                 None
             }
@@ -282,11 +257,7 @@ impl TakeBack for LockAttempt {
             slot: self.slot.take(),
             lease: self.lease.take(),
         };
-        let inflight = self
-            .inflight
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
+        let inflight = self.in_doubt.take();
         let landing = self.landing.take();
         // Whether the write still on its way (this attempt's own, or the
         // one of its `lock_all` call) was answered, once it ends.
@@ -298,7 +269,8 @@ impl TakeBack for LockAttempt {
             })),
             (None, None) => None,
         };
-        let cleanup = cleanup::abandon(Arc::clone(&self.state), written, answered, self.unanswered);
+        let unanswered = self.in_doubt.unanswered;
+        let cleanup = cleanup::abandon(Arc::clone(&self.state), written, answered, unanswered);
         async move {
             let _ = cleanup.await;
         }

@@ -10,17 +10,12 @@ use super::held_lock::{Behind, Grant, HeldLock};
 use super::release;
 use crate::Key;
 use crate::etcd::client::error::EtcdResult;
-use crate::etcd::client::request::Answer;
 use crate::etcd::client::request::retry_backoff;
 use crate::etcd::protocol::abandon::{self, Abandoned};
 use crate::etcd::protocol::keys::LockKeys;
 use crate::etcd::session::handout::{Lease, LeaseEnd};
 use crate::etcd::session::slots::Slot;
 use crate::etcd::session::state::LockerState;
-
-/// A write of an attempt sent but not answered yet, as the attempt's
-/// caller left it (see `LockAttempt::send`).
-pub(crate) type InflightWrite = Pin<Box<dyn Future<Output = EtcdResult<Answer>> + Send>>;
 
 /// The end of a write still on its way when an attempt was abandoned:
 /// `true` if it was answered.
