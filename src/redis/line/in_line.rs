@@ -73,7 +73,7 @@ pub(crate) async fn wait_shared(
         let mut pace = Pace::new(core, notify);
         loop {
             let sent = Instant::now();
-            let poll = core.waiter_poll();
+            let poll = core.waiter_poll(0);
             match entry.enter(mode, poll).await {
                 Ok(Entered::Held(token)) => return Ok(entry.granted(token, sent)),
                 Ok(Entered::Waits(soonest)) => {

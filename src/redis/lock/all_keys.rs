@@ -148,7 +148,7 @@ async fn fair_once(
         .iter()
         .map(|k| LockAttempt::new(core, k, AttemptKind::Lock))
         .collect();
-    let poll = core.waiter_poll();
+    let poll = core.waiter_poll(0);
     let step = async {
         core.wakeups_ready().await;
         enqueue_all(core, &attempts, poll).await

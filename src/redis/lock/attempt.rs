@@ -14,7 +14,7 @@ use crate::redis::pace::{self, Pace};
 use crate::redis::protocol::keys::{LockKeys, owner_value, waiter_id};
 use crate::redis::protocol::line::in_use_as_line;
 use crate::redis::protocol::lock_all_lua::Part;
-use crate::redis::protocol::lock_args::{Joined, acquire_args, release_args};
+use crate::redis::protocol::lock_args::{AcquireReply, Joined, acquire_args, release_args};
 use crate::redis::protocol::lock_lua::{
     ACQUIRE_SCRIPT, LEAVE_SCRIPT, RAISE_SCRIPT, RELEASE_SCRIPT,
 };
@@ -71,6 +71,10 @@ pub(crate) struct LockAttempt {
     pub notify: Arc<Notify>,
     /// Rounds sent so far: from the second on, `id` may be queued.
     rounds: u32,
+    /// How many the last round found queued, at most (the most any node
+    /// said): a long queue spreads its waiters' polls
+    /// ([`Core::waiter_poll`]).
+    queued: u64,
     /// Queued by `lock_all`'s one step: a place kept, or lost, never made
     /// again at the end of the queue.
     kept: bool,
@@ -94,6 +98,7 @@ impl LockAttempt {
             kind,
             notify,
             rounds: 0,
+            queued: 0,
             kept: false,
         })
     }
@@ -142,7 +147,7 @@ impl Armed<LockAttempt> {
             AttemptKind::TryLock => "",
         };
         let started = Instant::now();
-        let results: Vec<Result<(i64, i64), _>> = nodes
+        let results: Vec<Result<AcquireReply, _>> = nodes
             .all(|_, node| Call {
                 script: &ACQUIRE_SCRIPT,
                 keys: &script_keys,
@@ -166,16 +171,20 @@ impl Armed<LockAttempt> {
         let mut expires_in: Option<Duration> = None;
         let mut errors = Vec::new();
         let mut lost = false;
+        let mut queued_most = 0;
         for (i, result) in results.into_iter().enumerate() {
             match result {
-                Ok((1, token)) => granted.push((i, u64::try_from(token).unwrap_or_default())),
-                Ok((2, _)) => {
+                Ok(AcquireReply { code: 1, value, .. }) => {
+                    granted.push((i, u64::try_from(value).unwrap_or_default()));
+                }
+                Ok(AcquireReply { code: 2, .. }) => {
                     busy[i] = true;
                     lost = true;
                 }
-                Ok((_, pttl)) => {
+                Ok(AcquireReply { value, queued, .. }) => {
                     busy[i] = true;
-                    if let Ok(ms) = u64::try_from(pttl) {
+                    queued_most = queued_most.max(queued);
+                    if let Ok(ms) = u64::try_from(value) {
                         let d = Duration::from_millis(ms);
                         expires_in = Some(expires_in.map_or(d, |e| e.min(d)));
                     }
@@ -213,6 +222,7 @@ impl Armed<LockAttempt> {
                 })
                 .await;
         }
+        self.queued = queued_most;
         if nodes.list.len() - errors.len() < nodes.quorum {
             return Err(nodes.unavailable("lock", errors));
         }
@@ -254,7 +264,7 @@ impl Armed<LockAttempt> {
     /// A round's error, when `pace` ends the wait.
     pub async fn until_granted(&mut self, pace: &mut Pace<'_>) -> Result<Option<LockGuard>> {
         loop {
-            let poll = self.core.waiter_poll();
+            let poll = self.core.waiter_poll(self.queued);
             match self.round(poll).await {
                 Ok(Round::Granted(guard)) => return Ok(Some(guard)),
                 Ok(Round::PlaceLost) => return Ok(None),

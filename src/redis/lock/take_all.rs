@@ -75,7 +75,7 @@ pub(crate) async fn unfair(
         core.wakeups_ready().await;
         let mut pace = Pace::new(core, notify);
         loop {
-            let poll = core.waiter_poll();
+            let poll = core.waiter_poll(0);
             match attempt.take(poll).await {
                 Ok(Took::All(guards)) => return Ok(guards),
                 // The next round confirms it.

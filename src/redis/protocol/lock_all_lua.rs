@@ -168,7 +168,12 @@ if call_id ~= '' then
     redis.call('DEL', waiters .. id)
     if not lock_value() then pass_on(waiters, wake) end
   end
-  if target then return acquire_at(target, '1') end
+  if target then
+    -- Its answer without the queue's span (the call's rounds do not
+    -- spread their polls by it).
+    local answer = acquire_at(target, '1')
+    return {answer[1], answer[2]}
+  end
 end
 if not ready then return {0, wait} end
 if held then

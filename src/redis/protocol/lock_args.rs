@@ -1,6 +1,7 @@
 //! The `ARGV` of the mutex's two scripts of the uncontended cycle
 //! (`lock_lua.rs`), built in one place for the locker (`attempt.rs`,
-//! `held_lock.rs`) and for the bench's floor row (`hand_cycle.rs`).
+//! `held_lock.rs`) and for the bench's floor row (`hand_cycle.rs`); and
+//! the acquire's answer.
 
 use crate::redis::protocol::keys::{LockKeys, mode_tag};
 use crate::semantics::fairness::Fairness;
@@ -69,4 +70,61 @@ pub(crate) fn release_args(owner: &str, keys: &LockKeys, token: &str) -> Vec<Str
         keys.wake.clone(),
         token.to_owned(),
     ]
+}
+
+/// The acquire's answer on one node (see `lock_lua::ACQUIRE`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct AcquireReply {
+    /// `1` granted, `0` busy, `2` a kept place lost.
+    pub code: i64,
+    /// The token when granted; when busy, the ms until the holder's key
+    /// expires (or the epoch passes), negative for none.
+    pub value: i64,
+    /// When queued: how many may be queued, at most.
+    pub queued: u64,
+}
+
+impl redis::FromRedisValue for AcquireReply {
+    fn from_redis_value(v: redis::Value) -> Result<Self, redis::ParsingError> {
+        match Vec::<i64>::from_redis_value(v)?[..] {
+            [code, value] => Ok(AcquireReply {
+                code,
+                value,
+                queued: 0,
+            }),
+            [code, value, queued] => Ok(AcquireReply {
+                code,
+                value,
+                queued: u64::try_from(queued).unwrap_or(0),
+            }),
+            _ => Err("the acquire script answered with neither 2 nor 3 numbers".into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use redis::{FromRedisValue, Value};
+
+    use super::AcquireReply;
+
+    fn reply(numbers: &[i64]) -> Result<AcquireReply, redis::ParsingError> {
+        AcquireReply::from_redis_value(Value::Array(
+            numbers.iter().map(|&n| Value::Int(n)).collect(),
+        ))
+    }
+
+    #[test]
+    fn the_acquire_answer_reads_with_or_without_the_queue() {
+        let granted = reply(&[1, 42]).expect("granted");
+        assert_eq!((granted.code, granted.value, granted.queued), (1, 42, 0));
+        let queued = reply(&[0, 1500, 10_000]).expect("queued");
+        assert_eq!(
+            (queued.code, queued.value, queued.queued),
+            (0, 1500, 10_000)
+        );
+        assert_eq!(reply(&[0, -1, -3]).expect("odd count").queued, 0);
+        assert!(reply(&[1]).is_err());
+        assert!(reply(&[0, 1, 2, 3]).is_err());
+    }
 }

@@ -183,8 +183,12 @@ end
 /// `2` for a place `lock_all` keeps (`lock_args::Joined`): its entry
 /// found missing is not made again;
 /// returns `{1, token}` or `{0, ms}`: the pttl of the holder, or before
-/// the epoch the time until it; `{2, 0}` for a kept place found missing
-/// (the lock not granted, nothing written). Fails with
+/// the epoch the time until it; `{0, ms, n}` for a waiter, `n` how many
+/// may be queued (the span of the queue's scores, first to last: an upper
+/// bound; the minimal ACL has no `ZCARD`), by which long queues spread
+/// their polls (`state.rs`); `{2, 0}` for a kept place found missing
+/// (the lock not granted, nothing written). Read by `lock_args::AcquireReply`.
+/// Fails with
 /// `FAIRLOCK_SHARED` while the key's line exists (`line.rs`).
 ///
 /// Its fast path grants a free lock, as the general path would, when no
@@ -253,7 +257,12 @@ if id ~= '' then
   if redis.call('PTTL', queue) < qttl then redis.call('PEXPIRE', queue, qttl) end
 end
 if not ready then return {0, wait} end
-return {0, redis.call('PTTL', lock)}
+if id == '' then return {0, redis.call('PTTL', lock)} end
+local first = redis.call('ZRANGE', queue, 0, 0, 'WITHSCORES')
+local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
+local span = 0
+if first[2] and last[2] then span = tonumber(last[2]) - tonumber(first[2]) + 1 end
+return {0, redis.call('PTTL', lock), span}
 ";
 
 /// Releases the lock if `owner` holds it and passes it on; never touches
