@@ -157,12 +157,26 @@ impl Core {
     /// longer poll takes effect only from the round that writes it.
     pub fn waiter_poll(&self, queued: u64) -> Duration {
         let here = self.nodes.list[0].hub.waiters();
-        spread_poll(
-            self.poll(),
-            here.max(usize::try_from(queued).unwrap_or(usize::MAX)),
-        )
+        spread_poll(self.poll(), here.max(trusted_queue(queued)))
     }
 }
+
+/// How many of a queue's waiters its polls are spread over: the count the
+/// acquire script gave (the span of the queue's scores), at most
+/// [`QUEUE_TRUSTED`].
+fn trusted_queue(queued: u64) -> usize {
+    usize::try_from(queued)
+        .unwrap_or(usize::MAX)
+        .min(QUEUE_TRUSTED)
+}
+
+/// The longest queue the spread believes: the span of the scores exceeds
+/// the queue's length by every waiter that left from its middle, so a
+/// patient waiter behind a long churn of waiters that gave up could read
+/// a count of millions, and poll (and, if it died, hold up a handoff) for
+/// an hour. Believed up to 10,000: a poll of 10 s at most from this rule,
+/// a dead waiter's record gone within 30 s.
+const QUEUE_TRUSTED: usize = 10_000;
 
 /// The poll of each of `waiters` waiters, at least `shortest`, so that
 /// they poll at most [`POLLS_PER_SECOND`] times a second in all.
@@ -205,7 +219,7 @@ pub(crate) fn fair_redlock_unsupported() -> Error {
 mod tests {
     use std::time::Duration;
 
-    use super::{POLLS_PER_SECOND, spread_poll};
+    use super::{POLLS_PER_SECOND, QUEUE_TRUSTED, spread_poll, trusted_queue};
 
     #[test]
     fn polls_spread_once_waiters_outnumber_the_budget() {
@@ -224,5 +238,15 @@ mod tests {
                 "{waiters}: {per_second}"
             );
         }
+    }
+
+    #[test]
+    fn a_queue_is_believed_up_to_ten_thousand() {
+        assert_eq!(trusted_queue(0), 0);
+        assert_eq!(trusted_queue(2_500), 2_500);
+        assert_eq!(trusted_queue(5_000_000), QUEUE_TRUSTED);
+        assert_eq!(trusted_queue(u64::MAX), QUEUE_TRUSTED);
+        let longest = spread_poll(Duration::from_secs(1), trusted_queue(u64::MAX));
+        assert_eq!(longest, Duration::from_secs(10));
     }
 }
