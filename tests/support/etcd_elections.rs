@@ -2,15 +2,14 @@
 //! (tests/etcd_election.rs, etcd_election_loss.rs).
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use async_trait::async_trait;
-use etcd_client::{Client, GetOptions, WatchOptions};
+use etcd_client::{Client, GetOptions};
 use fairlock::conformance::ElectionBackend;
 use fairlock::etcd::{EtcdConfig, EtcdElector, EtcdLocker};
 use fairlock::{Elector, Key};
 
-use super::{count_keys, wait_for_count};
+use super::{count_keys, wait_for_count, wait_on_prefix};
 
 /// Electors on one connection under one prefix, and a client for the
 /// checks.
@@ -82,34 +81,12 @@ impl ElectionBackend for EtcdElections {
 
     async fn wait_candidates(&self, name: &Key, n: usize) {
         let queue = format!("{}{name}/_OWNERS_/", self.config.prefix());
-        let wait = async {
-            loop {
-                let (waiting, rev) = self.candidates(name).await;
-                if waiting >= n {
-                    return;
-                }
-                let options = WatchOptions::new()
-                    .with_prefix()
-                    .with_start_revision(rev + 1);
-                let mut client = self.client.clone();
-                let mut stream = client
-                    .watch(queue.clone(), Some(options))
-                    .await
-                    .expect("watch");
-                while stream
-                    .message()
-                    .await
-                    .expect("watch message")
-                    .expect("watch open")
-                    .events()
-                    .is_empty()
-                {}
-            }
+        let read = || async {
+            let (waiting, rev) = self.candidates(name).await;
+            (waiting >= n, rev)
         };
-        // A safety net against a hang, not a timing assertion.
-        tokio::time::timeout(Duration::from_secs(120), wait)
-            .await
-            .unwrap_or_else(|_| panic!("{n} candidates never queued for {name}"));
+        let never = || format!("{n} candidates never queued for {name}");
+        wait_on_prefix(self.client.clone(), &queue, read, never).await;
     }
 
     async fn wait_clean(&self) {

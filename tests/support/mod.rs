@@ -403,29 +403,47 @@ async fn wait_until_counted(
     at_most: bool,
 ) {
     let done = |n: i64| if at_most { n <= want } else { n >= want };
+    let (count, done) = (&count, &done);
+    let read = || {
+        let (mut client, opts) = (client.clone(), opts.clone());
+        async move {
+            let resp = client.get(prefix, Some(opts)).await.expect("count keys");
+            let rev = resp.header().expect("header").revision();
+            (done(count(&resp)), rev)
+        }
+    };
+    let never = || format!("keys under {prefix} never reached {want}");
+    wait_on_prefix(client.clone(), prefix, read, never).await;
+}
+
+/// Waits (on watch events, not on a clock) until `read` answers `true`
+/// with the revision it read at, reading again after each change under
+/// `prefix`. One watch for the whole wait, opened after the first read: a
+/// watch opened and dropped per change leaves etcd sending on reset
+/// streams, and a burst of 1,000 made h2 close the connection (GOAWAY,
+/// too many resets). Panics with `never()` after 120 s: a safety net
+/// against a hang, not a timing assertion.
+pub async fn wait_on_prefix<F: Future<Output = (bool, i64)>>(
+    mut watcher: Client,
+    prefix: &str,
+    mut read: impl FnMut() -> F,
+    never: impl FnOnce() -> String,
+) {
     let wait = async {
-        // One watch for the whole wait, opened after the first count: a
-        // watch opened and dropped per change leaves etcd sending on reset
-        // streams, and a burst of 1,000 made h2 close the connection
-        // (GOAWAY, too many resets).
         let mut stream = None;
         loop {
-            let resp = client
-                .get(prefix, Some(opts.clone()))
-                .await
-                .expect("count keys");
-            if done(count(&resp)) {
+            let (done, rev) = read().await;
+            if done {
                 return;
             }
             if stream.is_none() {
-                let rev = resp.header().expect("header").revision();
                 let watch = WatchOptions::new()
                     .with_prefix()
                     .with_start_revision(rev + 1);
-                stream = Some(client.watch(prefix, Some(watch)).await.expect("watch"));
+                stream = Some(watcher.watch(prefix, Some(watch)).await.expect("watch"));
             }
             let events = stream.as_mut().expect("opened above");
-            // A change under the prefix: count again.
+            // A change under the prefix: read again.
             while events
                 .message()
                 .await
@@ -436,10 +454,9 @@ async fn wait_until_counted(
             {}
         }
     };
-    // A safety net against a hang, not a timing assertion.
     tokio::time::timeout(Duration::from_secs(120), wait)
         .await
-        .unwrap_or_else(|_| panic!("keys under {prefix} never reached {want}"));
+        .unwrap_or_else(|_| panic!("{}", never()));
 }
 
 /// An error with its sources, on one line.
