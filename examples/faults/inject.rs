@@ -146,11 +146,7 @@ impl Phase<'_> {
                 match lease {
                     Some(lease) => match client.lease_revoke(lease).await {
                         // An earlier try's revoke was applied after all.
-                        Err(etcd_client::Error::GRpcStatus(s))
-                            if s.code() == tonic::Code::NotFound =>
-                        {
-                            Ok(())
-                        }
+                        Err(e) if crate::worker::lease_not_found(&e) => Ok(()),
                         done => done.map(drop).map_err(Into::into),
                     },
                     None => Ok(()),

@@ -360,6 +360,12 @@ async fn witness(a: &Args, locker: &EtcdLocker, id: i64) {
     }
 }
 
+/// Whether etcd answered that it does not know the lease asked about
+/// (NOT_FOUND).
+pub fn lease_not_found(e: &etcd_client::Error) -> bool {
+    matches!(e, etcd_client::Error::GRpcStatus(s) if s.code() == tonic::Code::NotFound)
+}
+
 /// After a loss: `lease=gone` if etcd no longer knows lease `id`,
 /// `lease=alive` if it does, `lease=?` if it did not answer.
 pub async fn lease_state(a: &Args, locker: &EtcdLocker, id: i64) -> &'static str {
@@ -369,10 +375,7 @@ pub async fn lease_state(a: &Args, locker: &EtcdLocker, id: i64) -> &'static str
         // etcd answers an expired or revoked lease with TTL -1.
         Ok(Ok(answer)) if answer.ttl() >= 0 => "lease=alive",
         Ok(Ok(_)) => "lease=gone",
-        // etcd answers a lease it does not know with NOT_FOUND.
-        Ok(Err(etcd_client::Error::GRpcStatus(s))) if s.code() == tonic::Code::NotFound => {
-            "lease=gone"
-        }
+        Ok(Err(e)) if lease_not_found(&e) => "lease=gone",
         _ => "lease=?",
     }
 }
